@@ -1,0 +1,45 @@
+# The team's memory: every routine command lives here.
+GO        ?= go
+PKGS      := ./...
+BENCHTIME ?= 1x
+
+.PHONY: all build run test lint vet fmt bench fuzz clean
+
+all: build
+
+## build: compile every package and the mas-mcp binary into ./bin
+build:
+	$(GO) build $(PKGS)
+	$(GO) build -o bin/mas-mcp ./cmd/mas-mcp
+
+## run: start mas-mcp with its embedded defaults (logs on stderr; Ctrl-C stops it)
+run:
+	$(GO) run ./cmd/mas-mcp $(ARGS)
+
+## test: formatting, vet and every test with the race detector
+test: lint
+	$(GO) test -race -count=1 $(PKGS)
+
+## lint: gofmt and go vet (import rules are checked by internal/archtest)
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+## fmt: format the code
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+## bench: the performance benchmarks (figures go into issue notes)
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) $(PKGS)
+
+## fuzz: run each parser fuzz target for FUZZTIME (default 30s)
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzBlock -fuzztime=$(FUZZTIME) ./skills/
+	$(GO) test -run='^$$' -fuzz=FuzzStripReasoning -fuzztime=$(FUZZTIME) ./skills/
+	$(GO) test -run='^$$' -fuzz=FuzzNormalizeJSON -fuzztime=$(FUZZTIME) ./skills/
+
+clean:
+	rm -rf bin

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is everything mas-mcp is configured with: defaults, then the config
+// file, then environment variables, then flags (each overriding the one
+// before). The API key comes only from the environment, never from a file
+// or a flag, so it cannot end up in a shell history or a shared config.
+type Config struct {
+	// Lang selects the prompt set: "en" or "zh".
+	Lang string `yaml:"lang"`
+	// PromptsDir overrides embedded prompts and agent templates.
+	PromptsDir string `yaml:"prompts_dir"`
+
+	LLM LLMConfig `yaml:"llm"`
+
+	// Operator names the operator's HumanAgent.
+	Operator string `yaml:"operator"`
+	// WaitTimeout bounds how long an agent waits for a reply.
+	WaitTimeout time.Duration `yaml:"wait_timeout"`
+	// StageStepBudget and StageReflectionBudget bound an agent's work in a stage.
+	StageStepBudget       int `yaml:"stage_step_budget"`
+	StageReflectionBudget int `yaml:"stage_reflection_budget"`
+
+	// LogFormat is "text" (human-readable, colour on a terminal) or "json".
+	LogFormat string `yaml:"log_format"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `yaml:"log_level"`
+
+	// apiKey is read from OPENAI_API_KEY; never printed.
+	apiKey string
+}
+
+// LLMConfig configures the OpenAI-compatible endpoint.
+type LLMConfig struct {
+	BaseURL     string        `yaml:"base_url"`
+	Model       string        `yaml:"model"`
+	Timeout     time.Duration `yaml:"timeout"`
+	MaxRetries  int           `yaml:"max_retries"`
+	Concurrency int           `yaml:"concurrency"`
+}
+
+func defaultConfig() Config {
+	return Config{
+		Lang:                  "en",
+		LLM:                   LLMConfig{BaseURL: "https://api.openai.com/v1", Model: "gpt-4o-mini", Timeout: 120 * time.Second, MaxRetries: 3, Concurrency: 8},
+		Operator:              "operator",
+		WaitTimeout:           10 * time.Minute,
+		StageStepBudget:       60,
+		StageReflectionBudget: 6,
+		LogFormat:             "text",
+		LogLevel:              "info",
+	}
+}
+
+// loadConfig builds the Config from args and the environment.
+func loadConfig(args []string, getenv func(string) string) (Config, error) {
+	cfg := defaultConfig()
+
+	fs := flag.NewFlagSet("mas-mcp", flag.ContinueOnError)
+	configPath := fs.String("config", getenv("MAS_CONFIG"), "YAML config file (env MAS_CONFIG)")
+	lang := fs.String("lang", "", `prompt language: "en" or "zh"`)
+	promptsDir := fs.String("prompts-dir", "", "directory overriding the embedded prompts and agent templates")
+	baseURL := fs.String("llm-base-url", "", "OpenAI-compatible endpoint (env OPENAI_BASE_URL; e.g. http://localhost:11434/v1 for Ollama)")
+	model := fs.String("model", "", "default model (env MAS_MODEL)")
+	timeout := fs.Duration("llm-timeout", 0, "timeout of one LLM request attempt")
+	retries := fs.Int("llm-retries", -1, "retries of a failed LLM request (429, 5xx, timeouts)")
+	conc := fs.Int("llm-concurrency", 0, "LLM requests in flight at once, across all agents")
+	operator := fs.String("operator", "", "name of the operator's HumanAgent")
+	wait := fs.Duration("wait-timeout", 0, "how long an agent waits for a reply before carrying on")
+	steps := fs.Int("stage-step-budget", 0, "steps an agent may run in one stage before it must summarise")
+	refl := fs.Int("stage-reflection-budget", 0, "reflections an agent may run in one stage before it must summarise")
+	logFormat := fs.String("log-format", "", `log format on stderr: "text" or "json"`)
+	logLevel := fs.String("log-level", "", "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected argument %q (flags start with -)", fs.Arg(0))
+	}
+
+	if *configPath != "" {
+		data, err := os.ReadFile(*configPath)
+		if err != nil {
+			return cfg, fmt.Errorf("config file: %w", err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+			return cfg, fmt.Errorf("config file %s: %w", *configPath, err)
+		}
+	}
+
+	if v := getenv("OPENAI_BASE_URL"); v != "" {
+		cfg.LLM.BaseURL = v
+	}
+	if v := getenv("MAS_MODEL"); v != "" {
+		cfg.LLM.Model = v
+	}
+	if v := getenv("MAS_LANG"); v != "" {
+		cfg.Lang = v
+	}
+	cfg.apiKey = getenv("OPENAI_API_KEY")
+
+	setStr := func(dst *string, v string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	setStr(&cfg.Lang, *lang)
+	setStr(&cfg.PromptsDir, *promptsDir)
+	setStr(&cfg.LLM.BaseURL, *baseURL)
+	setStr(&cfg.LLM.Model, *model)
+	setStr(&cfg.Operator, *operator)
+	setStr(&cfg.LogFormat, *logFormat)
+	setStr(&cfg.LogLevel, *logLevel)
+	if *timeout != 0 {
+		cfg.LLM.Timeout = *timeout
+	}
+	if *retries >= 0 {
+		cfg.LLM.MaxRetries = *retries
+	}
+	if *conc != 0 {
+		cfg.LLM.Concurrency = *conc
+	}
+	if *wait != 0 {
+		cfg.WaitTimeout = *wait
+	}
+	if *steps != 0 {
+		cfg.StageStepBudget = *steps
+	}
+	if *refl != 0 {
+		cfg.StageReflectionBudget = *refl
+	}
+	return cfg, cfg.validate()
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Lang != "en" && c.Lang != "zh":
+		return fmt.Errorf("lang %q: must be en or zh", c.Lang)
+	case c.LLM.Model == "":
+		return errors.New("llm.model: is empty")
+	case c.LLM.BaseURL == "":
+		return errors.New("llm.base_url: is empty")
+	case c.LLM.Timeout <= 0:
+		return fmt.Errorf("llm.timeout %s: must be positive", c.LLM.Timeout)
+	case c.LLM.MaxRetries < 0:
+		return fmt.Errorf("llm.max_retries %d: must not be negative", c.LLM.MaxRetries)
+	case c.LLM.Concurrency <= 0:
+		return fmt.Errorf("llm.concurrency %d: must be positive", c.LLM.Concurrency)
+	case c.WaitTimeout <= 0:
+		return fmt.Errorf("wait_timeout %s: must be positive", c.WaitTimeout)
+	case c.StageStepBudget <= 0:
+		return fmt.Errorf("stage_step_budget %d: must be positive", c.StageStepBudget)
+	case c.StageReflectionBudget <= 0:
+		return fmt.Errorf("stage_reflection_budget %d: must be positive", c.StageReflectionBudget)
+	case c.LogFormat != "text" && c.LogFormat != "json":
+		return fmt.Errorf("log_format %q: must be text or json", c.LogFormat)
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		return err
+	}
+	return nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	switch s {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info", "":
+		return slog.LevelInfo, nil
+	case "warn":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("log_level %q: must be debug, info, warn or error", s)
+}

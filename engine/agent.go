@@ -1,0 +1,284 @@
+package engine
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+)
+
+// stageKey names one (task, stage) pair of an agent's work.
+type stageKey struct{ task, stage string }
+
+// stageCount is what an agent has run in one stage (for the budgets).
+type stageCount struct {
+	steps           int
+	reflections     int
+	summaryFailures int
+}
+
+// agent owns one AgentState. LLM agents run their steps on their own
+// goroutine; HumanAgents have none (spec §7: their actions are recorded as
+// finished steps). Every mutation happens under mu, and nothing under mu
+// calls another owner.
+type agent struct {
+	sys  *System
+	id   string
+	kind string
+	// wake is signalled (never blocking) whenever the agent may have work.
+	wake chan struct{}
+
+	mu     sync.Mutex
+	st     AgentState // guarded by mu
+	counts map[stageKey]*stageCount
+	// running is the step being executed, and cancelRun cancels it.
+	running    string
+	runningKey stageKey
+	cancelRun  context.CancelFunc
+	waitTimer  *time.Timer
+	stopped    bool
+	// passwordHash is a HumanAgent's login secret (spec §7.4.1); it is never
+	// part of AgentState.
+	passwordHash []byte
+}
+
+func newAgentOwner(s *System, st AgentState) *agent {
+	return &agent{
+		sys:    s,
+		id:     st.AgentID,
+		kind:   st.Kind,
+		wake:   make(chan struct{}, 1),
+		st:     st,
+		counts: map[stageKey]*stageCount{},
+	}
+}
+
+// signal wakes the agent's loop without blocking.
+func (a *agent) signal() {
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// stop ends the loop; the running step's context is cancelled.
+func (a *agent) stop() {
+	a.mu.Lock()
+	a.stopped = true
+	if a.cancelRun != nil {
+		a.cancelRun()
+	}
+	if a.waitTimer != nil {
+		a.waitTimer.Stop()
+	}
+	a.mu.Unlock()
+	a.signal()
+}
+
+// changedLocked stamps, persists and announces a change. mu must be held.
+func (a *agent) changedLocked(ev Event) {
+	a.st.UpdatedAt = a.sys.now()
+	if st := a.sys.cfg.Store; st != nil {
+		if err := st.PutAgent(a.sys.ctx, &a.st); err != nil {
+			a.sys.log.Error("store: put agent", "agent", a.id, "err", err)
+		}
+	}
+	if ev.Kind == "" {
+		ev.Kind = EventAgentChanged
+	}
+	ev.AgentID = a.id
+	a.sys.bus.publish(ev)
+}
+
+// snapshot returns a deep copy of the agent's state.
+func (a *agent) snapshot() AgentState {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.st.clone()
+}
+
+func (a *agent) brief() AgentBrief {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return AgentBrief{
+		AgentID: a.st.AgentID, Name: a.st.Name, Role: a.st.Role, Profile: a.st.Profile,
+		Kind: a.st.Kind, WorkingState: a.st.WorkingState,
+		Skills: slices.Clone(a.st.Skills), Tools: slices.Clone(a.st.Tools),
+	}
+}
+
+func (a *agent) count(k stageKey) *stageCount {
+	c := a.counts[k]
+	if c == nil {
+		c = &stageCount{}
+		a.counts[k] = c
+	}
+	return c
+}
+
+// loop runs the agent's steps one at a time until the MAS closes (spec §6.1).
+// It blocks on wake when the todo list is empty or the step lock is engaged.
+func (a *agent) loop() {
+	for {
+		ctx, step, view, ok := a.next()
+		if !ok {
+			return
+		}
+		a.runStep(ctx, step, view)
+	}
+}
+
+// next waits for the next runnable step, marks it running and returns it
+// with a snapshot of the agent and the context it runs under (cancelled if
+// its stage or task ends meanwhile). ok is false once the agent is stopped.
+func (a *agent) next() (context.Context, StepState, AgentState, bool) {
+	for {
+		a.mu.Lock()
+		if a.stopped {
+			a.mu.Unlock()
+			return nil, StepState{}, AgentState{}, false
+		}
+		if step, ok := a.popLocked(); ok {
+			ctx, cancel := context.WithCancel(a.sys.ctx)
+			a.cancelRun = cancel
+			view := a.st.clone()
+			a.mu.Unlock()
+			return ctx, step, view, true
+		}
+		a.mu.Unlock()
+		<-a.wake
+	}
+}
+
+// popLocked takes the next step to run, applying the step lock and the stage
+// budgets. It returns false when there is nothing to run now.
+func (a *agent) popLocked() (StepState, bool) {
+	for {
+		if len(a.st.StepLock) > 0 {
+			a.setWorkingLocked(WorkingWaiting)
+			return StepState{}, false
+		}
+		if len(a.st.AgentStep.TodoList) == 0 {
+			a.setWorkingLocked(WorkingIdle)
+			return StepState{}, false
+		}
+		id := a.st.AgentStep.TodoList[0]
+		a.st.AgentStep.TodoList = a.st.AgentStep.TodoList[1:]
+		step := a.stepLocked(id)
+		if step == nil {
+			continue
+		}
+		if a.budgetLocked(step) {
+			continue
+		}
+		now := a.sys.now()
+		step.ExecutionState = StateRunning
+		step.StartedAt = &now
+		a.running = step.StepID
+		a.runningKey = stageKey{step.TaskID, step.StageID}
+		a.st.WorkingState = WorkingWorking
+		a.changedLocked(Event{Kind: EventStepChanged, StepID: step.StepID, TaskID: step.TaskID, StageID: step.StageID, Detail: StateRunning})
+		return step.clone(), true
+	}
+}
+
+func (a *agent) setWorkingLocked(ws string) {
+	if a.st.WorkingState == ws {
+		return
+	}
+	a.st.WorkingState = ws
+	a.changedLocked(Event{Detail: ws})
+}
+
+// budgetLocked enforces the stage budgets (beyond the spec) on a step about
+// to run. It returns true when the step was consumed (skipped or replaced).
+func (a *agent) budgetLocked(step *StepState) bool {
+	if step.StageID == NoRelative || step.TaskID == a.sys.baseTaskID {
+		return false
+	}
+	c := a.count(stageKey{step.TaskID, step.StageID})
+	switch {
+	case step.Executor == SkillSummary:
+		return false
+	case c.steps >= a.sys.cfg.StageStepBudget && step.Type == StepSkill && isMessageStep(step):
+		// Messages still get answered: others may be waiting on them.
+		return false
+	case c.steps >= a.sys.cfg.StageStepBudget:
+		reason := a.sys.text("budget_steps", map[string]any{"Budget": a.sys.cfg.StageStepBudget})
+		a.skipLocked(step, reason)
+		a.dropPlannedLocked(step.TaskID, step.StageID, reason)
+		a.ensureSummaryLocked(step.TaskID, step.StageID, reason)
+		return true
+	case step.Executor == SkillReflection && c.reflections >= a.sys.cfg.StageReflectionBudget:
+		reason := a.sys.text("budget_reflections", map[string]any{"Budget": a.sys.cfg.StageReflectionBudget})
+		a.skipLocked(step, reason)
+		a.ensureSummaryLocked(step.TaskID, step.StageID, reason)
+		return true
+	}
+	return false
+}
+
+// isMessageStep reports whether a step answers or digests a message.
+func isMessageStep(s *StepState) bool {
+	return s.Executor == SkillProcessMessage || (s.Executor == SkillSendMessage && s.ReplyTo != "")
+}
+
+// skipLocked fails a step that will not run.
+func (a *agent) skipLocked(step *StepState, reason string) {
+	now := a.sys.now()
+	step.ExecutionState = StateFailed
+	step.FinishedAt = &now
+	step.ExecuteResult = map[string]any{"error": reason, "skipped": true}
+	a.changedLocked(Event{Kind: EventStepChanged, StepID: step.StepID, TaskID: step.TaskID, StageID: step.StageID, Detail: StateFailed})
+}
+
+// dropPlannedLocked skips the pending planned steps of a stage (not the
+// message steps).
+func (a *agent) dropPlannedLocked(taskID, stageID, reason string) {
+	kept := a.st.AgentStep.TodoList[:0]
+	for _, id := range a.st.AgentStep.TodoList {
+		s := a.stepLocked(id)
+		if s != nil && s.TaskID == taskID && s.StageID == stageID && !isMessageStep(s) && s.Executor != SkillSummary {
+			a.skipLocked(s, reason)
+			continue
+		}
+		kept = append(kept, id)
+	}
+	a.st.AgentStep.TodoList = kept
+}
+
+// ensureSummaryLocked appends a summary step to a stage unless one is pending.
+func (a *agent) ensureSummaryLocked(taskID, stageID, reason string) {
+	for _, id := range a.st.AgentStep.TodoList {
+		if s := a.stepLocked(id); s != nil && s.TaskID == taskID && s.StageID == stageID && s.Executor == SkillSummary {
+			return
+		}
+	}
+	a.addStepsLocked(taskID, stageID, []StepSpec{a.sys.summarySpec(reason)}, false)
+}
+
+// stepLocked finds a step by ID.
+func (a *agent) stepLocked(id string) *StepState {
+	list := a.st.AgentStep.StepList
+	for i := range list {
+		if list[i].StepID == id {
+			return &list[i]
+		}
+	}
+	return nil
+}
+
+// pendingInLocked reports whether the agent has a pending step in a stage.
+func (a *agent) pendingInLocked(taskID, stageID string) bool {
+	for _, id := range a.st.AgentStep.TodoList {
+		if s := a.stepLocked(id); s != nil && s.TaskID == taskID && s.StageID == stageID {
+			return true
+		}
+	}
+	return false
+}
+
+// waitsInLocked reports whether a step-lock entry belongs to the stage.
+func (a *agent) waitsInLocked(taskID, stageID string) bool {
+	return slices.ContainsFunc(a.st.Waits, func(w Wait) bool { return w.TaskID == taskID && w.StageID == stageID })
+}

@@ -1,0 +1,227 @@
+package engine
+
+import (
+	"slices"
+	"strings"
+)
+
+// AgentInstruction carries out an agent-management instruction for actorID,
+// an agent with the agent_manager skill or a HumanAgent (spec §3.10, §2.5).
+func (s *System) AgentInstruction(actorID string, ai AgentInstruction) (map[string]any, error) {
+	if s.isClosed() {
+		return nil, ErrClosed
+	}
+	actor, ok := s.agent(actorID)
+	if !ok {
+		return nil, errf(ErrNotFound, "agent_id %q: no such agent", actorID)
+	}
+	human := actor.kind == KindHuman
+	if !human && !slices.Contains(actor.brief().Skills, SkillAgentManager) {
+		return nil, errf(ErrForbidden, "agent %s lacks the agent_manager skill", actorID)
+	}
+	switch strings.TrimSpace(ai.Action) {
+	case ActionInitNewAgent:
+		if ai.AgentConfig == nil {
+			return nil, errf(ErrInvalid, "agent_config: is missing")
+		}
+		id, err := s.createAgent(*ai.AgentConfig)
+		if err != nil {
+			return nil, err
+		}
+		b, _ := s.AgentBrief(id)
+		s.log.Info("agent created", "agent", id, "name", b.Name, "by", actorID)
+		return map[string]any{"agent_id": id, "name": b.Name, "role": b.Role}, nil
+	case ActionAddTaskParticipant:
+		return s.addParticipants(actorID, human, ai.TaskID, ai.Agents)
+	case "":
+		return nil, errf(ErrInvalid, "action: is empty; one of init_new_agent, add_task_participant")
+	default:
+		return nil, errf(ErrInvalid, "action %q: must be init_new_agent or add_task_participant", ai.Action)
+	}
+}
+
+// CreateAgent creates an LLM agent from a template or a full configuration
+// (init_new_agent) and starts it.
+func (s *System) CreateAgent(cfg AgentConfig) (string, error) { return s.createAgent(cfg) }
+
+func (s *System) createAgent(cfg AgentConfig) (string, error) {
+	if name := strings.TrimSpace(cfg.Template); name != "" {
+		tpl, ok := s.template(name)
+		if !ok {
+			var names []string
+			for _, t := range s.cfg.Templates {
+				names = append(names, t.Template)
+			}
+			return "", errf(ErrNotFound, "agent_config.template %q: no such template (available: %s)", name, strings.Join(names, ", "))
+		}
+		cfg = mergeConfig(tpl, cfg)
+	}
+	cfg.Name = strings.TrimSpace(cfg.Name)
+	cfg.Role = strings.TrimSpace(cfg.Role)
+	switch {
+	case cfg.Name == "":
+		return "", errf(ErrInvalid, "agent_config.name: is empty")
+	case cfg.Role == "":
+		return "", errf(ErrInvalid, "agent_config.role: is empty")
+	}
+	skills := slices.Clone(cfg.Skills)
+	for _, sk := range skills {
+		if !slices.Contains(SkillNames, sk) {
+			return "", errf(ErrInvalid, "agent_config.skills: %q is not a skill (skills: %s)", sk, strings.Join(SkillNames, ", "))
+		}
+	}
+	for _, sk := range CoreSkills {
+		if !slices.Contains(skills, sk) {
+			skills = append(skills, sk)
+		}
+	}
+	var known map[string]string
+	if s.cfg.Tools != nil {
+		known = s.cfg.Tools.ToolGuides()
+	}
+	tools := []string{}
+	for _, tl := range cfg.Tools {
+		if _, ok := known[tl]; !ok {
+			return "", errf(ErrInvalid, "agent_config.tools: %q is not a configured MCP server (configured: %s)", tl, strings.Join(sortedKeys(known), ", "))
+		}
+		if !slices.Contains(tools, tl) {
+			tools = append(tools, tl)
+		}
+	}
+	var llmCfg LLMConfig
+	if cfg.LLMConfig != nil {
+		llmCfg = *cfg.LLMConfig
+	}
+	now := s.now()
+	st := AgentState{
+		AgentID:          newID(),
+		Name:             cfg.Name,
+		Role:             cfg.Role,
+		Profile:          strings.TrimSpace(cfg.Profile),
+		WorkingState:     WorkingIdle,
+		LLMConfig:        &llmCfg,
+		WorkingMemory:    map[string]map[string][]string{},
+		PersistentMemory: map[string]string{},
+		StepLock:         []string{},
+		Tools:            tools,
+		Skills:           skills,
+		Kind:             KindLLM,
+		Template:         strings.TrimSpace(cfg.Template),
+		CreatedAt:        now,
+		UpdatedAt:        now,
+	}
+	st.AgentStep = AgentStep{AgentID: st.AgentID, TodoList: []string{}, StepList: []StepState{}}
+	a := newAgentOwner(s, st)
+	if err := s.register(a); err != nil {
+		return "", err
+	}
+	return a.id, nil
+}
+
+// mergeConfig lays the non-empty fields of over onto a template.
+func mergeConfig(tpl, over AgentConfig) AgentConfig {
+	out := tpl
+	if over.Name != "" {
+		out.Name = over.Name
+	}
+	if over.Role != "" {
+		out.Role = over.Role
+	}
+	if over.Profile != "" {
+		out.Profile = over.Profile
+	}
+	if over.Skills != nil {
+		out.Skills = over.Skills
+	}
+	if over.Tools != nil {
+		out.Tools = over.Tools
+	}
+	if over.LLMConfig != nil {
+		out.LLMConfig = over.LLMConfig
+	}
+	out.Skills = slices.Clone(out.Skills)
+	out.Tools = slices.Clone(out.Tools)
+	return out
+}
+
+// register adds an agent to the MAS and starts an LLM agent's loop.
+func (s *System) register(a *agent) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.agents[a.id] = a
+	s.agentOrder = append(s.agentOrder, a.id)
+	a.mu.Lock()
+	a.changedLocked(Event{Kind: EventAgentAdded, Detail: a.kind})
+	a.mu.Unlock()
+	if a.kind == KindLLM {
+		s.goTracked(a.loop)
+	}
+	return nil
+}
+
+func (s *System) addParticipants(actorID string, human bool, taskID string, agents []string) (map[string]any, error) {
+	t, ok := s.task(taskID)
+	if !ok {
+		if taskID == "" {
+			return nil, errf(ErrInvalid, "task_id: is empty")
+		}
+		return nil, errf(ErrNotFound, "task_id %q: no such task", taskID)
+	}
+	if len(agents) == 0 {
+		return nil, errf(ErrInvalid, "agents: is empty")
+	}
+	for _, id := range agents {
+		if _, ok := s.agent(id); !ok {
+			return nil, errf(ErrNotFound, "agents: %q: no such agent", id)
+		}
+	}
+	t.mu.Lock()
+	if err := mayManage(t, actorID, human); err != nil {
+		t.mu.Unlock()
+		return nil, err
+	}
+	if t.endedLocked() {
+		t.mu.Unlock()
+		return nil, errf(ErrEnded, "task_id %q: has ended", taskID)
+	}
+	t.mu.Unlock()
+	var added []string
+	for _, id := range agents {
+		if s.joinTask(taskID, id) {
+			added = append(added, id)
+		}
+	}
+	return map[string]any{"task_id": taskID, "added": added, "task_group": s.taskGroup(taskID)}, nil
+}
+
+// joinTask adds an agent to a task group and syncs its working memory (spec
+// §3.10). It reports whether the agent was new to the group.
+func (s *System) joinTask(taskID, agentID string) bool {
+	t, ok := s.task(taskID)
+	if !ok {
+		return false
+	}
+	t.mu.Lock()
+	if t.inGroupLocked(agentID) {
+		t.mu.Unlock()
+		return false
+	}
+	t.st.TaskGroup = append(t.st.TaskGroup, agentID)
+	t.changedLocked(Event{AgentID: agentID, Detail: "task_group"})
+	t.mu.Unlock()
+	s.deliver(s.instruction(taskID, "", agentID, "", &Instruction{UpdateWorkingMemory: &StageRef{TaskID: taskID}}))
+	return true
+}
+
+func (s *System) taskGroup(taskID string) []string {
+	t, ok := s.task(taskID)
+	if !ok {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.st.TaskGroup)
+}

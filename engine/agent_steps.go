@@ -1,0 +1,137 @@
+package engine
+
+import (
+	"slices"
+)
+
+// stepOpts carries what a new step inherits beyond its spec.
+type stepOpts struct {
+	replyTo         string
+	returnWaitingID string
+}
+
+// addStepsLocked creates steps from specs in (taskID, stageID) and either
+// appends them (add_step, spec §5.7, §6.3.1) or inserts them, in order,
+// before the next pending step (add_next_step, spec §5.8, §6.3.2). Each is
+// recorded in working memory. An instruction_generation step is linked to
+// the first tool step after it in the same list.
+func (a *agent) addStepsLocked(taskID, stageID string, specs []StepSpec, next bool, opts ...stepOpts) []string {
+	if len(specs) == 0 {
+		return nil
+	}
+	now := a.sys.now()
+	steps := make([]StepState, len(specs))
+	ids := make([]string, len(specs))
+	for i, sp := range specs {
+		steps[i] = StepState{
+			TaskID:         taskID,
+			StageID:        stageID,
+			AgentID:        a.id,
+			StepID:         newID(),
+			StepIntention:  sp.StepIntention,
+			Type:           sp.Type,
+			Executor:       sp.Executor,
+			ExecutionState: StateInit,
+			TextContent:    sp.TextContent,
+			CreatedAt:      now,
+		}
+		if i < len(opts) {
+			steps[i].ReplyTo = opts[i].replyTo
+			steps[i].ReturnWaitingID = opts[i].returnWaitingID
+		}
+		ids[i] = steps[i].StepID
+	}
+	for i := range steps {
+		if steps[i].Executor != SkillInstructionGeneration {
+			continue
+		}
+		for j := i + 1; j < len(steps); j++ {
+			if steps[j].Type == StepTool {
+				steps[i].TargetStepID = steps[j].StepID
+				break
+			}
+		}
+	}
+
+	as := &a.st.AgentStep
+	if next && len(as.TodoList) > 0 {
+		// Insert before the step that was next, keeping step_list in
+		// execution order.
+		at := slices.IndexFunc(as.StepList, func(s StepState) bool { return s.StepID == as.TodoList[0] })
+		if at < 0 {
+			at = len(as.StepList)
+		}
+		as.StepList = slices.Insert(as.StepList, at, steps...)
+		as.TodoList = slices.Insert(as.TodoList, 0, ids...)
+	} else {
+		as.StepList = append(as.StepList, steps...)
+		as.TodoList = append(as.TodoList, ids...)
+	}
+	a.rememberLocked(taskID, stageID, ids...)
+	for i := range steps {
+		a.changedLocked(Event{Kind: EventStepChanged, StepID: ids[i], TaskID: taskID, StageID: stageID, Detail: StateInit})
+	}
+	a.signal()
+	return ids
+}
+
+// rememberLocked records step IDs (or just the task and stage) in working
+// memory: {task_id: {stage_id: [step_id…]}} (spec §2.4.1).
+func (a *agent) rememberLocked(taskID, stageID string, stepIDs ...string) {
+	wm := a.st.WorkingMemory
+	if wm[taskID] == nil {
+		wm[taskID] = map[string][]string{}
+	}
+	if stageID == "" {
+		return
+	}
+	list := wm[taskID][stageID]
+	if list == nil {
+		list = []string{}
+	}
+	wm[taskID][stageID] = append(list, stepIDs...)
+}
+
+// removeStepsLocked deletes the steps matching drop from the step list and
+// the todo list (spec §2.4.1 step cleanup). A running step that matches is
+// cancelled.
+func (a *agent) removeStepsLocked(drop func(*StepState) bool) int {
+	as := &a.st.AgentStep
+	removed := map[string]bool{}
+	kept := as.StepList[:0]
+	for i := range as.StepList {
+		s := &as.StepList[i]
+		if drop(s) {
+			removed[s.StepID] = true
+			if s.StepID == a.running && a.cancelRun != nil {
+				a.cancelRun()
+			}
+			continue
+		}
+		kept = append(kept, *s)
+	}
+	clear(as.StepList[len(kept):])
+	as.StepList = kept
+	as.TodoList = slices.DeleteFunc(as.TodoList, func(id string) bool { return removed[id] })
+	return len(removed)
+}
+
+// finishStepLocked records a step's outcome. It returns false when the step
+// is gone (cleaned up by a finish_stage/finish_task while it ran).
+func (a *agent) finishStepLocked(id, state string, result map[string]any) (*StepState, bool) {
+	s := a.stepLocked(id)
+	if s == nil {
+		return nil, false
+	}
+	now := a.sys.now()
+	s.ExecutionState = state
+	s.FinishedAt = &now
+	if s.ExecuteResult == nil {
+		s.ExecuteResult = map[string]any{}
+	}
+	for k, v := range result {
+		s.ExecuteResult[k] = v
+	}
+	a.changedLocked(Event{Kind: EventStepChanged, StepID: id, TaskID: s.TaskID, StageID: s.StageID, Detail: state})
+	return s, true
+}

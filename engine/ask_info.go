@@ -1,0 +1,325 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// DefaultTeamID names the MAS's one team: every agent (spec §1.1 Team; the
+// spec leaves teams unimplemented, §3.11 7).
+const DefaultTeamID = "default"
+
+// QueryResult answers an ask_info query: markdown for a model, and the same
+// facts as structured data for programs.
+type QueryResult struct {
+	Type     string `json:"type"`
+	Markdown string `json:"markdown"`
+	Data     any    `json:"data"`
+}
+
+// TaskInfo is a task as queries show it: its state without the full
+// conversation log (its length is given instead).
+type TaskInfo struct {
+	TaskID             string       `json:"task_id"`
+	TaskName           string       `json:"task_name"`
+	TaskIntention      string       `json:"task_intention"`
+	TaskManager        string       `json:"task_manager"`
+	TaskGroup          []string     `json:"task_group"`
+	ExecutionState     string       `json:"execution_state"`
+	TaskSummary        string       `json:"task_summary"`
+	StageList          []StageState `json:"stage_list"`
+	SharedInfoPool     []SharedInfo `json:"shared_info_pool"`
+	ConversationLength int          `json:"conversation_length"`
+	Base               bool         `json:"base,omitempty"`
+}
+
+// sharedInfoShown bounds the shared-info entries a query shows (the newest).
+const sharedInfoShown = 30
+
+func taskInfo(t TaskState) TaskInfo {
+	pool := t.SharedInfoPool
+	if len(pool) > sharedInfoShown {
+		pool = pool[len(pool)-sharedInfoShown:]
+	}
+	return TaskInfo{
+		TaskID: t.TaskID, TaskName: t.TaskName, TaskIntention: t.TaskIntention,
+		TaskManager: t.TaskManager, TaskGroup: t.TaskGroup, ExecutionState: t.ExecutionState,
+		TaskSummary: t.TaskSummary, StageList: t.StageList, SharedInfoPool: pool,
+		ConversationLength: len(t.SharedConversationPool), Base: t.Base,
+	}
+}
+
+// Query answers an ask_info query for askerID from snapshots (spec §3.11,
+// §2.5). It never blocks on a working agent.
+func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
+	typ := strings.TrimSpace(q.Type)
+	res := &QueryResult{Type: typ}
+	var b strings.Builder
+	fmt.Fprintf(&b, "### %s\n\n", s.text("ask_info_result", map[string]any{"Type": typ}))
+	switch typ {
+	case QueryManagedTaskAndStageInfo, QueryAssignedTaskAndStageInfo:
+		var out []TaskInfo
+		for _, t := range s.allTasks() {
+			ts := t.snapshot()
+			managed := ts.TaskManager == askerID
+			if typ == QueryManagedTaskAndStageInfo && !managed {
+				continue
+			}
+			if typ == QueryAssignedTaskAndStageInfo {
+				if !slices.Contains(ts.TaskGroup, askerID) {
+					continue
+				}
+				// Only the stages this agent works in (spec §3.11 2).
+				ts.StageList = slices.DeleteFunc(ts.StageList, func(st StageState) bool {
+					_, in := st.AgentAllocation[askerID]
+					return !in
+				})
+			}
+			out = append(out, taskInfo(ts))
+		}
+		if len(out) == 0 {
+			b.WriteString("(none)\n")
+		}
+		for _, ti := range out {
+			writeTask(&b, ti)
+		}
+		res.Data = nonNil(out)
+	case QueryTaskInfo:
+		t, err := s.queryTask(q.TaskID)
+		if err != nil {
+			return nil, err
+		}
+		ti := taskInfo(t.snapshot())
+		writeTask(&b, ti)
+		res.Data = ti
+	case QueryStageInfo:
+		t, err := s.queryTask(q.TaskID)
+		if err != nil {
+			return nil, err
+		}
+		st, err := queryStage(t, q.StageID)
+		if err != nil {
+			return nil, err
+		}
+		writeStage(&b, st)
+		res.Data = st
+	case QueryAvailableAgentsConfig:
+		tpls := s.Templates()
+		for _, tp := range tpls {
+			fmt.Fprintf(&b, "- template %q: role %s; skills: %s; tools: %s\n  profile: %s\n",
+				tp.Template, tp.Role, strings.Join(tp.Skills, ", "), orNone(tp.Tools), oneLine(tp.Profile))
+		}
+		if len(tpls) == 0 {
+			b.WriteString("(none)\n")
+		}
+		b.WriteString("\nCreate an agent from a template with agent_manager init_new_agent and {\"template\": <name>} in agent_config.\n")
+		res.Data = nonNil(tpls)
+	case QueryAllAgents, QueryTeamAgents:
+		if typ == QueryTeamAgents && q.TeamID != "" && q.TeamID != DefaultTeamID {
+			return nil, errf(ErrNotFound, "team_id %q: no such team (the MAS has one team, %q)", q.TeamID, DefaultTeamID)
+		}
+		var briefs []AgentBrief
+		for _, a := range s.allAgents() {
+			briefs = append(briefs, a.brief())
+		}
+		writeBriefs(&b, briefs, nil)
+		res.Data = nonNil(briefs)
+	case QueryTaskAgents:
+		t, err := s.queryTask(q.TaskID)
+		if err != nil {
+			return nil, err
+		}
+		ts := t.snapshot()
+		briefs := s.briefs(ts.TaskGroup)
+		writeBriefs(&b, briefs, nil)
+		res.Data = nonNil(briefs)
+	case QueryStageAgents:
+		t, err := s.queryTask(q.TaskID)
+		if err != nil {
+			return nil, err
+		}
+		st, err := queryStage(t, q.StageID)
+		if err != nil {
+			return nil, err
+		}
+		briefs := s.briefs(sortedKeys(st.AgentAllocation))
+		writeBriefs(&b, briefs, st.AgentAllocation)
+		res.Data = nonNil(briefs)
+	case QueryAgent:
+		if len(q.AgentID) == 0 {
+			return nil, errf(ErrInvalid, "agent_id: is empty; give one agent ID or a list")
+		}
+		var states []AgentState
+		for _, id := range q.AgentID {
+			a, ok := s.agent(id)
+			if !ok {
+				return nil, errf(ErrNotFound, "agent_id %q: no such agent", id)
+			}
+			st := a.snapshot()
+			st.ConversationPool = nil // an operator's conversations are its own
+			states = append(states, st)
+			writeAgent(&b, st)
+		}
+		res.Data = states
+	case QuerySkillsAndTools:
+		b.WriteString("#### skills\n")
+		for _, n := range SkillNames {
+			fmt.Fprintf(&b, "- **%s**: %s\n", n, oneLine(s.cfg.SkillGuides[n]))
+		}
+		b.WriteString("\n#### tools (MCP servers)\n")
+		tools := map[string]string{}
+		if s.cfg.Tools != nil {
+			tools = s.cfg.Tools.ToolGuides()
+		}
+		for _, n := range sortedKeys(tools) {
+			fmt.Fprintf(&b, "- **%s**: %s\n", n, oneLine(tools[n]))
+		}
+		if len(tools) == 0 {
+			b.WriteString("(none configured)\n")
+		}
+		res.Data = map[string]any{"skills": s.cfg.SkillGuides, "tools": tools}
+	case "":
+		return nil, errf(ErrInvalid, "type: is empty; one of %s", strings.Join(QueryTypes, ", "))
+	default:
+		return nil, errf(ErrInvalid, "type %q: must be one of %s", typ, strings.Join(QueryTypes, ", "))
+	}
+	res.Markdown = strings.TrimRight(b.String(), "\n")
+	return res, nil
+}
+
+// askFromAgent runs an ask_info step's query and answers it with a message
+// that releases the wait it engaged (spec §3.11): the answer is digested by
+// a process_message step that runs next. A bad query fails the step instead.
+func (s *System) askFromAgent(a *agent, step *StepState, q AskInfoQuery) error {
+	res, err := s.Query(a.id, q)
+	if err != nil {
+		return err
+	}
+	waitID := newID()
+	now := s.now()
+	a.mu.Lock()
+	a.addWaitsLocked([]Wait{{
+		WaitingID: waitID, For: SystemSender, TaskID: step.TaskID, StageID: step.StageID,
+		Since: now, Deadline: now.Add(s.cfg.WaitTimeout),
+	}})
+	a.mu.Unlock()
+	// The answer belongs to the asking step's stage (the spec says
+	// no_relative), so the stage's later steps see it in their history.
+	m := s.newMessage(step.TaskID, SystemSender, []string{a.id}, res.Markdown, step.StageID)
+	m.ReturnWaitingID = waitID
+	s.deliver(m)
+	return nil
+}
+
+func (s *System) queryTask(id string) (*task, error) {
+	if strings.TrimSpace(id) == "" {
+		return nil, errf(ErrInvalid, "task_id: is empty")
+	}
+	t, ok := s.task(id)
+	if !ok {
+		return nil, errf(ErrNotFound, "task_id %q: no such task", id)
+	}
+	return t, nil
+}
+
+func queryStage(t *task, id string) (StageState, error) {
+	if strings.TrimSpace(id) == "" {
+		return StageState{}, errf(ErrInvalid, "stage_id: is empty")
+	}
+	st, ok := t.stageOf(id)
+	if !ok {
+		return StageState{}, errf(ErrNotFound, "stage_id %q: no such stage in task %s", id, t.st.TaskID)
+	}
+	return st, nil
+}
+
+func (s *System) briefs(ids []string) []AgentBrief {
+	var out []AgentBrief
+	for _, id := range ids {
+		if a, ok := s.agent(id); ok {
+			out = append(out, a.brief())
+		}
+	}
+	return out
+}
+
+func writeTask(b *strings.Builder, t TaskInfo) {
+	fmt.Fprintf(b, "#### task %s — %s\n", t.TaskID, t.TaskName)
+	fmt.Fprintf(b, "- task_intention: %s\n- task_manager: %s\n- task_group: %s\n- execution_state: %s\n",
+		oneLine(t.TaskIntention), t.TaskManager, strings.Join(t.TaskGroup, ", "), t.ExecutionState)
+	if t.TaskSummary != "" {
+		fmt.Fprintf(b, "- task_summary: %s\n", t.TaskSummary)
+	}
+	for _, st := range t.StageList {
+		writeStage(b, st)
+	}
+	if len(t.SharedInfoPool) > 0 {
+		b.WriteString("- shared_info_pool (newest last):\n")
+		for _, si := range t.SharedInfoPool {
+			fmt.Fprintf(b, "  - [%s] %s (%s): %s\n", si.Timestamp.Format("15:04:05"), si.AgentID, si.Role, oneLine(si.Content))
+		}
+	}
+	b.WriteString("\n")
+}
+
+func writeStage(b *strings.Builder, st StageState) {
+	fmt.Fprintf(b, "- stage %s [%s]: %s\n", st.StageID, st.ExecutionState, oneLine(st.StageIntention))
+	for _, id := range sortedKeys(st.AgentAllocation) {
+		fmt.Fprintf(b, "  - %s (%s): %s\n", id, orDash(st.EveryAgentState[id]), oneLine(st.AgentAllocation[id]))
+		if c, ok := st.CompletionSummary[id]; ok {
+			fmt.Fprintf(b, "    completion_summary: %s\n", oneLine(c))
+		}
+	}
+}
+
+func writeBriefs(b *strings.Builder, briefs []AgentBrief, goals map[string]string) {
+	if len(briefs) == 0 {
+		b.WriteString("(none)\n")
+	}
+	for _, a := range briefs {
+		fmt.Fprintf(b, "- %s: %s — %s (%s, %s)\n", a.AgentID, a.Name, a.Role, a.Kind, a.WorkingState)
+		if a.Profile != "" {
+			fmt.Fprintf(b, "  profile: %s\n", oneLine(a.Profile))
+		}
+		fmt.Fprintf(b, "  skills: %s; tools: %s\n", strings.Join(a.Skills, ", "), orNone(a.Tools))
+		if g, ok := goals[a.AgentID]; ok {
+			fmt.Fprintf(b, "  stage goal: %s\n", oneLine(g))
+		}
+	}
+}
+
+func writeAgent(b *strings.Builder, st AgentState) {
+	fmt.Fprintf(b, "#### agent %s — %s\n- role: %s\n- profile: %s\n- kind: %s\n- working_state: %s\n- skills: %s\n- tools: %s\n- step_lock: %d waiting ID(s)\n- pending steps: %d\n",
+		st.AgentID, st.Name, st.Role, oneLine(st.Profile), st.Kind, st.WorkingState,
+		strings.Join(st.Skills, ", "), orNone(st.Tools), len(st.StepLock), len(st.AgentStep.TodoList))
+	wm, _ := json.Marshal(st.WorkingMemory)
+	fmt.Fprintf(b, "- working_memory: %s\n", wm)
+	for _, k := range sortedKeys(st.PersistentMemory) {
+		fmt.Fprintf(b, "- persistent_memory %s: %s\n", k, oneLine(st.PersistentMemory[k]))
+	}
+	b.WriteString("\n")
+}
+
+func orNone(l []string) string {
+	if len(l) == 0 {
+		return "(none)"
+	}
+	return strings.Join(l, ", ")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// nonNil keeps empty lists as [] in JSON.
+func nonNil[T any](l []T) []T {
+	if l == nil {
+		return []T{}
+	}
+	return l
+}

@@ -1,0 +1,64 @@
+package engine
+
+import "context"
+
+// Executor runs one kind of step: a skill (registered under the skill's
+// name) or the tool executor (every step of type "tool", spec §4.2, §8.2).
+// Skills and the downstream tool executor implement it outside this package.
+//
+// Execute must not mutate the engine's state: it returns an Output that the
+// agent applies. A nil Output fails the step. Execute must return promptly
+// once ctx is done (the step's stage or task ended, or the MAS shuts down).
+type Executor interface {
+	Execute(ctx context.Context, in *ExecInput) *Output
+}
+
+// ExecutorFunc adapts a function to Executor.
+type ExecutorFunc func(ctx context.Context, in *ExecInput) *Output
+
+// Execute calls f.
+func (f ExecutorFunc) Execute(ctx context.Context, in *ExecInput) *Output { return f(ctx, in) }
+
+// ExecInput is an executor's view of the step to run.
+type ExecInput struct {
+	// Agent is a deep copy of the agent's state when the step started,
+	// including its step list.
+	Agent AgentState
+	// Step is a copy of the step, already marked running.
+	Step StepState
+	// View reads the rest of the MAS (snapshots).
+	View View
+}
+
+// View gives executors read-only snapshots of tasks and agents.
+type View interface {
+	// Task returns a snapshot of a task.
+	Task(taskID string) (TaskState, bool)
+	// AgentBrief returns an agent's public profile.
+	AgentBrief(agentID string) (AgentBrief, bool)
+}
+
+// AgentBrief is an agent's public profile (what ask_info shows of others).
+type AgentBrief struct {
+	AgentID      string   `json:"agent_id"`
+	Name         string   `json:"name"`
+	Role         string   `json:"role"`
+	Profile      string   `json:"profile"`
+	Kind         string   `json:"kind"`
+	WorkingState string   `json:"working_state"`
+	Skills       []string `json:"skills"`
+	Tools        []string `json:"tools"`
+}
+
+// ToolCatalog describes the downstream MCP servers agents may use.
+type ToolCatalog interface {
+	// ToolGuides maps each configured server name to its use guide (the
+	// description agents see, spec §4.2 level 1).
+	ToolGuides() map[string]string
+}
+
+// Texts renders the engine's own texts (notices, engine-added steps) in the
+// configured language; *prompts.Set implements it.
+type Texts interface {
+	Text(key string, data any) string
+}

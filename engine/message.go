@@ -1,0 +1,106 @@
+package engine
+
+import (
+	"slices"
+	"time"
+)
+
+// Message is the MAS's one message shape (spec §8.3, §9.1.1).
+type Message struct {
+	TaskID   string   `json:"task_id"`
+	SenderID string   `json:"sender_id"`
+	Receiver []string `json:"receiver"`
+	Message  string   `json:"message"`
+	// StageRelative is a stage ID or NoRelative.
+	StageRelative string `json:"stage_relative"`
+	NeedReply     bool   `json:"need_reply"`
+	// Waiting holds one waiting ID per receiver (same order) when the sender
+	// blocks until each replies; nil when it does not wait.
+	Waiting []string `json:"waiting"`
+	// ReturnWaitingID is set on a reply to a message that waits: the waiting
+	// ID this receiver was given.
+	ReturnWaitingID string `json:"return_waiting_id,omitempty"`
+
+	// Fields beyond the spec.
+
+	MessageID string    `json:"message_id"`
+	Timestamp time.Time `json:"timestamp"`
+	// Instruction carries the engine's instructions to an agent (spec
+	// §6.2.2). The spec wraps them in <instruction> tags inside the text;
+	// a typed field means no agent-written text can ever be taken for an
+	// instruction.
+	Instruction *Instruction `json:"instruction,omitempty"`
+}
+
+func (m *Message) clone() Message {
+	c := *m
+	c.Receiver = slices.Clone(m.Receiver)
+	c.Waiting = slices.Clone(m.Waiting)
+	if m.Instruction != nil {
+		in := *m.Instruction
+		c.Instruction = &in
+	}
+	return c
+}
+
+// waitingIDFor returns the waiting ID the message holds for receiver, if any.
+func (m *Message) waitingIDFor(receiver string) string {
+	if m.Waiting == nil {
+		return ""
+	}
+	i := slices.Index(m.Receiver, receiver)
+	if i < 0 || i >= len(m.Waiting) {
+		return ""
+	}
+	return m.Waiting[i]
+}
+
+// Instruction is one engine instruction carried by a message (spec §6.2.2).
+// Exactly one field is set.
+type Instruction struct {
+	// StartTask hands a new task to its manager: it gets a planning step to
+	// staff and stage the task (beyond the spec: the spec's manager only ever
+	// creates tasks itself).
+	StartTask *TaskRef `json:"start_task,omitempty"`
+	// StartStage makes an allocated agent plan its part of a stage.
+	StartStage *StartStage `json:"start_stage,omitempty"`
+	// FinishStage clears the stage's steps and working memory (§2.4.1).
+	FinishStage *StageRef `json:"finish_stage,omitempty"`
+	// FinishTask clears the task's steps and working memory.
+	FinishTask *TaskRef `json:"finish_task,omitempty"`
+	// UpdateWorkingMemory records a task (and stage) in working memory.
+	UpdateWorkingMemory *StageRef `json:"update_working_memory,omitempty"`
+	// AddToolDecision inserts a tool_decision step (spec §3.12).
+	AddToolDecision *ToolDecisionRequest `json:"add_tool_decision,omitempty"`
+}
+
+// TaskRef names a task.
+type TaskRef struct {
+	TaskID string `json:"task_id"`
+}
+
+// StageRef names a stage of a task; StageID may be empty where "the whole
+// task" is meant (update_working_memory).
+type StageRef struct {
+	TaskID  string `json:"task_id"`
+	StageID string `json:"stage_id"`
+}
+
+// StartStage is the start_stage instruction: the stage and this agent's goal.
+type StartStage struct {
+	TaskID         string `json:"task_id"`
+	StageID        string `json:"stage_id"`
+	StageIntention string `json:"stage_intention"`
+	Goal           string `json:"goal"`
+}
+
+// ToolDecisionRequest asks an agent to decide on a long-tail tool's next call
+// (spec §3.12 need_tool_decision / add_tool_decision).
+type ToolDecisionRequest struct {
+	TaskID        string `json:"task_id"`
+	StageID       string `json:"stage_id"`
+	AgentID       string `json:"agent_id"`
+	ToolName      string `json:"tool_name"`
+	StepIntention string `json:"step_intention"`
+	TextContent   string `json:"text_content"`
+}

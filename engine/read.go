@@ -1,0 +1,58 @@
+package engine
+
+// Task returns a snapshot of a task.
+func (s *System) Task(id string) (TaskState, bool) {
+	t, ok := s.task(id)
+	if !ok {
+		return TaskState{}, false
+	}
+	return t.snapshot(), true
+}
+
+// Tasks returns snapshots of every task, in creation order.
+func (s *System) Tasks() []TaskState {
+	ts := s.allTasks()
+	out := make([]TaskState, len(ts))
+	for i, t := range ts {
+		out[i] = t.snapshot()
+	}
+	return out
+}
+
+// Agent returns a snapshot of an agent.
+func (s *System) Agent(id string) (AgentState, bool) {
+	a, ok := s.agent(id)
+	if !ok {
+		return AgentState{}, false
+	}
+	return a.snapshot(), true
+}
+
+// Agents returns snapshots of every agent, in creation order.
+func (s *System) Agents() []AgentState {
+	as := s.allAgents()
+	out := make([]AgentState, len(as))
+	for i, a := range as {
+		out[i] = a.snapshot()
+	}
+	return out
+}
+
+// AgentBrief returns an agent's public profile.
+func (s *System) AgentBrief(id string) (AgentBrief, bool) {
+	a, ok := s.agent(id)
+	if !ok {
+		return AgentBrief{}, false
+	}
+	return a.brief(), true
+}
+
+// AgentBriefs returns every agent's public profile, in creation order.
+func (s *System) AgentBriefs() []AgentBrief {
+	as := s.allAgents()
+	out := make([]AgentBrief, len(as))
+	for i, a := range as {
+		out[i] = a.brief()
+	}
+	return out
+}

@@ -1,0 +1,147 @@
+package engine
+
+// receive handles a delivered message (spec §6.2 for LLM agents, §7.3 for
+// HumanAgents).
+func (a *agent) receive(m Message) {
+	if a.kind == KindHuman {
+		a.receiveHuman(m)
+		return
+	}
+	// Read other owners before taking our own mutex: no path holds two.
+	data := a.sys.senderData(m)
+	data["Message"] = m.Message
+	var ts *TaskState
+	if in := m.Instruction; in != nil && (in.StartTask != nil || in.StartStage != nil) {
+		id := m.TaskID
+		if in.StartTask != nil {
+			id = in.StartTask.TaskID
+		}
+		if t, ok := a.sys.task(id); ok {
+			snap := t.snapshot()
+			ts = &snap
+		}
+	}
+
+	a.mu.Lock()
+	var released *Wait
+	if m.ReturnWaitingID != "" {
+		if w, ok := a.releaseWaitLocked(m.ReturnWaitingID); ok {
+			released = &w
+			a.changedLocked(Event{Detail: "step_lock_released"})
+		}
+	}
+	switch {
+	case m.Instruction != nil:
+		a.instructionLocked(m, ts)
+	case m.NeedReply && m.SenderID != SystemSender:
+		// spec §6.2.1: a send_message step answers the sender; when the
+		// sender waits it runs next.
+		waitID := m.waitingIDFor(a.id)
+		data["Waiting"] = waitID != ""
+		a.addStepsLocked(m.TaskID, m.StageRelative, []StepSpec{{
+			StepIntention: a.sys.text("reply_intention", data),
+			Type:          StepSkill,
+			Executor:      SkillSendMessage,
+			TextContent:   a.sys.text("reply_text", data),
+		}}, waitID != "", stepOpts{replyTo: m.SenderID, returnWaitingID: waitID})
+	default:
+		// spec §6.2.2: a process_message step digests it; a reply to a
+		// wait of ours is digested next (spec §9.1.3).
+		a.addStepsLocked(m.TaskID, m.StageRelative, []StepSpec{{
+			StepIntention: a.sys.text("process_intention", data),
+			Type:          StepSkill,
+			Executor:      SkillProcessMessage,
+			TextContent:   a.sys.text("process_text", data),
+		}}, released != nil)
+	}
+	a.mu.Unlock()
+	if released != nil && released.For != SystemSender {
+		a.sys.waits.remove(a.id, released.For)
+	}
+}
+
+// senderData is the template data naming a message's sender.
+func (s *System) senderData(m Message) map[string]any {
+	name := m.SenderID
+	if m.SenderID != SystemSender {
+		if b, ok := s.AgentBrief(m.SenderID); ok {
+			name = b.Name
+		}
+	}
+	return map[string]any{"SenderID": m.SenderID, "SenderName": name}
+}
+
+// instructionLocked carries out an engine instruction (spec §6.2.2); ts is
+// the instruction's task, read beforehand. a.mu must be held.
+func (a *agent) instructionLocked(m Message, ts *TaskState) {
+	in := m.Instruction
+	switch {
+	case in.StartTask != nil:
+		if ts == nil {
+			return
+		}
+		data := map[string]any{"TaskID": ts.TaskID, "TaskName": ts.TaskName, "TaskIntention": ts.TaskIntention}
+		a.addStepsLocked(ts.TaskID, NoRelative, []StepSpec{{
+			StepIntention: a.sys.text("start_task_intention", data),
+			Type:          StepSkill,
+			Executor:      SkillPlanning,
+			TextContent:   a.sys.text("start_task_text", data),
+		}}, false)
+	case in.StartStage != nil:
+		// Inject the stage goal and this agent's allocation into the
+		// stage's first planning step (spec §3.2, §6.2.2).
+		ss := in.StartStage
+		if ts == nil {
+			return
+		}
+		var alloc map[string]string
+		for _, st := range ts.StageList {
+			if st.StageID == ss.StageID {
+				alloc = st.AgentAllocation
+			}
+		}
+		data := map[string]any{
+			"TaskID": ts.TaskID, "TaskName": ts.TaskName, "TaskIntention": ts.TaskIntention,
+			"StageID": ss.StageID, "StageIntention": ss.StageIntention, "Goal": ss.Goal,
+			"Allocation": formatMap(alloc),
+		}
+		a.rememberLocked(ss.TaskID, ss.StageID)
+		a.addStepsLocked(ss.TaskID, ss.StageID, []StepSpec{{
+			StepIntention: a.sys.text("start_stage_intention", data),
+			Type:          StepSkill,
+			Executor:      SkillPlanning,
+			TextContent:   a.sys.text("start_stage_text", data),
+		}}, false)
+	case in.FinishStage != nil:
+		// spec §2.4.1: the stage's steps and working memory go.
+		ref := *in.FinishStage
+		a.removeStepsLocked(func(s *StepState) bool { return s.TaskID == ref.TaskID && s.StageID == ref.StageID })
+		if wm := a.st.WorkingMemory[ref.TaskID]; wm != nil {
+			delete(wm, ref.StageID)
+		}
+		delete(a.counts, stageKey{ref.TaskID, ref.StageID})
+		a.changedLocked(Event{TaskID: ref.TaskID, StageID: ref.StageID, Detail: "finish_stage"})
+	case in.FinishTask != nil:
+		id := in.FinishTask.TaskID
+		a.removeStepsLocked(func(s *StepState) bool { return s.TaskID == id })
+		delete(a.st.WorkingMemory, id)
+		for k := range a.counts {
+			if k.task == id {
+				delete(a.counts, k)
+			}
+		}
+		a.changedLocked(Event{TaskID: id, Detail: "finish_task"})
+	case in.UpdateWorkingMemory != nil:
+		ref := in.UpdateWorkingMemory
+		a.rememberLocked(ref.TaskID, ref.StageID)
+		a.changedLocked(Event{TaskID: ref.TaskID, StageID: ref.StageID, Detail: "update_working_memory"})
+	case in.AddToolDecision != nil:
+		td := in.AddToolDecision
+		a.addStepsLocked(td.TaskID, td.StageID, []StepSpec{{
+			StepIntention: td.StepIntention,
+			Type:          StepSkill,
+			Executor:      SkillToolDecision,
+			TextContent:   td.TextContent,
+		}}, true)
+	}
+}

@@ -1,0 +1,136 @@
+package engine
+
+import (
+	"slices"
+	"strings"
+)
+
+// newMessage builds a message that does not need a reply.
+func (s *System) newMessage(taskID, sender string, receivers []string, text, stage string) Message {
+	if stage == "" {
+		stage = NoRelative
+	}
+	return Message{
+		TaskID:        taskID,
+		SenderID:      sender,
+		Receiver:      slices.Clone(receivers),
+		Message:       text,
+		StageRelative: stage,
+		MessageID:     newID(),
+		Timestamp:     s.now(),
+	}
+}
+
+// instruction builds an engine instruction to one agent (spec §6.2.2).
+func (s *System) instruction(taskID, stage, receiver, text string, in *Instruction) Message {
+	m := s.newMessage(taskID, SystemSender, []string{receiver}, text, stage)
+	m.Instruction = in
+	return m
+}
+
+// deliver records each message in its task's conversation pool and hands it
+// to every receiver (spec §1.2, §8.4). Delivery is immediate: the receiver's
+// new step is queued before deliver returns.
+func (s *System) deliver(msgs ...Message) {
+	for _, m := range msgs {
+		if t, ok := s.task(m.TaskID); ok {
+			t.record(m)
+		}
+		for _, r := range m.Receiver {
+			a, ok := s.agent(r)
+			if !ok {
+				s.log.Warn("message to unknown agent dropped", "receiver", r, "message", m.MessageID)
+				continue
+			}
+			a.receive(m)
+		}
+	}
+}
+
+// sendFromAgent turns send_message's output into a message and delivers it
+// (spec §3.7, §9.1.2). When it waits, the sender's step lock is engaged first
+// so the reply can always release it; a wait that would close a wait cycle
+// is not engaged (note says so).
+func (s *System) sendFromAgent(a *agent, step *StepState, om *OutgoingMessage) (Message, string, error) {
+	t, ok := s.task(step.TaskID)
+	if !ok {
+		return Message{}, "", errf(ErrNotFound, "task_id %q: no such task", step.TaskID)
+	}
+	receivers, err := s.checkReceivers(t, a.id, om.Receiver)
+	if err != nil {
+		return Message{}, "", err
+	}
+	if step.ReplyTo != "" && !slices.Contains(receivers, step.ReplyTo) {
+		// A reply always reaches the one who asked.
+		receivers = append(receivers, step.ReplyTo)
+	}
+	stage := strings.TrimSpace(om.StageRelative)
+	if stage == "" {
+		stage = step.StageID
+	}
+	if err := checkStageRelative(t, stage); err != nil {
+		return Message{}, "", err
+	}
+	if strings.TrimSpace(om.Message) == "" {
+		return Message{}, "", errf(ErrInvalid, "message: is empty")
+	}
+	m := s.newMessage(step.TaskID, a.id, receivers, om.Message, stage)
+	m.NeedReply = om.NeedReply
+	m.ReturnWaitingID = step.ReturnWaitingID
+	var note string
+	if om.Waiting && om.NeedReply {
+		m.Waiting = make([]string, len(receivers))
+		for i := range receivers {
+			m.Waiting[i] = newID()
+		}
+		note = s.engageWaits(a, &m)
+	}
+	s.deliver(m)
+	return m, note, nil
+}
+
+// checkReceivers validates receivers against the task: each must exist and
+// be in the task group; the sender may not message itself.
+func (s *System) checkReceivers(t *task, sender string, receivers []string) ([]string, error) {
+	if len(receivers) == 0 {
+		return nil, errf(ErrInvalid, "receiver: is empty; name at least one agent_id of the task group")
+	}
+	t.mu.Lock()
+	ended := t.endedLocked()
+	group := slices.Clone(t.st.TaskGroup)
+	taskID := t.st.TaskID
+	t.mu.Unlock()
+	if ended {
+		return nil, errf(ErrEnded, "task_id %q: the task has ended", taskID)
+	}
+	var out []string
+	for _, r := range receivers {
+		r = strings.TrimSpace(r)
+		switch {
+		case r == sender:
+			return nil, errf(ErrInvalid, "receiver %q: is the sender itself", r)
+		case !slices.Contains(group, r):
+			if _, ok := s.agent(r); !ok {
+				return nil, errf(ErrNotFound, "receiver %q: no such agent", r)
+			}
+			return nil, errf(ErrInvalid, "receiver %q: not in the task group of task %s (%s)", r, taskID, strings.Join(group, ", "))
+		case slices.Contains(out, r):
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// checkStageRelative validates a message's stage_relative.
+func checkStageRelative(t *task, stage string) error {
+	if stage == NoRelative {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if st, _ := t.stageLocked(stage); st == nil {
+		return errf(ErrNotFound, "stage_relative %q: no such stage in task %s (use %q for messages outside stages)", stage, t.st.TaskID, NoRelative)
+	}
+	return nil
+}

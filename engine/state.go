@@ -1,0 +1,371 @@
+package engine
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/mas-mcp/mas-mcp/llm"
+)
+
+// Execution states of tasks, stages and steps (spec §1.1, §2.1, §2.2, §2.4).
+const (
+	StateInit     = "init"
+	StatePending  = "pending"
+	StateRunning  = "running"
+	StateFinished = "finished"
+	StateFailed   = "failed"
+)
+
+// States of an agent inside one stage (StageState.EveryAgentState, spec §2.2).
+const (
+	AgentIdle     = "idle"
+	AgentWorking  = "working"
+	AgentFinished = "finished"
+	AgentFailed   = "failed"
+)
+
+// Working states of an agent as a whole (AgentState.WorkingState, spec §2.3).
+const (
+	WorkingIdle    = "idle"
+	WorkingWorking = "working"
+	WorkingWaiting = "waiting"
+)
+
+// Step types (spec §2.4).
+const (
+	StepSkill = "skill"
+	StepTool  = "tool"
+)
+
+// Agent kinds.
+const (
+	KindLLM   = "llm"
+	KindHuman = "human"
+)
+
+// NoRelative is the stage_relative / stage_id of messages and steps that do
+// not belong to a stage (spec §3.7, §6.2.1).
+const NoRelative = "no_relative"
+
+// SystemSender is the sender_id of the engine's own notices (stage
+// completion, instructions, ask_info answers): spec §2.2.1's
+// "[TaskState系统通知]".
+const SystemSender = "mas.system"
+
+// TaskState is one task (spec §1.1 "Task State", §2.1).
+type TaskState struct {
+	TaskID        string `json:"task_id"`
+	TaskName      string `json:"task_name"`
+	TaskIntention string `json:"task_intention"`
+	TaskManager   string `json:"task_manager"`
+
+	TaskGroup      []string     `json:"task_group"`
+	SharedInfoPool []SharedInfo `json:"shared_info_pool"`
+	// CommunicationQueue holds messages accepted for the task but not yet
+	// delivered to every receiver (spec §1.2). Delivery is immediate, so it is
+	// normally empty; the durable store restores it after a crash.
+	CommunicationQueue []Message `json:"communication_queue"`
+	// SharedConversationPool is every message delivered in the task, in order
+	// (spec §10.5). The spec's [{timestamp: Message}] shape is flattened to a
+	// list of messages that carry their own timestamp.
+	SharedConversationPool []Message `json:"shared_conversation_pool"`
+
+	StageList      []StageState `json:"stage_list"`
+	ExecutionState string       `json:"execution_state"`
+	TaskSummary    string       `json:"task_summary"`
+
+	// Fields beyond the spec.
+
+	// Base marks the MAS base task, which never finishes (spec §1.1, §9.2).
+	Base bool `json:"base,omitempty"`
+	// Operator is the HumanAgent the task reports to (the one who handed it
+	// over, or the base task's operator).
+	Operator  string     `json:"operator,omitempty"`
+	Usage     llm.Usage  `json:"usage"`
+	CreatedAt time.Time  `json:"created_at"`
+	UpdatedAt time.Time  `json:"updated_at"`
+	EndedAt   *time.Time `json:"ended_at,omitempty"`
+}
+
+// SharedInfo is one entry of a task's shared info pool (spec §2.1).
+type SharedInfo struct {
+	AgentID   string    `json:"agent_id"`
+	Role      string    `json:"role"`
+	StageID   string    `json:"stage_id"`
+	StepID    string    `json:"step_id,omitempty"`
+	Content   string    `json:"content"`
+	Timestamp time.Time `json:"timestamp"`
+}
+
+// StageState is one stage of a task (spec §1.1 "Stage State", §2.2).
+type StageState struct {
+	TaskID          string            `json:"task_id"`
+	StageID         string            `json:"stage_id"`
+	StageIntention  string            `json:"stage_intention"`
+	AgentAllocation map[string]string `json:"agent_allocation"`
+	ExecutionState  string            `json:"execution_state"`
+	// EveryAgentState is each allocated agent's state in this stage.
+	EveryAgentState map[string]string `json:"every_agent_state"`
+	// CompletionSummary is each agent's summary of its part (spec §2.2.1).
+	CompletionSummary map[string]string `json:"completion_summary"`
+
+	// Fields beyond the spec.
+
+	// RetryOf is the stage this one retries (spec §2.2.2).
+	RetryOf   string     `json:"retry_of,omitempty"`
+	StartedAt *time.Time `json:"started_at,omitempty"`
+	EndedAt   *time.Time `json:"ended_at,omitempty"`
+}
+
+// StepState is one step of an agent (spec §1.1 "Step State", §2.4).
+type StepState struct {
+	TaskID        string `json:"task_id"`
+	StageID       string `json:"stage_id"`
+	AgentID       string `json:"agent_id"`
+	StepID        string `json:"step_id"`
+	StepIntention string `json:"step_intention"`
+	// Type is StepSkill or StepTool.
+	Type string `json:"type"`
+	// Executor is a skill name, or a downstream MCP server name for tools.
+	Executor       string `json:"executor"`
+	ExecutionState string `json:"execution_state"`
+	TextContent    string `json:"text_content"`
+	// InstructionContent is the tool call written by instruction_generation.
+	InstructionContent map[string]any `json:"instruction_content"`
+	// ExecuteResult records what the step produced or why it failed; the
+	// agent's later reflections read it (spec §2.4).
+	ExecuteResult map[string]any `json:"execute_result"`
+
+	// Fields beyond the spec.
+
+	// TargetStepID links an instruction_generation step to the tool step it
+	// writes the call for, so insertions between them cannot misdirect it
+	// (spec §3.4's race cannot happen).
+	TargetStepID string `json:"target_step_id,omitempty"`
+	// ReplyTo and ReturnWaitingID mark a send_message step that answers a
+	// message: the reply always reaches ReplyTo and carries the waiting ID
+	// the sender is blocked on (spec §6.2.1, §9.1.2).
+	ReplyTo         string `json:"reply_to,omitempty"`
+	ReturnWaitingID string `json:"return_waiting_id,omitempty"`
+	// Usage is what the step's LLM calls cost.
+	Usage      llm.Usage  `json:"usage"`
+	CreatedAt  time.Time  `json:"created_at"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// AgentStep is an agent's step list and the todo order of pending steps
+// (spec §2.4 "AgentStep"). StepList is in execution order; TodoList holds
+// the IDs of steps not yet run, next first.
+type AgentStep struct {
+	AgentID  string      `json:"agent_id"`
+	TodoList []string    `json:"todo_list"`
+	StepList []StepState `json:"step_list"`
+}
+
+// AgentState is everything that makes an agent (spec §1.1 "Agent State",
+// §2.3): an agent can be rebuilt from it.
+type AgentState struct {
+	AgentID      string `json:"agent_id"`
+	Name         string `json:"name"`
+	Role         string `json:"role"`
+	Profile      string `json:"profile"`
+	WorkingState string `json:"working_state"`
+	// LLMConfig exists only on LLM agents; it never holds a secret.
+	LLMConfig *LLMConfig `json:"llm_config,omitempty"`
+	// HumanConfig exists only on HumanAgents; it never holds a password.
+	HumanConfig *HumanConfig `json:"human_config,omitempty"`
+	// WorkingMemory is {task_id: {stage_id: [step_id…]}}: the agent's
+	// unfinished tasks, stages and steps (spec §2.4.1).
+	WorkingMemory map[string]map[string][]string `json:"working_memory"`
+	// PersistentMemory is {"%Y%m%dT%H%M%S" timestamp: markdown} (spec §9.3).
+	PersistentMemory map[string]string `json:"persistent_memory"`
+	AgentStep        AgentStep         `json:"agent_step"`
+	// StepLock holds the waiting IDs the agent is blocked on (spec §9.1).
+	StepLock []string `json:"step_lock"`
+	Tools    []string `json:"tools"`
+	Skills   []string `json:"skills"`
+	// ConversationPool exists only on HumanAgents (spec §7.1).
+	ConversationPool *ConversationPool `json:"conversation_pool,omitempty"`
+
+	// Fields beyond the spec.
+
+	Kind string `json:"kind"`
+	// Template is the agent template it was made from, if any.
+	Template string `json:"template,omitempty"`
+	// Waits details each StepLock entry: whom it waits for and until when.
+	Waits     []Wait    `json:"step_lock_waits,omitempty"`
+	Usage     llm.Usage `json:"usage"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// LLMConfig is an agent's model settings (spec §2.3 llm_config). API keys are
+// never stored here: APIKeyEnv names an environment variable instead.
+type LLMConfig struct {
+	Model       string   `json:"model,omitempty"`
+	Temperature *float32 `json:"temperature,omitempty"`
+	MaxTokens   int      `json:"max_tokens,omitempty"`
+}
+
+// HumanConfig describes the operator behind a HumanAgent (spec §2.3).
+type HumanConfig struct {
+	Name string `json:"name,omitempty"`
+}
+
+// Wait is one engaged step-lock entry.
+type Wait struct {
+	WaitingID string `json:"waiting_id"`
+	// For is the agent whose reply releases it; SystemSender for ask_info.
+	For       string    `json:"for"`
+	TaskID    string    `json:"task_id"`
+	StageID   string    `json:"stage_id"`
+	MessageID string    `json:"message_id,omitempty"`
+	Since     time.Time `json:"since"`
+	Deadline  time.Time `json:"deadline"`
+}
+
+// ConversationPool is a HumanAgent's view of its conversations (spec §7.1).
+type ConversationPool struct {
+	// ConversationPrivates maps the other agent's ID to the messages
+	// exchanged with it, oldest first.
+	ConversationPrivates map[string][]PrivateMessage `json:"conversation_privates"`
+	// GlobalMessages are notices to the operator (spec §7.3).
+	GlobalMessages []string `json:"global_messages"`
+}
+
+// PrivateMessage is one entry of a HumanAgent's private conversation (spec §7.1).
+type PrivateMessage struct {
+	SenderID        string    `json:"sender_id"`
+	Content         string    `json:"content"`
+	StageRelative   string    `json:"stage_relative"`
+	Timestamp       time.Time `json:"timestamp"`
+	NeedReply       bool      `json:"need_reply"`
+	Waiting         bool      `json:"waiting"`
+	ReturnWaitingID string    `json:"return_waiting_id,omitempty"`
+
+	// Fields beyond the spec.
+
+	TaskID    string `json:"task_id"`
+	MessageID string `json:"message_id"`
+	// Replied is set once the operator answered a message that needed a reply.
+	Replied bool `json:"replied,omitempty"`
+}
+
+// clone returns a deep copy of the task.
+func (t *TaskState) clone() TaskState {
+	c := *t
+	c.TaskGroup = slices.Clone(t.TaskGroup)
+	c.SharedInfoPool = slices.Clone(t.SharedInfoPool)
+	c.CommunicationQueue = cloneMessages(t.CommunicationQueue)
+	c.SharedConversationPool = cloneMessages(t.SharedConversationPool)
+	c.StageList = make([]StageState, len(t.StageList))
+	for i := range t.StageList {
+		c.StageList[i] = t.StageList[i].clone()
+	}
+	return c
+}
+
+// clone returns a deep copy of the agent, its steps included.
+func (a *AgentState) clone() AgentState {
+	c := *a
+	if a.LLMConfig != nil {
+		l := *a.LLMConfig
+		c.LLMConfig = &l
+	}
+	if a.HumanConfig != nil {
+		h := *a.HumanConfig
+		c.HumanConfig = &h
+	}
+	c.WorkingMemory = make(map[string]map[string][]string, len(a.WorkingMemory))
+	for t, stages := range a.WorkingMemory {
+		m := make(map[string][]string, len(stages))
+		for st, ids := range stages {
+			m[st] = slices.Clone(ids)
+		}
+		c.WorkingMemory[t] = m
+	}
+	c.PersistentMemory = maps.Clone(a.PersistentMemory)
+	c.AgentStep.TodoList = slices.Clone(a.AgentStep.TodoList)
+	c.AgentStep.StepList = make([]StepState, len(a.AgentStep.StepList))
+	for i := range a.AgentStep.StepList {
+		c.AgentStep.StepList[i] = a.AgentStep.StepList[i].clone()
+	}
+	c.StepLock = slices.Clone(a.StepLock)
+	c.Tools = slices.Clone(a.Tools)
+	c.Skills = slices.Clone(a.Skills)
+	c.Waits = slices.Clone(a.Waits)
+	if a.ConversationPool != nil {
+		p := ConversationPool{
+			ConversationPrivates: make(map[string][]PrivateMessage, len(a.ConversationPool.ConversationPrivates)),
+			GlobalMessages:       slices.Clone(a.ConversationPool.GlobalMessages),
+		}
+		for k, v := range a.ConversationPool.ConversationPrivates {
+			p.ConversationPrivates[k] = slices.Clone(v)
+		}
+		c.ConversationPool = &p
+	}
+	return c
+}
+
+func (s *StageState) clone() StageState {
+	c := *s
+	c.AgentAllocation = maps.Clone(s.AgentAllocation)
+	c.EveryAgentState = maps.Clone(s.EveryAgentState)
+	c.CompletionSummary = maps.Clone(s.CompletionSummary)
+	return c
+}
+
+func (s *StepState) clone() StepState {
+	c := *s
+	c.InstructionContent = cloneJSONMap(s.InstructionContent)
+	c.ExecuteResult = cloneJSONMap(s.ExecuteResult)
+	return c
+}
+
+func cloneMessages(ms []Message) []Message {
+	if ms == nil {
+		return nil
+	}
+	out := make([]Message, len(ms))
+	for i := range ms {
+		out[i] = ms[i].clone()
+	}
+	return out
+}
+
+// cloneJSONMap deep-copies a JSON-shaped map (values are JSON types or
+// values that marshal to JSON). Step results are written once and then only
+// replaced, so a JSON round trip is not needed: nested maps and slices are
+// copied structurally.
+func cloneJSONMap(m map[string]any) map[string]any {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = cloneJSONValue(v)
+	}
+	return out
+}
+
+func cloneJSONValue(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		return cloneJSONMap(x)
+	case []any:
+		out := make([]any, len(x))
+		for i := range x {
+			out[i] = cloneJSONValue(x[i])
+		}
+		return out
+	case []string:
+		return slices.Clone(x)
+	case json.RawMessage:
+		return slices.Clone(x)
+	default:
+		return v
+	}
+}

@@ -1,0 +1,212 @@
+package engine
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// waitGraph records which agent waits on which (beyond the spec) so a wait
+// that would close a cycle — A waits on B while B, directly or through
+// others, waits on A — is detected before it deadlocks both.
+type waitGraph struct {
+	mu    sync.Mutex
+	edges map[string]map[string]int // waiter -> awaited -> number of waits
+}
+
+// add records that from waits on to, unless that closes a cycle: then it
+// returns the cycle (from, to, …, from) and records nothing.
+func (g *waitGraph) add(from, to string) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if path := g.pathLocked(to, from, map[string]bool{}); path != nil {
+		return append([]string{from}, path...)
+	}
+	if g.edges == nil {
+		g.edges = map[string]map[string]int{}
+	}
+	if g.edges[from] == nil {
+		g.edges[from] = map[string]int{}
+	}
+	g.edges[from][to]++
+	return nil
+}
+
+// remove forgets one wait of from on to.
+func (g *waitGraph) remove(from, to string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.edges[from] == nil {
+		return
+	}
+	if g.edges[from][to]--; g.edges[from][to] <= 0 {
+		delete(g.edges[from], to)
+	}
+}
+
+// pathLocked finds a path from -> … -> to, returned without from.
+func (g *waitGraph) pathLocked(from, to string, seen map[string]bool) []string {
+	if from == to {
+		return []string{to}
+	}
+	if seen[from] {
+		return nil
+	}
+	seen[from] = true
+	for next := range g.edges[from] {
+		if p := g.pathLocked(next, to, seen); p != nil {
+			return append([]string{from}, p...)
+		}
+	}
+	return nil
+}
+
+// engageWaits adds the message's waiting IDs to the sender's step lock (spec
+// §9.1.2), except for receivers that cannot block it: a HumanAgent never
+// waits back, but a wait that would close a wait cycle is left out. It
+// returns a note for the step's result when a wait was left out.
+func (s *System) engageWaits(a *agent, m *Message) string {
+	now := s.now()
+	var ws []Wait
+	var notes []string
+	for i, r := range m.Receiver {
+		if cycle := s.waits.add(a.id, r); cycle != nil {
+			notes = append(notes, s.text("wait_cycle_text", map[string]any{
+				"PeerID": r, "Cycle": strings.Join(cycle, " → "),
+			}))
+			s.log.Info("wait cycle broken", "agent", a.id, "peer", r, "cycle", strings.Join(cycle, " → "))
+			continue
+		}
+		ws = append(ws, Wait{
+			WaitingID: m.Waiting[i], For: r, TaskID: m.TaskID, StageID: m.StageRelative,
+			MessageID: m.MessageID, Since: now, Deadline: now.Add(s.cfg.WaitTimeout),
+		})
+	}
+	a.mu.Lock()
+	a.addWaitsLocked(ws)
+	a.mu.Unlock()
+	return strings.Join(notes, "\n")
+}
+
+// addWaitsLocked engages step-lock entries and arms the timeout.
+func (a *agent) addWaitsLocked(ws []Wait) {
+	if len(ws) == 0 {
+		return
+	}
+	for _, w := range ws {
+		a.st.StepLock = append(a.st.StepLock, w.WaitingID)
+		a.st.Waits = append(a.st.Waits, w)
+	}
+	a.armTimerLocked()
+	a.changedLocked(Event{Detail: "step_lock"})
+}
+
+// releaseWaitLocked removes one waiting ID from the step lock (spec §9.1.3).
+func (a *agent) releaseWaitLocked(id string) (Wait, bool) {
+	i := slices.IndexFunc(a.st.Waits, func(w Wait) bool { return w.WaitingID == id })
+	j := slices.Index(a.st.StepLock, id)
+	if j >= 0 {
+		a.st.StepLock = slices.Delete(a.st.StepLock, j, j+1)
+	}
+	if i < 0 {
+		return Wait{}, j >= 0
+	}
+	w := a.st.Waits[i]
+	a.st.Waits = slices.Delete(a.st.Waits, i, i+1)
+	a.armTimerLocked()
+	a.signal()
+	return w, true
+}
+
+// armTimerLocked (re)schedules the wake-up for the earliest wait deadline.
+func (a *agent) armTimerLocked() {
+	if a.waitTimer != nil {
+		a.waitTimer.Stop()
+		a.waitTimer = nil
+	}
+	if len(a.st.Waits) == 0 || a.stopped {
+		return
+	}
+	earliest := a.st.Waits[0].Deadline
+	for _, w := range a.st.Waits[1:] {
+		if w.Deadline.Before(earliest) {
+			earliest = w.Deadline
+		}
+	}
+	d := earliest.Sub(a.sys.now())
+	if d < 0 {
+		d = 0
+	}
+	a.waitTimer = time.AfterFunc(d, a.expireWaits)
+}
+
+// expireWaits releases the waits past their deadline and tells the agent no
+// reply came, with a process_message step run next (beyond the spec).
+func (a *agent) expireWaits() {
+	now := a.sys.now()
+	a.mu.Lock()
+	var expired []Wait
+	for _, w := range slices.Clone(a.st.Waits) {
+		if !w.Deadline.After(now) {
+			if rw, ok := a.releaseWaitLocked(w.WaitingID); ok {
+				expired = append(expired, rw)
+			}
+		}
+	}
+	// One step per message, listing who did not answer.
+	byMsg := map[string][]Wait{}
+	var order []string
+	for _, w := range expired {
+		if _, ok := byMsg[w.MessageID]; !ok {
+			order = append(order, w.MessageID)
+		}
+		byMsg[w.MessageID] = append(byMsg[w.MessageID], w)
+	}
+	for _, id := range order {
+		ws := byMsg[id]
+		var who []string
+		for _, w := range ws {
+			who = append(who, w.For)
+		}
+		data := map[string]any{"ReceiverIDs": strings.Join(who, ", "), "Timeout": a.sys.cfg.WaitTimeout.String()}
+		a.addStepsLocked(ws[0].TaskID, ws[0].StageID, []StepSpec{{
+			StepIntention: a.sys.text("wait_timeout_intention", data),
+			Type:          StepSkill,
+			Executor:      SkillProcessMessage,
+			TextContent:   a.sys.text("wait_timeout_text", data),
+		}}, true)
+	}
+	if len(expired) > 0 {
+		a.changedLocked(Event{Detail: "step_lock_timeout"})
+	}
+	a.armTimerLocked()
+	a.mu.Unlock()
+	for _, w := range expired {
+		a.sys.waits.remove(a.id, w.For)
+		a.sys.log.Info("wait timed out", "agent", a.id, "for", w.For, "waiting_id", w.WaitingID)
+	}
+}
+
+// releaseWaits releases, on every agent, the waits that match (the awaited
+// task or stage ended). The released agents carry on with their next step.
+func (s *System) releaseWaits(match func(Wait) bool) {
+	for _, a := range s.allAgents() {
+		a.mu.Lock()
+		var released []Wait
+		for _, w := range slices.Clone(a.st.Waits) {
+			if match(w) {
+				if rw, ok := a.releaseWaitLocked(w.WaitingID); ok {
+					released = append(released, rw)
+				}
+			}
+		}
+		if len(released) > 0 {
+			a.changedLocked(Event{Detail: "step_lock_released"})
+		}
+		a.mu.Unlock()
+		for _, w := range released {
+			s.waits.remove(a.id, w.For)
+		}
+	}
+}

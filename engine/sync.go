@@ -1,0 +1,308 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// runStep executes one step and applies its output (spec §6.1 step_action:
+// route to the executor, execute, sync state).
+func (a *agent) runStep(ctx context.Context, step StepState, view AgentState) {
+	s := a.sys
+	var out *Output
+	exec, err := s.route(&view, &step)
+	if err != nil {
+		out = &Output{Err: err}
+	} else {
+		out = exec.Execute(ctx, &ExecInput{Agent: view, Step: step, View: s})
+		if out == nil {
+			out = &Output{Err: errors.New("executor returned no output")}
+		}
+	}
+	cancelled := ctx.Err() != nil
+	a.mu.Lock()
+	if a.cancelRun != nil {
+		a.cancelRun()
+		a.cancelRun = nil
+	}
+	a.mu.Unlock()
+	s.apply(a, step, out, cancelled)
+	a.mu.Lock()
+	a.running = ""
+	a.mu.Unlock()
+}
+
+// route finds a step's executor, refusing skills the agent lacks and tools
+// outside its tools (spec §8.2 Router).
+func (s *System) route(ag *AgentState, step *StepState) (Executor, error) {
+	switch step.Type {
+	case StepSkill:
+		if !slices.Contains(SkillNames, step.Executor) {
+			return nil, errf(ErrInvalid, "executor %q: no such skill", step.Executor)
+		}
+		if !slices.Contains(ag.Skills, step.Executor) {
+			return nil, errf(ErrForbidden, "executor %q: agent %s lacks this skill (its skills: %s)",
+				step.Executor, ag.AgentID, strings.Join(ag.Skills, ", "))
+		}
+		exec := s.cfg.Skills[step.Executor]
+		if exec == nil {
+			return nil, errf(ErrInvalid, "executor %q: no executor is registered for this skill", step.Executor)
+		}
+		return exec, nil
+	case StepTool:
+		if !slices.Contains(ag.Tools, step.Executor) {
+			return nil, errf(ErrForbidden, "executor %q: tool is not in agent %s's tools (%s)",
+				step.Executor, ag.AgentID, strings.Join(ag.Tools, ", "))
+		}
+		if s.cfg.Tool == nil {
+			return nil, errf(ErrInvalid, "executor %q: no downstream MCP tool servers are configured, so tool steps cannot run", step.Executor)
+		}
+		return s.cfg.Tool, nil
+	default:
+		return nil, errf(ErrInvalid, "type %q: must be %q or %q", step.Type, StepSkill, StepTool)
+	}
+}
+
+// apply turns an executor's Output into changes of the owners (spec §2.5),
+// finishes the step and keeps the agent moving in its stage.
+func (s *System) apply(a *agent, step StepState, out *Output, cancelled bool) {
+	result := map[string]any{}
+	for k, v := range out.Result {
+		result[k] = v
+	}
+	failure := out.Err
+
+	// Agent-local effects first: memory, usage, planned steps.
+	a.mu.Lock()
+	cur := a.stepLocked(step.StepID)
+	a.st.Usage.Add(out.Usage)
+	if cur == nil || cancelled {
+		// The step's stage or task ended while it ran (its steps were
+		// cleaned up), or the MAS is shutting down: nothing else applies.
+		// A step interrupted by shutdown stays "running", so a durable
+		// store can run it again after a restart.
+		if cur != nil {
+			cur.Usage.Add(out.Usage)
+		}
+		a.changedLocked(Event{Kind: EventLLMCall, StepID: step.StepID})
+		a.mu.Unlock()
+		s.addTaskUsage(step.TaskID, out)
+		return
+	}
+	cur.Usage.Add(out.Usage)
+	if len(out.Memory) > 0 {
+		result["persistent_memory"] = a.applyMemoryLocked(out.Memory)
+	}
+	if failure == nil {
+		failure = a.applyPlanLocked(&step, out, result)
+	}
+	a.mu.Unlock()
+
+	// Effects on other owners (SyncState).
+	var notices []Message
+	if failure == nil {
+		failure = s.applyShared(a, &step, out, result)
+	}
+
+	state := StateFinished
+	if failure != nil {
+		state = StateFailed
+		result["error"] = failure.Error()
+	}
+	agentState := AgentWorking
+	completion := out.Completion
+	if failure != nil {
+		agentState = AgentFailed
+		completion = nil
+	} else if completion != nil {
+		agentState = AgentFinished
+	}
+
+	a.mu.Lock()
+	key := stageKey{step.TaskID, step.StageID}
+	c := a.count(key)
+	c.steps++
+	if step.Executor == SkillReflection {
+		c.reflections++
+	}
+	summaryGaveUp := false
+	if step.Executor == SkillSummary && failure != nil {
+		c.summaryFailures++
+		if c.summaryFailures >= s.cfg.SummaryAttempts {
+			summaryGaveUp = true
+			text := s.text("summary_failed", map[string]any{"Reason": failure.Error()})
+			completion = &text
+		}
+	}
+	a.finishStepLocked(step.StepID, state, result)
+	role := a.st.Role
+	a.mu.Unlock()
+	s.log.Debug("step done", "agent", a.id, "step", step.StepID, "executor", step.Executor, "state", state, "err", failure)
+
+	if t, ok := s.task(step.TaskID); ok {
+		info := fmt.Sprintf("%s step %s", step.Executor, state)
+		if failure != nil {
+			info += ": " + truncate(failure.Error(), 300)
+		}
+		notices = t.report(stepReport{
+			StageID: step.StageID, AgentID: a.id, Role: role, StepID: step.StepID,
+			AgentState: agentState, SharedInfo: info, Completion: completion, Usage: out.Usage,
+		})
+	}
+	s.deliver(notices...)
+	if summaryGaveUp {
+		return
+	}
+	s.keepMoving(a, &step, failure)
+}
+
+func (s *System) addTaskUsage(taskID string, out *Output) {
+	if out.Usage.Calls == 0 {
+		return
+	}
+	if t, ok := s.task(taskID); ok {
+		t.addUsage(out.Usage)
+	}
+}
+
+// keepMoving is the progress guard (beyond the spec): an agent allocated to
+// a running stage, not finished in it, with no pending step and no wait in
+// it, gets a reflection (or, past the reflection budget, a summary), so a
+// failed step or an empty plan never leaves a stage stuck.
+func (s *System) keepMoving(a *agent, step *StepState, failure error) {
+	if step.StageID == NoRelative {
+		return
+	}
+	t, ok := s.task(step.TaskID)
+	if !ok {
+		return
+	}
+	st := t.status(step.StageID, a.id)
+	if st.base || !st.running || !st.allocated || st.state == AgentFinished {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.pendingInLocked(step.TaskID, step.StageID) || a.waitsInLocked(step.TaskID, step.StageID) {
+		return
+	}
+	c := a.count(stageKey{step.TaskID, step.StageID})
+	reason := "no step left"
+	if failure != nil {
+		reason = fmt.Sprintf("step %s (%s) failed: %s", step.StepID, step.Executor, truncate(failure.Error(), 300))
+	}
+	if step.Executor == SkillSummary || c.reflections >= s.cfg.StageReflectionBudget || c.steps >= s.cfg.StageStepBudget {
+		a.ensureSummaryLocked(step.TaskID, step.StageID, reason)
+		return
+	}
+	a.addStepsLocked(step.TaskID, step.StageID, []StepSpec{s.reflectionSpec(reason)}, false)
+}
+
+// applyPlanLocked adds the steps an output plans and writes a tool
+// instruction onto its tool step. a.mu must be held.
+func (a *agent) applyPlanLocked(step *StepState, out *Output, result map[string]any) error {
+	var rejected []Rejection
+	add := func(specs []StepSpec, next bool) {
+		kept, rej := a.sys.checkPlan(&a.st, step.Executor, specs)
+		rejected = append(rejected, rej...)
+		a.addStepsLocked(step.TaskID, step.StageID, kept, next)
+	}
+	if out.AddSteps != nil {
+		add(out.AddSteps, false)
+	}
+	if out.AddNextSteps != nil {
+		add(out.AddNextSteps, true)
+	}
+	if sp := out.GetMoreInfo; sp != nil {
+		// spec §3.7: a decision step to gather what is missing, then the
+		// same send_message again (still answering the same message).
+		dec := StepSpec{StepIntention: sp.StepIntention, Type: StepSkill, Executor: SkillDecision, TextContent: sp.TextContent}
+		again := StepSpec{StepIntention: step.StepIntention, Type: StepSkill, Executor: SkillSendMessage, TextContent: step.TextContent}
+		a.addStepsLocked(step.TaskID, step.StageID, []StepSpec{dec, again}, true,
+			stepOpts{}, stepOpts{replyTo: step.ReplyTo, returnWaitingID: step.ReturnWaitingID})
+	}
+	if sp := out.ReactAction; sp != nil {
+		// spec §3.8, §10.2: a decision step reacts to the message.
+		dec := StepSpec{StepIntention: sp.StepIntention, Type: StepSkill, Executor: SkillDecision, TextContent: sp.TextContent}
+		a.addStepsLocked(step.TaskID, step.StageID, []StepSpec{dec}, true)
+	}
+	if len(rejected) > 0 {
+		result["rejected_steps"] = rejected
+	}
+	if ti := out.ToolInstruction; ti != nil {
+		target := a.stepLocked(ti.StepID)
+		switch {
+		case target == nil:
+			return errf(ErrNotFound, "tool step %q: no such step of this agent", ti.StepID)
+		case target.Type != StepTool:
+			return errf(ErrInvalid, "tool step %q: is a %s step, not a tool step", ti.StepID, target.Type)
+		case target.ExecutionState != StateInit && target.ExecutionState != StatePending:
+			return errf(ErrInvalid, "tool step %q: already %s", ti.StepID, target.ExecutionState)
+		}
+		target.InstructionContent = ti.Instruction
+		a.changedLocked(Event{Kind: EventStepChanged, StepID: target.StepID, TaskID: target.TaskID, StageID: target.StageID, Detail: "instruction"})
+	}
+	return nil
+}
+
+// applyShared applies the parts of an output that change other owners:
+// messages, task and agent management, queries (spec §2.5).
+func (s *System) applyShared(a *agent, step *StepState, out *Output, result map[string]any) error {
+	if om := out.SendMessage; om != nil {
+		m, note, err := s.sendFromAgent(a, step, om)
+		if err != nil {
+			return err
+		}
+		result["message_id"] = m.MessageID
+		if m.Waiting != nil {
+			result["waiting"] = m.Waiting
+		}
+		if note != "" {
+			result["note"] = note
+		}
+	}
+	if ti := out.TaskInstruction; ti != nil {
+		ti.AgentID = a.id
+		res, err := s.TaskInstruction(a.id, *ti)
+		if err != nil {
+			return err
+		}
+		result["instruction_result"] = res
+	}
+	if ai := out.AgentInstruction; ai != nil {
+		ai.AgentID = a.id
+		res, err := s.AgentInstruction(a.id, *ai)
+		if err != nil {
+			return err
+		}
+		result["instruction_result"] = res
+	}
+	if q := out.AskInfo; q != nil {
+		if err := s.askFromAgent(a, step, *q); err != nil {
+			return err
+		}
+	}
+	if td := out.NeedToolDecision; td != nil {
+		req := *td
+		req.AgentID = a.id
+		if req.TaskID == "" {
+			req.TaskID, req.StageID = step.TaskID, step.StageID
+		}
+		s.deliver(s.instruction(req.TaskID, req.StageID, a.id, "", &Instruction{AddToolDecision: &req}))
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
+}

@@ -1,0 +1,341 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Config configures a System. Zero values mean the documented defaults.
+type Config struct {
+	// Texts renders the engine's own texts. Required.
+	Texts Texts
+	// Skills maps skill names to their executors. A step whose skill has no
+	// executor fails with a reason.
+	Skills map[string]Executor
+	// Tool runs every step of type "tool" (spec §4.2). Nil: tool steps fail
+	// with a reason saying no downstream MCP servers are configured.
+	Tool Executor
+	// Tools describes the downstream MCP servers (nil: none).
+	Tools ToolCatalog
+	// SkillGuides maps skill names to the use guide shown by ask_info
+	// skills_and_tools.
+	SkillGuides map[string]string
+	// Templates are the agent configurations that can be instantiated
+	// directly (spec §3.11 available_agents_config). Each needs Template set
+	// to its name.
+	Templates []AgentConfig
+	// ManagerTemplate names the template of the MAS's first manager agent
+	// (spec §1.3.1). Default "manager".
+	ManagerTemplate string
+	// OperatorName names the operator's HumanAgent. Default "operator".
+	OperatorName string
+	// BaseTaskName and BaseTaskIntention describe the base task (spec §1.1).
+	BaseTaskName      string
+	BaseTaskIntention string
+	// BaseStageGoal is the manager's goal in the base task's one stage.
+	BaseStageGoal string
+
+	// WaitTimeout bounds how long an agent waits for a reply before its step
+	// lock is released (beyond the spec). Default 10 minutes.
+	WaitTimeout time.Duration
+	// StageStepBudget is how many steps an agent may run in one stage before
+	// it is led to its summary. Default 60.
+	StageStepBudget int
+	// StageReflectionBudget is how many reflections an agent may run in one
+	// stage before its next reflection becomes a summary. Default 6.
+	StageReflectionBudget int
+	// SummaryAttempts is how many failed summary steps make an agent
+	// "failed" in a stage (so the stage can still complete). Default 2.
+	SummaryAttempts int
+
+	// Store persists every change (nil: memory only).
+	Store Store
+	// Logger receives the engine's logs (nil: discarded).
+	Logger *slog.Logger
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	cfg := *c
+	if cfg.Texts == nil {
+		return cfg, errors.New("engine: config: Texts is required")
+	}
+	if cfg.ManagerTemplate == "" {
+		cfg.ManagerTemplate = "manager"
+	}
+	if cfg.OperatorName == "" {
+		cfg.OperatorName = "operator"
+	}
+	if cfg.BaseTaskName == "" {
+		cfg.BaseTaskName = "MAS base task"
+	}
+	if cfg.BaseTaskIntention == "" {
+		cfg.BaseTaskIntention = "Keep the MAS ready for the operator: receive requests, create and manage tasks. This task never ends."
+	}
+	if cfg.BaseStageGoal == "" {
+		cfg.BaseStageGoal = "Answer the operator and turn requests into tasks with task_manager and agent_manager."
+	}
+	if cfg.WaitTimeout < 0 || cfg.StageStepBudget < 0 || cfg.StageReflectionBudget < 0 || cfg.SummaryAttempts < 0 {
+		return cfg, errors.New("engine: config: WaitTimeout, StageStepBudget, StageReflectionBudget and SummaryAttempts must not be negative")
+	}
+	if cfg.WaitTimeout == 0 {
+		cfg.WaitTimeout = 10 * time.Minute
+	}
+	if cfg.StageStepBudget == 0 {
+		cfg.StageStepBudget = 60
+	}
+	if cfg.StageReflectionBudget == 0 {
+		cfg.StageReflectionBudget = 6
+	}
+	if cfg.SummaryAttempts == 0 {
+		cfg.SummaryAttempts = 2
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	for i, t := range cfg.Templates {
+		if t.Template == "" {
+			return cfg, fmt.Errorf("engine: config: Templates[%d]: Template (its name) is empty", i)
+		}
+	}
+	return cfg, nil
+}
+
+// System is the MAS (spec §1.3): it owns every task and agent, applies
+// executors' outputs (SyncState) and delivers messages (Message Dispatcher).
+type System struct {
+	cfg Config
+	log *slog.Logger
+	bus Bus
+
+	// fixed at Start
+	baseTaskID  string
+	baseStageID string
+	managerID   string
+	operatorID  string
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	waits waitGraph
+
+	mu         sync.RWMutex // guards the fields below
+	started    bool
+	closed     bool
+	tasks      map[string]*task
+	taskOrder  []string
+	agents     map[string]*agent
+	agentOrder []string
+}
+
+// New checks cfg and returns a System that is not started yet.
+func New(cfg Config) (*System, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &System{
+		cfg:    c,
+		log:    c.Logger,
+		ctx:    ctx,
+		cancel: cancel,
+		tasks:  map[string]*task{},
+		agents: map[string]*agent{},
+	}, nil
+}
+
+// Start brings the MAS up (spec §1.3.1): the operator's HumanAgent, the first
+// manager agent from its template, and the base task that never ends.
+// Nothing in it calls an LLM: the manager acts when it gets work.
+func (s *System) Start() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	if s.started {
+		s.mu.Unlock()
+		return errors.New("engine: already started")
+	}
+	s.started = true
+	s.mu.Unlock()
+
+	op, err := s.AddOperator(s.cfg.OperatorName)
+	if err != nil {
+		return fmt.Errorf("engine: start: operator: %w", err)
+	}
+	s.operatorID = op
+	mgr, err := s.createAgent(AgentConfig{Template: s.cfg.ManagerTemplate})
+	if err != nil {
+		return fmt.Errorf("engine: start: manager from template %q: %w", s.cfg.ManagerTemplate, err)
+	}
+	s.managerID = mgr
+
+	now := s.cfg.Now()
+	stageID := newID()
+	t := &task{sys: s, st: TaskState{
+		TaskID:        newID(),
+		TaskName:      s.cfg.BaseTaskName,
+		TaskIntention: s.cfg.BaseTaskIntention,
+		TaskManager:   mgr,
+		TaskGroup:     []string{mgr, op},
+		StageList: []StageState{{
+			StageID:           stageID,
+			StageIntention:    s.cfg.BaseTaskIntention,
+			AgentAllocation:   map[string]string{mgr: s.cfg.BaseStageGoal},
+			ExecutionState:    StateRunning,
+			EveryAgentState:   map[string]string{mgr: AgentIdle},
+			CompletionSummary: map[string]string{},
+			StartedAt:         &now,
+		}},
+		ExecutionState: StateRunning,
+		Base:           true,
+		Operator:       op,
+		CreatedAt:      now,
+		UpdatedAt:      now,
+	}}
+	t.st.StageList[0].TaskID = t.st.TaskID
+	s.baseTaskID = t.st.TaskID
+	s.baseStageID = stageID
+	s.registerTask(t)
+	for _, id := range []string{mgr, op} {
+		s.deliver(s.instruction(t.st.TaskID, stageID, id, "", &Instruction{
+			UpdateWorkingMemory: &StageRef{TaskID: t.st.TaskID, StageID: stageID},
+		}))
+	}
+	s.log.Info("mas ready", "base_task", t.st.TaskID, "manager", mgr, "operator", op,
+		"templates", len(s.cfg.Templates), "skills", len(s.cfg.Skills))
+	return nil
+}
+
+// Close stops every agent and waits for their goroutines. A step in flight is
+// cancelled. Close is safe to call more than once.
+func (s *System) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	agents := make([]*agent, 0, len(s.agents))
+	for _, a := range s.agents {
+		agents = append(agents, a)
+	}
+	s.mu.Unlock()
+	s.cancel()
+	for _, a := range agents {
+		a.stop()
+	}
+	s.wg.Wait()
+	return nil
+}
+
+// BaseTaskID is the base task's ID.
+func (s *System) BaseTaskID() string { return s.baseTaskID }
+
+// BaseStageID is the base task's one stage.
+func (s *System) BaseStageID() string { return s.baseStageID }
+
+// ManagerID is the first manager agent's ID.
+func (s *System) ManagerID() string { return s.managerID }
+
+// OperatorID is the default operator's HumanAgent ID.
+func (s *System) OperatorID() string { return s.operatorID }
+
+// Subscribe returns a subscription to change events (see Bus).
+func (s *System) Subscribe(buf int) *Subscription { return s.bus.Subscribe(buf) }
+
+// EventSeq is the sequence number of the last event.
+func (s *System) EventSeq() uint64 { return s.bus.Seq() }
+
+func newID() string { return uuid.NewString() }
+
+func (s *System) now() time.Time { return s.cfg.Now() }
+
+func (s *System) text(key string, data any) string { return s.cfg.Texts.Text(key, data) }
+
+func (s *System) task(id string) (*task, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	t, ok := s.tasks[id]
+	return t, ok
+}
+
+func (s *System) agent(id string) (*agent, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	a, ok := s.agents[id]
+	return a, ok
+}
+
+func (s *System) registerTask(t *task) {
+	s.mu.Lock()
+	s.tasks[t.st.TaskID] = t
+	s.taskOrder = append(s.taskOrder, t.st.TaskID)
+	s.mu.Unlock()
+	t.mu.Lock()
+	t.changedLocked(Event{Kind: EventTaskAdded})
+	t.mu.Unlock()
+}
+
+func (s *System) allTasks() []*task {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*task, 0, len(s.taskOrder))
+	for _, id := range s.taskOrder {
+		out = append(out, s.tasks[id])
+	}
+	return out
+}
+
+func (s *System) allAgents() []*agent {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*agent, 0, len(s.agentOrder))
+	for _, id := range s.agentOrder {
+		out = append(out, s.agents[id])
+	}
+	return out
+}
+
+// isClosed reports whether Close was called.
+func (s *System) isClosed() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.closed
+}
+
+// template returns the template of that name.
+func (s *System) template(name string) (AgentConfig, bool) {
+	i := slices.IndexFunc(s.cfg.Templates, func(t AgentConfig) bool { return t.Template == name })
+	if i < 0 {
+		return AgentConfig{}, false
+	}
+	return s.cfg.Templates[i], true
+}
+
+// Templates returns the agent templates (available_agents_config).
+func (s *System) Templates() []AgentConfig { return slices.Clone(s.cfg.Templates) }
+
+// go starts a goroutine tracked by Close.
+func (s *System) goTracked(f func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}

@@ -1,0 +1,325 @@
+package engine
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/mas-mcp/mas-mcp/llm"
+)
+
+// task owns one TaskState: every mutation happens under mu, and nothing
+// under mu calls another owner.
+type task struct {
+	sys *System
+
+	mu sync.Mutex
+	st TaskState // guarded by mu
+}
+
+// changedLocked stamps, persists and announces a change. mu must be held.
+func (t *task) changedLocked(ev Event) {
+	t.st.UpdatedAt = t.sys.now()
+	if st := t.sys.cfg.Store; st != nil {
+		if err := st.PutTask(t.sys.ctx, &t.st); err != nil {
+			t.sys.log.Error("store: put task", "task", t.st.TaskID, "err", err)
+		}
+	}
+	if ev.Kind == "" {
+		ev.Kind = EventTaskChanged
+	}
+	ev.TaskID = t.st.TaskID
+	t.sys.bus.publish(ev)
+}
+
+func (t *task) snapshot() TaskState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.st.clone()
+}
+
+// ended reports whether the task is finished or failed. mu must be held.
+func (t *task) endedLocked() bool {
+	return t.st.ExecutionState == StateFinished || t.st.ExecutionState == StateFailed
+}
+
+func (t *task) stageLocked(id string) (*StageState, int) {
+	for i := range t.st.StageList {
+		if t.st.StageList[i].StageID == id {
+			return &t.st.StageList[i], i
+		}
+	}
+	return nil, -1
+}
+
+func (t *task) runningStageLocked() *StageState {
+	for i := range t.st.StageList {
+		if t.st.StageList[i].ExecutionState == StateRunning {
+			return &t.st.StageList[i]
+		}
+	}
+	return nil
+}
+
+func (t *task) inGroupLocked(agentID string) bool { return slices.Contains(t.st.TaskGroup, agentID) }
+
+// record appends a delivered message to the conversation pool (spec §1.2).
+func (t *task) record(m Message) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.st.SharedConversationPool = append(t.st.SharedConversationPool, m.clone())
+	t.changedLocked(Event{Kind: EventMessageDelivered, MessageID: m.MessageID, StageID: m.StageRelative, AgentID: m.SenderID})
+}
+
+// addUsage adds an LLM call's cost to the task's total.
+func (t *task) addUsage(u llm.Usage) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.st.Usage.Add(u)
+	t.changedLocked(Event{Kind: EventLLMCall})
+}
+
+// stepReport is what one finished step tells its task (spec §2.5
+// update_stage_agent_state, send_shared_info, update_stage_agent_completion).
+type stepReport struct {
+	StageID    string
+	AgentID    string
+	Role       string
+	StepID     string
+	AgentState string // AgentWorking, AgentFinished or AgentFailed
+	SharedInfo string
+	Completion *string
+	Usage      llm.Usage
+}
+
+// report applies a step's outcome and returns the notice for the task's
+// manager when the stage has just completed (spec §2.2.1).
+func (t *task) report(r stepReport) []Message {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.sys.now()
+	t.st.Usage.Add(r.Usage)
+	if r.SharedInfo != "" {
+		t.st.SharedInfoPool = append(t.st.SharedInfoPool, SharedInfo{
+			AgentID: r.AgentID, Role: r.Role, StageID: r.StageID, StepID: r.StepID,
+			Content: r.SharedInfo, Timestamp: now,
+		})
+	}
+	var out []Message
+	if st, _ := t.stageLocked(r.StageID); st != nil && st.ExecutionState == StateRunning {
+		if _, allocated := st.AgentAllocation[r.AgentID]; allocated {
+			// Once an agent finished its part, later steps (replies to
+			// others) do not reopen it.
+			if st.EveryAgentState[r.AgentID] != AgentFinished || r.Completion != nil {
+				st.EveryAgentState[r.AgentID] = r.AgentState
+			}
+			if r.Completion != nil {
+				st.CompletionSummary[r.AgentID] = *r.Completion
+				if m, ok := t.stageCompleteLocked(st); ok {
+					out = append(out, m)
+				}
+			}
+		}
+	}
+	t.changedLocked(Event{Kind: EventStageChanged, StageID: r.StageID, AgentID: r.AgentID, StepID: r.StepID, Detail: r.AgentState})
+	return out
+}
+
+// stageCompleteLocked builds the manager's notice when every allocated agent
+// submitted its completion summary (spec §2.2.1). The base task's stage
+// never completes.
+func (t *task) stageCompleteLocked(st *StageState) (Message, bool) {
+	if t.st.Base {
+		return Message{}, false
+	}
+	for id := range st.AgentAllocation {
+		if _, ok := st.CompletionSummary[id]; !ok {
+			return Message{}, false
+		}
+	}
+	text := t.sys.text("stage_complete", map[string]any{
+		"TaskID": t.st.TaskID, "StageID": st.StageID, "StageIntention": st.StageIntention,
+		"Allocation": formatMap(st.AgentAllocation), "Completion": formatMap(st.CompletionSummary),
+	})
+	return t.sys.newMessage(t.st.TaskID, SystemSender, []string{t.st.TaskManager}, text, st.StageID), true
+}
+
+// stageOf returns a snapshot of one stage.
+func (t *task) stageOf(stageID string) (StageState, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st, _ := t.stageLocked(stageID)
+	if st == nil {
+		return StageState{}, false
+	}
+	return st.clone(), true
+}
+
+// startNextStageLocked starts the first stage still in init, if no stage is
+// running, and returns the start_stage instructions for its agents.
+func (t *task) startNextStageLocked() []Message {
+	if t.runningStageLocked() != nil || t.endedLocked() {
+		return nil
+	}
+	for i := range t.st.StageList {
+		st := &t.st.StageList[i]
+		if st.ExecutionState != StateInit {
+			continue
+		}
+		return t.startStageLocked(st)
+	}
+	return nil
+}
+
+func (t *task) startStageLocked(st *StageState) []Message {
+	now := t.sys.now()
+	st.ExecutionState = StateRunning
+	st.StartedAt = &now
+	if t.st.ExecutionState == StateInit {
+		t.st.ExecutionState = StateRunning
+	}
+	var out []Message
+	for _, id := range sortedKeys(st.AgentAllocation) {
+		st.EveryAgentState[id] = AgentIdle
+		in := &StartStage{TaskID: t.st.TaskID, StageID: st.StageID, StageIntention: st.StageIntention, Goal: st.AgentAllocation[id]}
+		text := t.sys.text("stage_started_notice", map[string]any{
+			"TaskID": t.st.TaskID, "StageID": st.StageID, "StageIntention": st.StageIntention, "Goal": in.Goal,
+		})
+		out = append(out, t.sys.instruction(t.st.TaskID, st.StageID, id, text, &Instruction{StartStage: in}))
+	}
+	t.changedLocked(Event{Kind: EventStageChanged, StageID: st.StageID, Detail: StateRunning})
+	return out
+}
+
+// endStageLocked marks a stage finished or failed and returns the
+// finish_stage instructions for its agents and the task's manager.
+func (t *task) endStageLocked(st *StageState, state string) []Message {
+	now := t.sys.now()
+	st.ExecutionState = state
+	st.EndedAt = &now
+	receivers := sortedKeys(st.AgentAllocation)
+	if !slices.Contains(receivers, t.st.TaskManager) {
+		receivers = append(receivers, t.st.TaskManager)
+	}
+	var out []Message
+	for _, id := range receivers {
+		text := t.sys.text("stage_finished_notice", map[string]any{"TaskID": t.st.TaskID, "StageID": st.StageID, "State": state})
+		out = append(out, t.sys.instruction(t.st.TaskID, st.StageID, id, text, &Instruction{
+			FinishStage: &StageRef{TaskID: t.st.TaskID, StageID: st.StageID},
+		}))
+	}
+	t.changedLocked(Event{Kind: EventStageChanged, StageID: st.StageID, Detail: state})
+	return out
+}
+
+// judgeLocked builds the notice asking the manager to judge the whole task
+// once its last stage finished (spec §2.1.1).
+func (t *task) judgeLocked() Message {
+	var b strings.Builder
+	for _, st := range t.st.StageList {
+		fmt.Fprintf(&b, "- %s [%s]: %s\n", st.StageID, st.ExecutionState, oneLine(st.StageIntention))
+	}
+	text := t.sys.text("task_judge", map[string]any{
+		"TaskID": t.st.TaskID, "TaskName": t.st.TaskName, "TaskIntention": t.st.TaskIntention,
+		"Stages": strings.TrimRight(b.String(), "\n"),
+	})
+	return t.sys.newMessage(t.st.TaskID, SystemSender, []string{t.st.TaskManager}, text, NoRelative)
+}
+
+// endTaskLocked ends the task and returns the finish_task instructions for
+// the whole task group.
+func (t *task) endTaskLocked(state, summary string) []Message {
+	now := t.sys.now()
+	if rs := t.runningStageLocked(); rs != nil {
+		done := AgentFinished
+		for id := range rs.AgentAllocation {
+			if rs.EveryAgentState[id] != AgentFinished {
+				done = ""
+			}
+		}
+		rs.ExecutionState = StateFailed
+		if done != "" && state == StateFinished {
+			rs.ExecutionState = StateFinished
+		}
+		rs.EndedAt = &now
+	}
+	t.st.ExecutionState = state
+	t.st.TaskSummary = summary
+	t.st.EndedAt = &now
+	var out []Message
+	for _, id := range t.st.TaskGroup {
+		text := t.sys.text("task_finished_notice", map[string]any{
+			"TaskID": t.st.TaskID, "TaskName": t.st.TaskName, "State": state, "Summary": summary,
+		})
+		out = append(out, t.sys.instruction(t.st.TaskID, NoRelative, id, text, &Instruction{
+			FinishTask: &TaskRef{TaskID: t.st.TaskID},
+		}))
+	}
+	t.changedLocked(Event{Detail: state})
+	return out
+}
+
+// stageStatus tells an agent's progress guard where it stands in a stage.
+type stageStatus struct {
+	running   bool
+	allocated bool
+	state     string
+	base      bool
+}
+
+func (t *task) status(stageID, agentID string) stageStatus {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st, _ := t.stageLocked(stageID)
+	if st == nil {
+		return stageStatus{base: t.st.Base}
+	}
+	_, alloc := st.AgentAllocation[agentID]
+	return stageStatus{
+		running:   st.ExecutionState == StateRunning && !t.endedLocked(),
+		allocated: alloc,
+		state:     st.EveryAgentState[agentID],
+		base:      t.st.Base,
+	}
+}
+
+func formatMap(m map[string]string) string {
+	var b strings.Builder
+	for _, k := range sortedKeys(m) {
+		fmt.Fprintf(&b, "- %s: %s\n", k, m[k])
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 160 {
+		s = s[:157] + "..."
+	}
+	return s
+}
+
+// newStage builds a stage in init state.
+func newStage(taskID, intention string, alloc map[string]string) StageState {
+	return StageState{
+		TaskID:            taskID,
+		StageID:           newID(),
+		StageIntention:    intention,
+		AgentAllocation:   maps.Clone(alloc),
+		ExecutionState:    StateInit,
+		EveryAgentState:   map[string]string{},
+		CompletionSummary: map[string]string{},
+	}
+}

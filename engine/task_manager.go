@@ -1,0 +1,331 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// AddTaskRequest hands the MAS a task (the operator's add_task).
+type AddTaskRequest struct {
+	TaskName      string `json:"task_name"`
+	TaskIntention string `json:"task_intention"`
+	// Manager optionally names the task's manager agent.
+	Manager string `json:"task_manager,omitempty"`
+}
+
+// AddTask creates a task for an operator (or any agent) and hands it to its
+// manager, who is told to staff and stage it. It returns at once with the
+// new task's ID; it never waits on LLM work.
+func (s *System) AddTask(actorID string, req AddTaskRequest) (string, error) {
+	res, err := s.TaskInstruction(actorID, TaskInstruction{
+		Action: ActionAddTask, TaskName: req.TaskName, TaskIntention: req.TaskIntention, Manager: req.Manager,
+	})
+	if err != nil {
+		return "", err
+	}
+	return res["task_id"].(string), nil
+}
+
+// TaskInstruction carries out a task-management instruction for actorID, an
+// agent with the task_manager skill or a HumanAgent (spec §3.9, §2.5). Every
+// ID is checked against the state first; an error names the field and the
+// problem and changes nothing. The result says what was done (IDs created).
+func (s *System) TaskInstruction(actorID string, ti TaskInstruction) (map[string]any, error) {
+	if s.isClosed() {
+		return nil, ErrClosed
+	}
+	actor, ok := s.agent(actorID)
+	if !ok {
+		return nil, errf(ErrNotFound, "agent_id %q: no such agent", actorID)
+	}
+	human := actor.kind == KindHuman
+	if !human && !slices.Contains(actor.brief().Skills, SkillTaskManager) {
+		return nil, errf(ErrForbidden, "agent %s lacks the task_manager skill", actorID)
+	}
+	action := strings.TrimSpace(ti.Action)
+	if action == ActionAddTask {
+		return s.addTask(actor, ti)
+	}
+	t, ok := s.task(ti.TaskID)
+	if !ok {
+		if ti.TaskID == "" {
+			return nil, errf(ErrInvalid, "task_id: is empty")
+		}
+		return nil, errf(ErrNotFound, "task_id %q: no such task", ti.TaskID)
+	}
+	switch action {
+	case ActionAddStage:
+		return s.addStages(t, actorID, human, ti.Stages)
+	case ActionFinishStage:
+		return s.finishStage(t, actorID, human, ti.StageID)
+	case ActionRetryStage:
+		return s.retryStage(t, actorID, human, ti)
+	case ActionFinishTask:
+		return s.endTask(t, actorID, human, StateFinished, ti.Summary)
+	case ActionCancelTask:
+		return s.endTask(t, actorID, human, StateFailed, ti.Summary)
+	case "":
+		return nil, errf(ErrInvalid, "action: is empty; one of add_task, add_stage, finish_stage, retry_stage, finish_task")
+	default:
+		return nil, errf(ErrInvalid, "action %q: must be one of add_task, add_stage, finish_stage, retry_stage, finish_task", action)
+	}
+}
+
+func (s *System) addTask(actor *agent, ti TaskInstruction) (map[string]any, error) {
+	name := strings.TrimSpace(ti.TaskName)
+	intention := strings.TrimSpace(ti.TaskIntention)
+	switch {
+	case name == "":
+		return nil, errf(ErrInvalid, "task_name: is empty")
+	case intention == "":
+		return nil, errf(ErrInvalid, "task_intention: is empty")
+	}
+	manager := strings.TrimSpace(ti.Manager)
+	if manager == "" {
+		manager = s.managerID
+		if actor.kind == KindLLM {
+			manager = actor.id
+		}
+	}
+	m, ok := s.agent(manager)
+	if !ok {
+		return nil, errf(ErrNotFound, "task_manager %q: no such agent", manager)
+	}
+	if m.kind != KindLLM || !slices.Contains(m.brief().Skills, SkillTaskManager) {
+		return nil, errf(ErrInvalid, "task_manager %q: must be an LLM agent with the task_manager skill", manager)
+	}
+	operator := s.operatorID
+	if actor.kind == KindHuman {
+		operator = actor.id
+	}
+	now := s.now()
+	group := []string{manager}
+	if operator != "" && operator != manager {
+		group = append(group, operator)
+	}
+	t := &task{sys: s, st: TaskState{
+		TaskID:                 newID(),
+		TaskName:               name,
+		TaskIntention:          intention,
+		TaskManager:            manager,
+		TaskGroup:              group,
+		SharedInfoPool:         []SharedInfo{},
+		CommunicationQueue:     []Message{},
+		SharedConversationPool: []Message{},
+		StageList:              []StageState{},
+		ExecutionState:         StateInit,
+		Operator:               operator,
+		CreatedAt:              now,
+		UpdatedAt:              now,
+	}}
+	s.registerTask(t)
+	id := t.st.TaskID
+	var msgs []Message
+	for _, member := range group {
+		msgs = append(msgs, s.instruction(id, "", member, "", &Instruction{UpdateWorkingMemory: &StageRef{TaskID: id}}))
+	}
+	if manager != actor.id {
+		// Someone else handed the task over: its manager plans staffing and
+		// stages (the manager's own add_task continues its own plan).
+		msgs = append(msgs, s.instruction(id, "", manager, "", &Instruction{StartTask: &TaskRef{TaskID: id}}))
+	}
+	s.deliver(msgs...)
+	s.log.Info("task added", "task", id, "name", name, "manager", manager, "by", actor.id)
+	return map[string]any{"task_id": id, "task_manager": manager}, nil
+}
+
+// mayManage checks that actor manages the task (or is an operator).
+func mayManage(t *task, actorID string, human bool) error {
+	if human || t.st.TaskManager == actorID {
+		return nil
+	}
+	return errf(ErrForbidden, "task_id %q: only its manager %s (or an operator) may manage it", t.st.TaskID, t.st.TaskManager)
+}
+
+// checkAllocation validates an agent_allocation: non-empty, every agent an
+// existing LLM agent with a goal, and (unless addToGroup) in the task group.
+// It returns the agents missing from the group.
+func (s *System) checkAllocation(field string, t *task, alloc map[string]string, addToGroup bool) ([]string, error) {
+	if len(alloc) == 0 {
+		return nil, errf(ErrInvalid, "%s: is empty; allocate the stage to at least one agent", field)
+	}
+	var missing []string
+	for _, id := range sortedKeys(alloc) {
+		a, ok := s.agent(id)
+		switch {
+		case !ok:
+			return nil, errf(ErrNotFound, "%s: agent %q: no such agent", field, id)
+		case a.kind != KindLLM:
+			return nil, errf(ErrInvalid, "%s: agent %q: is a HumanAgent; stages are allocated to LLM agents", field, id)
+		case strings.TrimSpace(alloc[id]) == "":
+			return nil, errf(ErrInvalid, "%s: agent %q: its goal is empty", field, id)
+		}
+		t.mu.Lock()
+		in := t.inGroupLocked(id)
+		t.mu.Unlock()
+		if !in {
+			if !addToGroup {
+				return nil, errf(ErrInvalid, "%s: agent %q: not in the task group of task %s; add it with agent_manager add_task_participant first", field, id, t.st.TaskID)
+			}
+			missing = append(missing, id)
+		}
+	}
+	return missing, nil
+}
+
+func (s *System) addStages(t *task, actorID string, human bool, specs []StageSpec) (map[string]any, error) {
+	if len(specs) == 0 {
+		return nil, errf(ErrInvalid, "stages: is empty")
+	}
+	for i, sp := range specs {
+		if strings.TrimSpace(sp.StageIntention) == "" {
+			return nil, errf(ErrInvalid, "stages[%d].stage_intention: is empty", i)
+		}
+		if _, err := s.checkAllocation(fmt.Sprintf("stages[%d].agent_allocation", i), t, sp.AgentAllocation, false); err != nil {
+			return nil, err
+		}
+	}
+	t.mu.Lock()
+	if err := mayManage(t, actorID, human); err != nil {
+		t.mu.Unlock()
+		return nil, err
+	}
+	if t.endedLocked() || t.st.Base {
+		t.mu.Unlock()
+		return nil, errf(ErrEnded, "task_id %q: stages cannot be added to a task that has ended or to the base task", t.st.TaskID)
+	}
+	var ids []string
+	for _, sp := range specs {
+		st := newStage(t.st.TaskID, strings.TrimSpace(sp.StageIntention), sp.AgentAllocation)
+		t.st.StageList = append(t.st.StageList, st)
+		ids = append(ids, st.StageID)
+	}
+	t.changedLocked(Event{Detail: "add_stage"})
+	msgs := t.startNextStageLocked()
+	t.mu.Unlock()
+	s.deliver(msgs...)
+	return map[string]any{"task_id": t.st.TaskID, "stage_ids": ids}, nil
+}
+
+func (s *System) finishStage(t *task, actorID string, human bool, stageID string) (map[string]any, error) {
+	t.mu.Lock()
+	if err := mayManage(t, actorID, human); err != nil {
+		t.mu.Unlock()
+		return nil, err
+	}
+	st, _ := t.stageLocked(stageID)
+	switch {
+	case stageID == "":
+		t.mu.Unlock()
+		return nil, errf(ErrInvalid, "stage_id: is empty")
+	case st == nil:
+		t.mu.Unlock()
+		return nil, errf(ErrNotFound, "stage_id %q: no such stage in task %s", stageID, t.st.TaskID)
+	case t.st.Base:
+		t.mu.Unlock()
+		return nil, errf(ErrInvalid, "stage_id %q: the base task's stage never finishes", stageID)
+	case st.ExecutionState != StateRunning:
+		t.mu.Unlock()
+		return nil, errf(ErrInvalid, "stage_id %q: is %s, not running", stageID, st.ExecutionState)
+	}
+	msgs := t.endStageLocked(st, StateFinished)
+	next := t.startNextStageLocked()
+	msgs = append(msgs, next...)
+	result := map[string]any{"task_id": t.st.TaskID, "finished_stage": stageID}
+	if rs := t.runningStageLocked(); rs != nil {
+		result["next_stage"] = rs.StageID
+	} else {
+		// No stage left: the manager judges the whole task (spec §2.1.1).
+		msgs = append(msgs, t.judgeLocked())
+		result["next_stage"] = nil
+	}
+	t.mu.Unlock()
+	s.releaseWaits(func(w Wait) bool { return w.TaskID == t.st.TaskID && w.StageID == stageID })
+	s.deliver(msgs...)
+	return result, nil
+}
+
+// retryStage inserts a corrected stage after the failed one and runs it at
+// once (spec §2.2.2).
+func (s *System) retryStage(t *task, actorID string, human bool, ti TaskInstruction) (map[string]any, error) {
+	if strings.TrimSpace(ti.NewStageIntention) == "" {
+		return nil, errf(ErrInvalid, "new_stage_intention: is empty")
+	}
+	missing, err := s.checkAllocation("new_agent_allocation", t, ti.NewAgentAllocation, true)
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	if err := mayManage(t, actorID, human); err != nil {
+		t.mu.Unlock()
+		return nil, err
+	}
+	old, at := t.stageLocked(ti.OldStageID)
+	running := t.runningStageLocked()
+	switch {
+	case ti.OldStageID == "":
+		t.mu.Unlock()
+		return nil, errf(ErrInvalid, "old_stage_id: is empty")
+	case old == nil:
+		t.mu.Unlock()
+		return nil, errf(ErrNotFound, "old_stage_id %q: no such stage in task %s", ti.OldStageID, t.st.TaskID)
+	case t.endedLocked() || t.st.Base:
+		t.mu.Unlock()
+		return nil, errf(ErrEnded, "task_id %q: has ended (or is the base task)", t.st.TaskID)
+	case running != nil && running != old:
+		t.mu.Unlock()
+		return nil, errf(ErrInvalid, "old_stage_id %q: stage %s is running; only the running stage (or the last ended one) can be retried", ti.OldStageID, running.StageID)
+	case old.ExecutionState == StateInit:
+		t.mu.Unlock()
+		return nil, errf(ErrInvalid, "old_stage_id %q: has not run yet", ti.OldStageID)
+	}
+	// 1. the new stage, right after the old one; its agents join the group.
+	ns := newStage(t.st.TaskID, strings.TrimSpace(ti.NewStageIntention), ti.NewAgentAllocation)
+	ns.RetryOf = old.StageID
+	t.st.StageList = slices.Insert(t.st.StageList, at+1, ns)
+	t.st.TaskGroup = append(t.st.TaskGroup, missing...)
+	old = &t.st.StageList[at]
+	var msgs []Message
+	for _, id := range missing {
+		msgs = append(msgs, s.instruction(t.st.TaskID, "", id, "", &Instruction{UpdateWorkingMemory: &StageRef{TaskID: t.st.TaskID}}))
+	}
+	// 2. the old stage fails; its agents are told to finish it.
+	if old.ExecutionState == StateRunning {
+		msgs = append(msgs, t.endStageLocked(old, StateFailed)...)
+	} else {
+		old.ExecutionState = StateFailed
+	}
+	// 3. the new stage starts.
+	msgs = append(msgs, t.startStageLocked(&t.st.StageList[at+1])...)
+	t.mu.Unlock()
+	s.releaseWaits(func(w Wait) bool { return w.TaskID == t.st.TaskID && w.StageID == ti.OldStageID })
+	s.deliver(msgs...)
+	return map[string]any{"task_id": t.st.TaskID, "failed_stage": ti.OldStageID, "new_stage": ns.StageID}, nil
+}
+
+func (s *System) endTask(t *task, actorID string, human bool, state, summary string) (map[string]any, error) {
+	t.mu.Lock()
+	if err := mayManage(t, actorID, human); err != nil {
+		t.mu.Unlock()
+		return nil, err
+	}
+	switch {
+	case t.st.Base:
+		t.mu.Unlock()
+		return nil, errf(ErrInvalid, "task_id %q: the base task never ends", t.st.TaskID)
+	case t.endedLocked():
+		t.mu.Unlock()
+		return nil, errf(ErrEnded, "task_id %q: has already ended (%s)", t.st.TaskID, t.st.ExecutionState)
+	case state == StateFinished && strings.TrimSpace(summary) == "":
+		t.mu.Unlock()
+		return nil, errf(ErrInvalid, "summary: is empty; finish_task needs the task's summary")
+	}
+	msgs := t.endTaskLocked(state, strings.TrimSpace(summary))
+	id := t.st.TaskID
+	t.mu.Unlock()
+	s.releaseWaits(func(w Wait) bool { return w.TaskID == id })
+	s.deliver(msgs...)
+	s.log.Info("task ended", "task", id, "state", state, "by", actorID)
+	return map[string]any{"task_id": id, "execution_state": state}, nil
+}

@@ -1,0 +1,223 @@
+package skills
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/mas-mcp/mas-mcp/engine"
+	"github.com/mas-mcp/mas-mcp/llm"
+	"github.com/mas-mcp/mas-mcp/prompts"
+)
+
+// Config wires the skills to a model and a prompt set.
+type Config struct {
+	// LLM answers every skill's request. Required.
+	LLM llm.Client
+	// Prompts is the prompt set (language). Required.
+	Prompts *prompts.Set
+	// Tools describes the downstream MCP servers (nil: none).
+	Tools engine.ToolCatalog
+	// Logger receives debug logs of calls (nil: discarded).
+	Logger *slog.Logger
+}
+
+// skill is one LLM skill: how its prompt is assembled and how its answer
+// becomes an Output.
+type skill struct {
+	name string
+	// sections lists the prompt's sections after the system prompt, in the
+	// spec's order for this skill (§3's "提示词顺序").
+	sections []section
+	// prepare runs before the LLM call; an error fails the step without a
+	// call (e.g. instruction_generation with no tool step to write to).
+	prepare func(in *engine.ExecInput) error
+	// parse turns the answer (reasoning already stripped) into an Output.
+	// An error is a contract violation: it goes back to the model once.
+	parse func(answer string, in *engine.ExecInput) (*engine.Output, error)
+}
+
+// Executors returns an engine.Executor for each of the 13 skills.
+func Executors(cfg Config) (map[string]engine.Executor, error) {
+	if cfg.LLM == nil {
+		return nil, errors.New("skills: config: LLM is required")
+	}
+	if cfg.Prompts == nil {
+		return nil, errors.New("skills: config: Prompts is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	out := map[string]engine.Executor{}
+	for _, sk := range all() {
+		if _, ok := cfg.Prompts.Skill(sk.name); !ok {
+			return nil, fmt.Errorf("skills: prompt set %q has no skill %q", cfg.Prompts.Lang(), sk.name)
+		}
+		out[sk.name] = &runner{cfg: cfg, sk: sk}
+	}
+	for _, n := range engine.SkillNames {
+		if out[n] == nil {
+			return nil, fmt.Errorf("skills: skill %q is not implemented", n)
+		}
+	}
+	return out, nil
+}
+
+// all lists every skill definition.
+func all() []skill {
+	return []skill{
+		planning(), reflection(), summary(), instructionGeneration(), think(),
+		quickThink(), sendMessage(), processMessage(), taskManager(), agentManager(),
+		askInfo(), toolDecision(), decision(),
+	}
+}
+
+// runner executes one skill: prompt, one call, tolerant parsing with one
+// repair round (LLM_CONTRACT.md).
+type runner struct {
+	cfg Config
+	sk  skill
+}
+
+// Execute implements engine.Executor.
+func (r *runner) Execute(ctx context.Context, in *engine.ExecInput) *engine.Output {
+	if r.sk.prepare != nil {
+		if err := r.sk.prepare(in); err != nil {
+			return &engine.Output{Err: err}
+		}
+	}
+	system, user := r.render(in)
+	req := &llm.Request{
+		Messages: []llm.Message{{Role: llm.RoleSystem, Content: system}, {Role: llm.RoleUser, Content: user}},
+		Tag:      fmt.Sprintf("agent=%s step=%s skill=%s", in.Agent.AgentID, in.Step.StepID, r.sk.name),
+	}
+	if c := in.Agent.LLMConfig; c != nil {
+		req.Model, req.Temperature, req.MaxTokens = c.Model, c.Temperature, c.MaxTokens
+	}
+	var usage llm.Usage
+	call := func() (string, error) {
+		resp, err := r.cfg.LLM.Complete(ctx, req)
+		if resp != nil {
+			usage.Add(resp.Usage)
+		}
+		if err != nil {
+			return "", err
+		}
+		return resp.Content, nil
+	}
+
+	answer, err := call()
+	if err != nil {
+		return &engine.Output{Err: err, Usage: usage}
+	}
+	out, perr := r.parse(answer, in)
+	if perr != nil {
+		// One repair round: the same prompt, the answer, the exact error.
+		r.cfg.Logger.Debug("skill output rejected, repairing", "skill", r.sk.name, "step", in.Step.StepID, "err", perr)
+		req.Messages = append(req.Messages,
+			llm.Message{Role: llm.RoleAssistant, Content: answer},
+			llm.Message{Role: llm.RoleUser, Content: r.cfg.Prompts.Text("repair_request", map[string]any{"Error": perr.Error()})},
+		)
+		answer, err = call()
+		if err != nil {
+			return &engine.Output{Err: err, Usage: usage}
+		}
+		out, perr = r.parse(answer, in)
+		if perr != nil {
+			return &engine.Output{
+				Err:    fmt.Errorf("%s output unusable after one repair round: %w", r.sk.name, perr),
+				Usage:  usage,
+				Result: map[string]any{"raw_output": truncate(answer, 2000)},
+			}
+		}
+	}
+	out.Usage = usage
+	return out
+}
+
+// parse strips reasoning, runs the skill's parser and collects the optional
+// persistent-memory block.
+func (r *runner) parse(answer string, in *engine.ExecInput) (*engine.Output, error) {
+	clean := StripReasoning(answer)
+	out, err := r.sk.parse(clean, in)
+	if err != nil {
+		return nil, err
+	}
+	if out.Result == nil {
+		out.Result = map[string]any{}
+	}
+	if _, ok := Block(clean, "persistent_memory"); ok {
+		var ops []engine.MemoryOp
+		if err := ExtractJSON(clean, "persistent_memory", &ops); err != nil {
+			// The skill's own output is fine: keep it, say why memory was not updated.
+			out.Result["persistent_memory_error"] = err.Error()
+		} else {
+			out.Memory = ops
+		}
+	}
+	return out, nil
+}
+
+func truncate(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
+}
+
+// textOutput is the parser of the skills that answer with one text block.
+func textOutput(tag, resultKey string) func(string, *engine.ExecInput) (*engine.Output, error) {
+	return func(answer string, _ *engine.ExecInput) (*engine.Output, error) {
+		text, err := ExtractText(answer, tag)
+		if err != nil {
+			return nil, err
+		}
+		return &engine.Output{Result: map[string]any{resultKey: text}}, nil
+	}
+}
+
+// stepList parses a list of steps (planning, reflection, decision,
+// tool_decision). empty allows an empty block.
+func stepList(answer, tag string, empty bool) ([]engine.StepSpec, error) {
+	if empty {
+		if body, ok := Block(answer, tag); ok && strings.TrimSpace(body) == "" {
+			return []engine.StepSpec{}, nil
+		}
+	}
+	var steps []engine.StepSpec
+	if err := ExtractJSON(answer, tag, &steps); err != nil {
+		return nil, err
+	}
+	for i, s := range steps {
+		if strings.TrimSpace(s.Executor) == "" {
+			return nil, fmt.Errorf("<%s> step %d: executor is empty", tag, i)
+		}
+	}
+	if steps == nil {
+		steps = []engine.StepSpec{}
+	}
+	return steps, nil
+}
+
+// errorf builds a parse error (shown to the model in the repair round).
+func errorf(format string, a ...any) error { return fmt.Errorf(format, a...) }
+
+// Templates converts the prompt set's agent templates for the engine.
+func Templates(set *prompts.Set) []engine.AgentConfig {
+	var out []engine.AgentConfig
+	for _, t := range set.Templates() {
+		c := engine.AgentConfig{
+			Template: t.Name, Name: t.Name, Role: t.Role, Profile: t.Profile,
+			Skills: t.Skills, Tools: t.Tools,
+		}
+		if m, ok := t.LLMConfig["model"].(string); ok && m != "" {
+			c.LLMConfig = &engine.LLMConfig{Model: m}
+		}
+		out = append(out, c)
+	}
+	return out
+}
