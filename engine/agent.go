@@ -141,7 +141,7 @@ func (a *agent) next() (context.Context, StepState, AgentState, bool) {
 		if step, ok := a.popLocked(); ok {
 			ctx, cancel := context.WithCancel(a.sys.ctx)
 			a.cancelRun = cancel
-			view := a.st.clone()
+			view := a.viewLocked(&step)
 			a.mu.Unlock()
 			return ctx, step, view, true
 		}
@@ -180,6 +180,30 @@ func (a *agent) popLocked() (StepState, bool) {
 		a.changedLocked(Event{Kind: EventStepChanged, StepID: step.StepID, TaskID: step.TaskID, StageID: step.StageID, Detail: StateRunning})
 		return step.clone(), true
 	}
+}
+
+// viewLocked is the executor's copy of the agent: everything, but of the step
+// list only the steps of the running step's task and stage (all any skill
+// reads, spec §5.6, §5.9, §10.3), so a long-lived agent's older work does
+// not make every step slower.
+func (a *agent) viewLocked(step *StepState) AgentState {
+	all := a.st.AgentStep.StepList
+	a.st.AgentStep.StepList = nil
+	view := a.st.clone()
+	a.st.AgentStep.StepList = all
+	n := 0
+	for i := range all {
+		if all[i].TaskID == step.TaskID && all[i].StageID == step.StageID {
+			n++
+		}
+	}
+	view.AgentStep.StepList = make([]StepState, 0, n)
+	for i := range all {
+		if all[i].TaskID == step.TaskID && all[i].StageID == step.StageID {
+			view.AgentStep.StepList = append(view.AgentStep.StepList, all[i].clone())
+		}
+	}
+	return view
 }
 
 func (a *agent) setWorkingLocked(ws string) {

@@ -8,17 +8,11 @@ import (
 // AgentInstruction carries out an agent-management instruction for actorID,
 // an agent with the agent_manager skill or a HumanAgent (spec §3.10, §2.5).
 func (s *System) AgentInstruction(actorID string, ai AgentInstruction) (map[string]any, error) {
-	if s.isClosed() {
-		return nil, ErrClosed
-	}
-	actor, ok := s.agent(actorID)
-	if !ok {
-		return nil, errf(ErrNotFound, "agent_id %q: no such agent", actorID)
+	actor, err := s.actor(actorID, SkillAgentManager)
+	if err != nil {
+		return nil, err
 	}
 	human := actor.kind == KindHuman
-	if !human && !slices.Contains(actor.brief().Skills, SkillAgentManager) {
-		return nil, errf(ErrForbidden, "agent %s lacks the agent_manager skill", actorID)
-	}
 	switch strings.TrimSpace(ai.Action) {
 	case ActionInitNewAgent:
 		if ai.AgentConfig == nil {
@@ -92,30 +86,36 @@ func (s *System) createAgent(cfg AgentConfig) (string, error) {
 	if cfg.LLMConfig != nil {
 		llmCfg = *cfg.LLMConfig
 	}
-	now := s.now()
-	st := AgentState{
-		AgentID:          newID(),
-		Name:             cfg.Name,
-		Role:             cfg.Role,
-		Profile:          strings.TrimSpace(cfg.Profile),
-		WorkingState:     WorkingIdle,
-		LLMConfig:        &llmCfg,
-		WorkingMemory:    map[string]map[string][]string{},
-		PersistentMemory: map[string]string{},
-		StepLock:         []string{},
-		Tools:            tools,
-		Skills:           skills,
-		Kind:             KindLLM,
-		Template:         strings.TrimSpace(cfg.Template),
-		CreatedAt:        now,
-		UpdatedAt:        now,
-	}
-	st.AgentStep = AgentStep{AgentID: st.AgentID, TodoList: []string{}, StepList: []StepState{}}
+	st := s.newAgentState(KindLLM, cfg.Name, cfg.Role, strings.TrimSpace(cfg.Profile), skills, tools)
+	st.LLMConfig = &llmCfg
+	st.Template = strings.TrimSpace(cfg.Template)
 	a := newAgentOwner(s, st)
 	if err := s.register(a); err != nil {
 		return "", err
 	}
 	return a.id, nil
+}
+
+// newAgentState is a new agent's state, empty but for who it is.
+func (s *System) newAgentState(kind, name, role, profile string, skills, tools []string) AgentState {
+	now := s.now()
+	id := newID()
+	return AgentState{
+		AgentID:          id,
+		Name:             name,
+		Role:             role,
+		Profile:          profile,
+		WorkingState:     WorkingIdle,
+		WorkingMemory:    map[string]map[string][]string{},
+		PersistentMemory: map[string]string{},
+		AgentStep:        AgentStep{AgentID: id, TodoList: []string{}, StepList: []StepState{}},
+		StepLock:         []string{},
+		Tools:            tools,
+		Skills:           skills,
+		Kind:             kind,
+		CreatedAt:        now,
+		UpdatedAt:        now,
+	}
 }
 
 // mergeConfig lays the non-empty fields of over onto a template.

@@ -133,5 +133,43 @@ func (a *agent) finishStepLocked(id, state string, result map[string]any) (*Step
 		s.ExecuteResult[k] = v
 	}
 	a.changedLocked(Event{Kind: EventStepChanged, StepID: id, TaskID: s.TaskID, StageID: s.StageID, Detail: state})
-	return s, true
+	if s.TaskID == a.sys.baseTaskID {
+		a.pruneBaseLocked()
+		s = a.stepLocked(id)
+	}
+	return s, s != nil
+}
+
+// baseHistory is how many finished steps of the base task an agent keeps.
+// The base task never ends (spec §1.1), so the spec's cleanup on
+// finish_stage/finish_task never reaches its steps: the oldest finished ones
+// are dropped instead, keeping memory and each step's work bounded.
+const baseHistory = 100
+
+// pruneBaseLocked drops the oldest finished steps of the base task beyond
+// baseHistory.
+func (a *agent) pruneBaseLocked() {
+	done := 0
+	for i := range a.st.AgentStep.StepList {
+		s := &a.st.AgentStep.StepList[i]
+		if s.TaskID == a.sys.baseTaskID && (s.ExecutionState == StateFinished || s.ExecutionState == StateFailed) {
+			done++
+		}
+	}
+	excess := done - baseHistory
+	if excess <= 0 {
+		return
+	}
+	dropped := map[string]bool{}
+	a.removeStepsLocked(func(s *StepState) bool {
+		if excess > 0 && s.TaskID == a.sys.baseTaskID && (s.ExecutionState == StateFinished || s.ExecutionState == StateFailed) {
+			excess--
+			dropped[s.StepID] = true
+			return true
+		}
+		return false
+	})
+	for stage, ids := range a.st.WorkingMemory[a.sys.baseTaskID] {
+		a.st.WorkingMemory[a.sys.baseTaskID][stage] = slices.DeleteFunc(ids, func(id string) bool { return dropped[id] })
+	}
 }

@@ -95,11 +95,7 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 		writeTask(&b, ti)
 		res.Data = ti
 	case QueryStageInfo:
-		t, err := s.queryTask(q.TaskID)
-		if err != nil {
-			return nil, err
-		}
-		st, err := queryStage(t, q.StageID)
+		st, err := s.queryStage(q.TaskID, q.StageID)
 		if err != nil {
 			return nil, err
 		}
@@ -127,20 +123,14 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 		writeBriefs(&b, briefs, nil)
 		res.Data = nonNil(briefs)
 	case QueryTaskAgents:
-		t, err := s.queryTask(q.TaskID)
-		if err != nil {
+		if _, err := s.queryTask(q.TaskID); err != nil {
 			return nil, err
 		}
-		ts := t.snapshot()
-		briefs := s.briefs(ts.TaskGroup)
+		briefs := s.briefs(s.taskGroup(q.TaskID))
 		writeBriefs(&b, briefs, nil)
 		res.Data = nonNil(briefs)
 	case QueryStageAgents:
-		t, err := s.queryTask(q.TaskID)
-		if err != nil {
-			return nil, err
-		}
-		st, err := queryStage(t, q.StageID)
+		st, err := s.queryStage(q.TaskID, q.StageID)
 		if err != nil {
 			return nil, err
 		}
@@ -224,7 +214,11 @@ func (s *System) queryTask(id string) (*task, error) {
 	return t, nil
 }
 
-func queryStage(t *task, id string) (StageState, error) {
+func (s *System) queryStage(taskID, id string) (StageState, error) {
+	t, err := s.queryTask(taskID)
+	if err != nil {
+		return StageState{}, err
+	}
 	if strings.TrimSpace(id) == "" {
 		return StageState{}, errf(ErrInvalid, "stage_id: is empty")
 	}

@@ -21,8 +21,8 @@ func (f ExecutorFunc) Execute(ctx context.Context, in *ExecInput) *Output { retu
 
 // ExecInput is an executor's view of the step to run.
 type ExecInput struct {
-	// Agent is a deep copy of the agent's state when the step started,
-	// including its step list.
+	// Agent is a deep copy of the agent's state when the step started. Its
+	// step list holds only the steps of Step's task and stage, in order.
 	Agent AgentState
 	// Step is a copy of the step, already marked running.
 	Step StepState

@@ -32,6 +32,14 @@ type teamBrain struct {
 	// times before finishing it.
 	retries int
 
+	// override, when set, answers a call before the script does (ok true).
+	override func(c *fakellm.Call) (fakellm.Reply, bool)
+	// onStart runs once the stack is up, before the task is added.
+	onStart func(*stack)
+	// bobWithoutDecision creates bob from a configuration lacking the
+	// decision skill instead of the writer template.
+	bobWithoutDecision bool
+
 	mu          sync.Mutex
 	taskID      string
 	lockedSeen  map[string]bool // worker seen with an engaged step lock while its peer replied
@@ -45,6 +53,11 @@ func newTeamBrain() *teamBrain {
 }
 
 func (b *teamBrain) handle(c *fakellm.Call) fakellm.Reply {
+	if b.override != nil {
+		if r, ok := b.override(c); ok {
+			return r
+		}
+	}
 	switch c.AgentName {
 	case "manager":
 		return b.manager(c)
@@ -76,6 +89,10 @@ func (b *teamBrain) manager(c *fakellm.Call) fakellm.Reply {
 		case strings.Contains(stepText, mkStaff+"alice"):
 			return jsonReply("agent_instruction", map[string]any{"action": "init_new_agent",
 				"agent_config": map[string]any{"template": "researcher", "name": "alice"}})
+		case strings.Contains(stepText, mkStaff+"bob") && b.bobWithoutDecision:
+			return jsonReply("agent_instruction", map[string]any{"action": "init_new_agent",
+				"agent_config": map[string]any{"name": "bob", "role": "writer", "profile": "writes",
+					"skills": []string{"planning", "reflection", "summary", "think", "send_message", "process_message"}}})
 		case strings.Contains(stepText, mkStaff+"bob"):
 			return jsonReply("agent_instruction", map[string]any{"action": "init_new_agent",
 				"agent_config": map[string]any{"template": "writer", "name": "bob"}})
@@ -197,6 +214,9 @@ func runTeamTask(t *testing.T, b *teamBrain, o stackOpts) (*stack, engine.TaskSt
 	o.handler = b.handle
 	s := newStack(t, o)
 	b.s = s
+	if b.onStart != nil {
+		b.onStart(s)
+	}
 	// The brain must know the task's ID before the manager's first call.
 	b.mu.Lock()
 	id, err := s.sys.AddTask(s.sys.OperatorID(), engine.AddTaskRequest{TaskName: "report", TaskIntention: "Research a topic and write a report."})
@@ -327,9 +347,17 @@ func findMessage(t engine.TaskState, from, to, stage, prefix string) *engine.Mes
 	return nil
 }
 
-// assertNoSecret checks that the API key appears in no task or agent state.
+// assertNoSecret checks that the API key appears in no task or agent state
+// and no log line.
 func assertNoSecret(t *testing.T, s *stack) {
 	t.Helper()
+	logs := s.logs.String()
+	if !strings.Contains(logs, "step done") {
+		t.Error("the engine logged nothing: the log check would prove nothing")
+	}
+	if strings.Contains(logs, sentinelKey) {
+		t.Error("the API key appears in the logs")
+	}
 	for _, v := range []any{s.sys.Tasks(), s.sys.Agents()} {
 		b, err := json.Marshal(v)
 		if err != nil {

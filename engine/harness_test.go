@@ -1,9 +1,12 @@
 package engine_test
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +27,7 @@ const sentinelKey = "sk-SENTINEL-do-not-leak-4242"
 // OpenAI-compatible server.
 type stack struct {
 	t     *testing.T
+	logs  *syncBuffer
 	sys   *engine.System
 	llm   *fakellm.Server
 	store *engine.MemoryStore
@@ -51,12 +55,14 @@ func newStack(t *testing.T, o stackOpts) *stack {
 	if o.llmTimeout == 0 {
 		o.llmTimeout = 10 * time.Second
 	}
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	transport := &http.Transport{}
 	t.Cleanup(transport.CloseIdleConnections)
 	client, err := llm.NewOpenAI(llm.OpenAIConfig{
 		BaseURL: srv.BaseURL(), APIKey: sentinelKey, Model: "fake-model",
 		Timeout: o.llmTimeout, MaxRetries: 2, Concurrency: 16, MaxRetryWait: 50 * time.Millisecond,
-		HTTPClient: &http.Client{Transport: transport},
+		HTTPClient: &http.Client{Transport: transport}, Logger: log,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +71,7 @@ func newStack(t *testing.T, o stackOpts) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	execs, err := skills.Executors(skills.Config{LLM: client, Prompts: set})
+	execs, err := skills.Executors(skills.Config{LLM: client, Prompts: set, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,11 +85,12 @@ func newStack(t *testing.T, o stackOpts) *stack {
 		StageStepBudget:       o.stepBudget,
 		StageReflectionBudget: o.reflBudget,
 		Store:                 store,
+		Logger:                log,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := &stack{t: t, sys: sys, llm: srv, store: store, sub: sys.Subscribe(1 << 14)}
+	st := &stack{t: t, logs: logs, sys: sys, llm: srv, store: store, sub: sys.Subscribe(1 << 14)}
 	if err := sys.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +99,24 @@ func newStack(t *testing.T, o stackOpts) *stack {
 		_ = sys.Close()
 	})
 	return st
+}
+
+// syncBuffer is a log sink safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
 
 // waitFor waits until cond holds, re-checking on every engine event (and

@@ -14,32 +14,18 @@ func (s *System) AddOperator(name string) (string, error) {
 	if name == "" {
 		return "", errf(ErrInvalid, "name: is empty")
 	}
-	now := s.now()
-	st := AgentState{
-		AgentID:          newID(),
-		Name:             name,
-		Role:             "human operator",
-		Profile:          "The human operator of the MAS: hands over tasks, answers agents' questions and judges results.",
-		WorkingState:     WorkingIdle,
-		HumanConfig:      &HumanConfig{Name: name},
-		WorkingMemory:    map[string]map[string][]string{},
-		PersistentMemory: map[string]string{},
-		StepLock:         []string{},
-		Tools:            []string{},
-		Skills:           []string{SkillSendMessage, SkillProcessMessage, SkillTaskManager, SkillAgentManager, SkillAskInfo},
-		ConversationPool: &ConversationPool{ConversationPrivates: map[string][]PrivateMessage{}, GlobalMessages: []string{}},
-		Kind:             KindHuman,
-		CreatedAt:        now,
-		UpdatedAt:        now,
-	}
-	st.AgentStep = AgentStep{AgentID: st.AgentID, TodoList: []string{}, StepList: []StepState{}}
+	st := s.newAgentState(KindHuman, name, "human operator",
+		"The human operator of the MAS: hands over tasks, answers agents' questions and judges results.",
+		[]string{SkillSendMessage, SkillProcessMessage, SkillTaskManager, SkillAgentManager, SkillAskInfo}, []string{})
+	st.HumanConfig = &HumanConfig{Name: name}
+	st.ConversationPool = &ConversationPool{ConversationPrivates: map[string][]PrivateMessage{}, GlobalMessages: []string{}}
 	a := newAgentOwner(s, st)
 	if err := s.register(a); err != nil {
 		return "", err
 	}
-	if s.baseTaskID != "" {
-		s.joinTask(s.baseTaskID, a.id)
-	}
+	// Operators added after start-up join the base task (Start puts the
+	// first one in it itself).
+	s.joinTask(s.baseTaskID, a.id)
 	return a.id, nil
 }
 

@@ -174,6 +174,8 @@ func (s *System) Start() error {
 	s.started = true
 	s.mu.Unlock()
 
+	// The base task's IDs are fixed before any agent goroutine can read them.
+	s.baseTaskID, s.baseStageID = newID(), newID()
 	op, err := s.AddOperator(s.cfg.OperatorName)
 	if err != nil {
 		return fmt.Errorf("engine: start: operator: %w", err)
@@ -186,9 +188,9 @@ func (s *System) Start() error {
 	s.managerID = mgr
 
 	now := s.cfg.Now()
-	stageID := newID()
+	stageID := s.baseStageID
 	t := &task{sys: s, st: TaskState{
-		TaskID:        newID(),
+		TaskID:        s.baseTaskID,
 		TaskName:      s.cfg.BaseTaskName,
 		TaskIntention: s.cfg.BaseTaskIntention,
 		TaskManager:   mgr,
@@ -202,15 +204,16 @@ func (s *System) Start() error {
 			CompletionSummary: map[string]string{},
 			StartedAt:         &now,
 		}},
-		ExecutionState: StateRunning,
-		Base:           true,
-		Operator:       op,
-		CreatedAt:      now,
-		UpdatedAt:      now,
+		SharedInfoPool:         []SharedInfo{},
+		CommunicationQueue:     []Message{},
+		SharedConversationPool: []Message{},
+		ExecutionState:         StateRunning,
+		Base:                   true,
+		Operator:               op,
+		CreatedAt:              now,
+		UpdatedAt:              now,
 	}}
 	t.st.StageList[0].TaskID = t.st.TaskID
-	s.baseTaskID = t.st.TaskID
-	s.baseStageID = stageID
 	s.registerTask(t)
 	for _, id := range []string{mgr, op} {
 		s.deliver(s.instruction(t.st.TaskID, stageID, id, "", &Instruction{

@@ -66,11 +66,27 @@ func (t *task) runningStageLocked() *StageState {
 
 func (t *task) inGroupLocked(agentID string) bool { return slices.Contains(t.st.TaskGroup, agentID) }
 
+// baseLogLimit bounds the base task's conversation pool and shared info
+// pool: the base task never ends (spec §1.1), so its logs keep the newest
+// entries only. Other tasks keep everything until they end.
+const baseLogLimit = 1000
+
+// trimBase drops the oldest entries beyond baseLogLimit.
+func trimBase[T any](l []T) []T {
+	if len(l) <= baseLogLimit {
+		return l
+	}
+	return slices.Clone(l[len(l)-baseLogLimit:])
+}
+
 // record appends a delivered message to the conversation pool (spec §1.2).
 func (t *task) record(m Message) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.st.SharedConversationPool = append(t.st.SharedConversationPool, m.clone())
+	if t.st.Base {
+		t.st.SharedConversationPool = trimBase(t.st.SharedConversationPool)
+	}
 	t.changedLocked(Event{Kind: EventMessageDelivered, MessageID: m.MessageID, StageID: m.StageRelative, AgentID: m.SenderID})
 }
 
@@ -107,6 +123,9 @@ func (t *task) report(r stepReport) []Message {
 			AgentID: r.AgentID, Role: r.Role, StageID: r.StageID, StepID: r.StepID,
 			Content: r.SharedInfo, Timestamp: now,
 		})
+		if t.st.Base {
+			t.st.SharedInfoPool = trimBase(t.st.SharedInfoPool)
+		}
 	}
 	var out []Message
 	if st, _ := t.stageLocked(r.StageID); st != nil && st.ExecutionState == StateRunning {

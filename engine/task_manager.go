@@ -32,17 +32,11 @@ func (s *System) AddTask(actorID string, req AddTaskRequest) (string, error) {
 // ID is checked against the state first; an error names the field and the
 // problem and changes nothing. The result says what was done (IDs created).
 func (s *System) TaskInstruction(actorID string, ti TaskInstruction) (map[string]any, error) {
-	if s.isClosed() {
-		return nil, ErrClosed
-	}
-	actor, ok := s.agent(actorID)
-	if !ok {
-		return nil, errf(ErrNotFound, "agent_id %q: no such agent", actorID)
+	actor, err := s.actor(actorID, SkillTaskManager)
+	if err != nil {
+		return nil, err
 	}
 	human := actor.kind == KindHuman
-	if !human && !slices.Contains(actor.brief().Skills, SkillTaskManager) {
-		return nil, errf(ErrForbidden, "agent %s lacks the task_manager skill", actorID)
-	}
 	action := strings.TrimSpace(ti.Action)
 	if action == ActionAddTask {
 		return s.addTask(actor, ti)
@@ -133,6 +127,22 @@ func (s *System) addTask(actor *agent, ti TaskInstruction) (map[string]any, erro
 	s.deliver(msgs...)
 	s.log.Info("task added", "task", id, "name", name, "manager", manager, "by", actor.id)
 	return map[string]any{"task_id": id, "task_manager": manager}, nil
+}
+
+// actor returns the agent issuing a management instruction: a HumanAgent,
+// or an agent with the management skill.
+func (s *System) actor(actorID, skill string) (*agent, error) {
+	if s.isClosed() {
+		return nil, ErrClosed
+	}
+	a, ok := s.agent(actorID)
+	if !ok {
+		return nil, errf(ErrNotFound, "agent_id %q: no such agent", actorID)
+	}
+	if a.kind != KindHuman && !slices.Contains(a.brief().Skills, skill) {
+		return nil, errf(ErrForbidden, "agent %s lacks the %s skill", actorID, skill)
+	}
+	return a, nil
 }
 
 // mayManage checks that actor manages the task (or is an operator).

@@ -1,6 +1,10 @@
 package skills
 
-import "github.com/mas-mcp/mas-mcp/engine"
+import (
+	"errors"
+
+	"github.com/mas-mcp/mas-mcp/engine"
+)
 
 // processMessage digests a message that needs no reply; an optional
 // <react_action> inserts a decision step to act on it (spec §3.8, §10.2).
@@ -16,11 +20,13 @@ func processMessage() skill {
 				return nil, err
 			}
 			out := &engine.Output{Result: map[string]any{"process_message": digest}}
-			if _, ok := Block(answer, "react_action"); ok {
-				var sp engine.StepSpec
-				if err := ExtractJSON(answer, "react_action", &sp); err != nil {
-					return nil, err
-				}
+			var sp engine.StepSpec
+			switch err := ExtractJSON(answer, "react_action", &sp); {
+			case errors.Is(err, ErrNoBlock), errors.Is(err, ErrEmptyBlock):
+				// No reaction: the optional block is absent or empty.
+			case err != nil:
+				return nil, err
+			default:
 				if err := needIntention("react_action", sp); err != nil {
 					return nil, err
 				}

@@ -63,9 +63,9 @@ func (r *runner) writeRole(b *strings.Builder, in *engine.ExecInput) {
 	p := r.cfg.Prompts
 	a := &in.Agent
 	fmt.Fprintf(b, "%s\n%s\n", p.Heading("role"), p.Heading("role_info"))
-	fmt.Fprintf(b, "- agent_id: %s\n- name: %s\n- role: %s\n", a.AgentID, a.Name, a.Role)
-	if a.Profile != "" {
-		fmt.Fprintf(b, "- profile: %s\n", strings.TrimSpace(a.Profile))
+	fmt.Fprintf(b, "- agent_id: %s\n- name: %s\n- role: %s\n", a.AgentID, oneLine(a.Name), oneLine(a.Role))
+	if strings.TrimSpace(a.Profile) != "" {
+		fmt.Fprintf(b, "- profile: %s\n", indent(a.Profile))
 	}
 	fmt.Fprintf(b, "\n%s\n%s\n", p.Heading("skills_tools"), p.Heading("skills"))
 	if len(a.Skills) == 0 {
@@ -75,8 +75,7 @@ func (r *runner) writeRole(b *strings.Builder, in *engine.ExecInput) {
 		if !slices.Contains(a.Skills, n) {
 			continue
 		}
-		sp, _ := p.Skill(n)
-		fmt.Fprintf(b, "- **%s**: %s\n", n, oneLine(sp.UseGuide.Description))
+		fmt.Fprintf(b, "- **%s**: %s\n", n, r.guides[n])
 	}
 	fmt.Fprintf(b, "\n%s\n", p.Heading("tools"))
 	guides := map[string]string{}
@@ -96,9 +95,31 @@ func (r *runner) writeStep(b *strings.Builder, in *engine.ExecInput) {
 	s := &in.Step
 	sp, _ := p.Skill(r.sk.name)
 	fmt.Fprintf(b, "%s\n", p.Heading("current_step"))
-	fmt.Fprintf(b, "- step_id: %s\n- executor: %s\n- task_id: %s\n- stage_id: %s\n- step_intention: %s\n- text_content:\n\n%s\n\n",
-		s.StepID, s.Executor, s.TaskID, s.StageID, oneLine(s.StepIntention), strings.TrimSpace(s.TextContent))
+	fmt.Fprintf(b, "- step_id: %s\n- executor: %s\n- task_id: %s\n- stage_id: %s\n", s.StepID, s.Executor, s.TaskID, s.StageID)
+	if goal := stageGoal(in); goal != "" {
+		fmt.Fprintf(b, "- stage_goal: %s\n", indent(goal))
+	}
+	fmt.Fprintf(b, "- step_intention: %s\n- text_content:\n\n%s\n\n", oneLine(s.StepIntention), strings.TrimSpace(s.TextContent))
 	fmt.Fprintf(b, "%s\n\n%s\n", strings.TrimSpace(sp.UsePrompt.SkillPrompt), strings.TrimSpace(sp.UsePrompt.ReturnFormat))
+}
+
+// stageGoal is the agent's own goal in the step's stage (its entry in the
+// stage's agent_allocation), so every step of a stage keeps it in view, not
+// only the first planning step (spec §3.2).
+func stageGoal(in *engine.ExecInput) string {
+	if in.View == nil || in.Step.StageID == engine.NoRelative {
+		return ""
+	}
+	t, ok := in.View.Task(in.Step.TaskID)
+	if !ok {
+		return ""
+	}
+	for _, st := range t.StageList {
+		if st.StageID == in.Step.StageID {
+			return st.AgentAllocation[in.Agent.AgentID]
+		}
+	}
+	return ""
 }
 
 // stageSteps returns the agent's steps in the current step's task and stage,

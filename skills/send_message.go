@@ -41,8 +41,10 @@ func sendMessage() skill {
 }
 
 // lastBlock returns which of the tags has the complete block that closes
-// last in s ("" when none has one): the model's final word counts.
+// last in s, reasoning aside ("" when none has one): the model's final word
+// counts.
 func lastBlock(s string, tags ...string) string {
+	s = StripReasoning(s)
 	best, at := "", -1
 	for _, tag := range tags {
 		if _, ok := Block(s, tag); !ok {

@@ -51,12 +51,18 @@ func Executors(cfg Config) (map[string]engine.Executor, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	// Every prompt lists the agent's skills with their guides: render each
+	// guide once.
+	guides := map[string]string{}
+	for n, g := range cfg.Prompts.SkillGuides() {
+		guides[n] = oneLine(g)
+	}
 	out := map[string]engine.Executor{}
 	for _, sk := range all() {
 		if _, ok := cfg.Prompts.Skill(sk.name); !ok {
 			return nil, fmt.Errorf("skills: prompt set %q has no skill %q", cfg.Prompts.Lang(), sk.name)
 		}
-		out[sk.name] = &runner{cfg: cfg, sk: sk}
+		out[sk.name] = &runner{cfg: cfg, sk: sk, guides: guides}
 	}
 	for _, n := range engine.SkillNames {
 		if out[n] == nil {
@@ -80,6 +86,8 @@ func all() []skill {
 type runner struct {
 	cfg Config
 	sk  skill
+	// guides are the skills' use guides, one line each.
+	guides map[string]string
 }
 
 // Execute implements engine.Executor.
@@ -138,25 +146,26 @@ func (r *runner) Execute(ctx context.Context, in *engine.ExecInput) *engine.Outp
 	return out
 }
 
-// parse strips reasoning, runs the skill's parser and collects the optional
-// persistent-memory block.
+// parse runs the skill's parser on the raw answer (the extractors strip
+// reasoning themselves, and can then tell the model when its only block was
+// inside its reasoning) and collects the optional persistent-memory block.
 func (r *runner) parse(answer string, in *engine.ExecInput) (*engine.Output, error) {
-	clean := StripReasoning(answer)
-	out, err := r.sk.parse(clean, in)
+	out, err := r.sk.parse(answer, in)
 	if err != nil {
 		return nil, err
 	}
 	if out.Result == nil {
 		out.Result = map[string]any{}
 	}
-	if _, ok := Block(clean, "persistent_memory"); ok {
-		var ops []engine.MemoryOp
-		if err := ExtractJSON(clean, "persistent_memory", &ops); err != nil {
-			// The skill's own output is fine: keep it, say why memory was not updated.
-			out.Result["persistent_memory_error"] = err.Error()
-		} else {
-			out.Memory = ops
-		}
+	var ops []engine.MemoryOp
+	switch err := ExtractJSON(answer, "persistent_memory", &ops); {
+	case err == nil:
+		out.Memory = ops
+	case errors.Is(err, ErrNoBlock), errors.Is(err, ErrEmptyBlock):
+		// The block is optional; an empty one says nothing.
+	default:
+		// The skill's own output is fine: keep it, say why memory was not updated.
+		out.Result["persistent_memory_error"] = err.Error()
 	}
 	return out, nil
 }
@@ -183,13 +192,11 @@ func textOutput(tag, resultKey string) func(string, *engine.ExecInput) (*engine.
 // stepList parses a list of steps (planning, reflection, decision,
 // tool_decision). empty allows an empty block.
 func stepList(answer, tag string, empty bool) ([]engine.StepSpec, error) {
-	if empty {
-		if body, ok := Block(answer, tag); ok && strings.TrimSpace(body) == "" {
-			return []engine.StepSpec{}, nil
-		}
-	}
 	var steps []engine.StepSpec
 	if err := ExtractJSON(answer, tag, &steps); err != nil {
+		if empty && errors.Is(err, ErrEmptyBlock) {
+			return []engine.StepSpec{}, nil
+		}
 		return nil, err
 	}
 	for i, s := range steps {

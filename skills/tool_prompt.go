@@ -47,9 +47,11 @@ func (r *runner) writeToolStep(b *strings.Builder, in *engine.ExecInput) {
 	if r.cfg.Tools != nil {
 		guide = r.cfg.Tools.ToolGuides()[t.Executor]
 	}
-	fmt.Fprintf(b, "- step_id: %s\n- tool: %s\n- step_intention: %s\n- text_content:\n\n%s\n\n- %s: %s\n\n%s\n",
+	// spec §5.4: the tool step's intention and goal, the MCP base rules,
+	// then the tool's own description.
+	fmt.Fprintf(b, "- step_id: %s\n- tool: %s\n- step_intention: %s\n- text_content:\n\n%s\n\n%s\n\n- %s: %s\n",
 		t.StepID, t.Executor, oneLine(t.StepIntention), strings.TrimSpace(t.TextContent),
-		t.Executor, oneLine(guide), strings.TrimSpace(p.MCPBasePrompt()))
+		strings.TrimSpace(p.MCPBasePrompt()), t.Executor, oneLine(guide))
 }
 
 // toolName is the tool a tool_decision step decides on: the
@@ -118,7 +120,7 @@ func toolChain(in *engine.ExecInput, name string) []toolCall {
 		for k >= 0 && gap(steps[k]) {
 			k--
 		}
-		if k < 0 || !isTool(steps[k]) {
+		if k < 0 || !isTool(steps[k]) || stopped(steps[j]) {
 			break
 		}
 		d := steps[j]
@@ -131,6 +133,21 @@ func toolChain(in *engine.ExecInput, name string) []toolCall {
 	return chain
 }
 
+// stopped reports whether a tool_decision ended its chain (an empty list):
+// the tool use before it is a separate, finished one.
+func stopped(d engine.StepState) bool {
+	if d.ExecutionState != engine.StateFinished {
+		return false
+	}
+	switch l := d.ExecuteResult["tool_decision"].(type) {
+	case []engine.StepSpec:
+		return len(l) == 0
+	case []any:
+		return len(l) == 0
+	}
+	return false
+}
+
 func (r *runner) writeToolHistory(b *strings.Builder, in *engine.ExecInput) {
 	p := r.cfg.Prompts
 	fmt.Fprintf(b, "%s\n", p.Heading("tool_history"))
@@ -140,17 +157,19 @@ func (r *runner) writeToolHistory(b *strings.Builder, in *engine.ExecInput) {
 		fmt.Fprintf(b, "%s\n", p.Heading("no_tool_history"))
 		return
 	}
-	fmt.Fprintf(b, "- tool: %s\n- initial intention: %s\n", name, oneLine(chain[0].tool.StepIntention))
-	if t := strings.TrimSpace(chain[0].tool.TextContent); t != "" {
-		fmt.Fprintf(b, "- initial goal: %s\n", indent(truncate(t, maxTextShown)))
-	}
+	// Field-style labels, like the rest of the prompt, read the same in
+	// every language set.
+	fmt.Fprintf(b, "- tool: %s\n- initial_step_intention: %s\n", name, oneLine(chain[0].tool.StepIntention))
 	for n, c := range chain {
-		fmt.Fprintf(b, "\n#### call %d (step %s, %s)\n", n+1, c.tool.StepID, c.tool.ExecutionState)
+		fmt.Fprintf(b, "\n#### [%d] step_id %s (%s)\n", n+1, c.tool.StepID, c.tool.ExecutionState)
 		fmt.Fprintf(b, "- step_intention: %s\n", oneLine(c.tool.StepIntention))
+		if t := strings.TrimSpace(c.tool.TextContent); t != "" {
+			fmt.Fprintf(b, "- text_content: %s\n", indent(truncate(t, maxTextShown)))
+		}
 		fmt.Fprintf(b, "- instruction_content: %s\n", compactJSON(c.tool.InstructionContent, maxResultShown))
 		fmt.Fprintf(b, "- execute_result: %s\n", compactJSON(c.tool.ExecuteResult, maxResultShown))
 		if c.decision != nil {
-			fmt.Fprintf(b, "- tool_decision after it: %s\n", compactJSON(c.decision.ExecuteResult, maxResultShown))
+			fmt.Fprintf(b, "- tool_decision_result: %s\n", compactJSON(c.decision.ExecuteResult, maxResultShown))
 		}
 	}
 }
