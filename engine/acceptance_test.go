@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -35,6 +36,18 @@ func TestRetryStage(t *testing.T) {
 	}
 	if second.ExecutionState != engine.StateFinished || second.StageIntention != b.stageGoals[1] {
 		t.Errorf("second stage: %s %q", second.ExecutionState, second.StageIntention)
+	}
+}
+
+// decodeResult reads an execute_result value (plain JSON values) into out.
+func decodeResult(t *testing.T, v any, out any) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatalf("execute_result value %s: %v", b, err)
 	}
 }
 
@@ -336,7 +349,8 @@ func TestSkillTheAgentLacksIsRefused(t *testing.T) {
 	if len(plans) == 0 {
 		t.Fatal("no planning step of alice recorded")
 	}
-	rej, _ := plans[0].ExecuteResult["rejected_steps"].([]engine.Rejection)
+	var rej []engine.Rejection
+	decodeResult(t, plans[0].ExecuteResult["rejected_steps"], &rej)
 	if len(rej) != 1 || rej[0].Step.Executor != "task_manager" || !strings.Contains(rej[0].Reason, "you lack this skill") {
 		t.Errorf("rejected_steps = %+v", plans[0].ExecuteResult["rejected_steps"])
 	}

@@ -173,7 +173,7 @@ func (a *agent) popLocked() (StepState, bool) {
 		}
 		now := a.sys.now()
 		step.ExecutionState = StateRunning
-		step.StartedAt = &now
+		step.StartedAt = now
 		a.running = step.StepID
 		a.runningKey = stageKey{step.TaskID, step.StageID}
 		a.st.WorkingState = WorkingWorking
@@ -251,7 +251,7 @@ func isMessageStep(s *StepState) bool {
 func (a *agent) skipLocked(step *StepState, reason string) {
 	now := a.sys.now()
 	step.ExecutionState = StateFailed
-	step.FinishedAt = &now
+	step.FinishedAt = now
 	step.ExecuteResult = map[string]any{"error": reason, "skipped": true}
 	a.changedLocked(Event{Kind: EventStepChanged, StepID: step.StepID, TaskID: step.TaskID, StageID: step.StageID, Detail: StateFailed})
 }

@@ -48,7 +48,7 @@ func (s *System) createAgent(cfg AgentConfig) (string, error) {
 			}
 			return "", errf(ErrNotFound, "agent_config.template %q: no such template (available: %s)", name, strings.Join(names, ", "))
 		}
-		cfg = mergeConfig(tpl, cfg)
+		cfg = mergeConfig(tpl.clone(), cfg)
 	}
 	cfg.Name = strings.TrimSpace(cfg.Name)
 	cfg.Role = strings.TrimSpace(cfg.Role)

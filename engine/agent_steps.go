@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/json"
 	"slices"
 )
 
@@ -125,13 +126,15 @@ func (a *agent) finishStepLocked(id, state string, result map[string]any) (*Step
 	}
 	now := a.sys.now()
 	s.ExecutionState = state
-	s.FinishedAt = &now
-	if s.ExecuteResult == nil {
-		s.ExecuteResult = map[string]any{}
+	s.FinishedAt = now
+	merged := map[string]any{}
+	for k, v := range s.ExecuteResult {
+		merged[k] = v
 	}
 	for k, v := range result {
-		s.ExecuteResult[k] = v
+		merged[k] = v
 	}
+	s.ExecuteResult = jsonShaped(merged)
 	a.changedLocked(Event{Kind: EventStepChanged, StepID: id, TaskID: s.TaskID, StageID: s.StageID, Detail: state})
 	if s.TaskID == a.sys.baseTaskID {
 		a.pruneBaseLocked()
@@ -146,8 +149,8 @@ func (a *agent) finishStepLocked(id, state string, result map[string]any) (*Step
 // are dropped instead, keeping memory and each step's work bounded.
 const baseHistory = 100
 
-// pruneBaseLocked drops the oldest finished steps of the base task beyond
-// baseHistory.
+// pruneBaseLocked drops the oldest finished steps of the base task, keeping
+// baseHistory of them.
 func (a *agent) pruneBaseLocked() {
 	done := 0
 	for i := range a.st.AgentStep.StepList {
@@ -156,10 +159,11 @@ func (a *agent) pruneBaseLocked() {
 			done++
 		}
 	}
-	excess := done - baseHistory
-	if excess <= 0 {
+	// In batches: prune only past twice the limit, down to the limit.
+	if done <= 2*baseHistory {
 		return
 	}
+	excess := done - baseHistory
 	dropped := map[string]bool{}
 	a.removeStepsLocked(func(s *StepState) bool {
 		if excess > 0 && s.TaskID == a.sys.baseTaskID && (s.ExecutionState == StateFinished || s.ExecutionState == StateFailed) {
@@ -172,4 +176,20 @@ func (a *agent) pruneBaseLocked() {
 	for stage, ids := range a.st.WorkingMemory[a.sys.baseTaskID] {
 		a.st.WorkingMemory[a.sys.baseTaskID][stage] = slices.DeleteFunc(ids, func(id string) bool { return dropped[id] })
 	}
+}
+
+// jsonShaped returns m as it reads after a JSON round trip: only maps,
+// slices, strings, float64s, bools and nils. Results are stored that way so
+// that snapshots can deep-copy them structurally, and so that they look the
+// same before and after the durable store.
+func jsonShaped(m map[string]any) map[string]any {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return map[string]any{"error": "execute_result is not JSON: " + err.Error()}
+	}
+	var out map[string]any
+	if err := json.Unmarshal(b, &out); err != nil {
+		return map[string]any{"error": "execute_result is not JSON: " + err.Error()}
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -169,7 +170,7 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 		if len(tools) == 0 {
 			b.WriteString("(none configured)\n")
 		}
-		res.Data = map[string]any{"skills": s.cfg.SkillGuides, "tools": tools}
+		res.Data = map[string]any{"skills": maps.Clone(s.cfg.SkillGuides), "tools": tools}
 	case "":
 		return nil, errf(ErrInvalid, "type: is empty; one of %s", strings.Join(QueryTypes, ", "))
 	default:

@@ -32,8 +32,11 @@ type ExecInput struct {
 
 // View gives executors read-only snapshots of tasks and agents.
 type View interface {
-	// Task returns a snapshot of a task.
+	// Task returns a snapshot of a task (its whole logs included: prefer
+	// Stage where a stage is enough).
 	Task(taskID string) (TaskState, bool)
+	// Stage returns a snapshot of one stage of a task.
+	Stage(taskID, stageID string) (StageState, bool)
 	// AgentBrief returns an agent's public profile.
 	AgentBrief(agentID string) (AgentBrief, bool)
 }

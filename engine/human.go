@@ -59,6 +59,13 @@ func (s *System) CheckOperatorPassword(agentID, password string) bool {
 // notifies the operator where the spec asks (§7.3).
 func (a *agent) receiveHuman(m Message) {
 	data := a.sys.senderData(m)
+	// The finish notice names the task: read it before taking our mutex.
+	var ended TaskState
+	if m.Instruction != nil && m.Instruction.FinishTask != nil {
+		if t, ok := a.sys.task(m.Instruction.FinishTask.TaskID); ok {
+			ended = t.brief()
+		}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	pool := a.st.ConversationPool
@@ -78,7 +85,7 @@ func (a *agent) receiveHuman(m Message) {
 			}
 		case in.FinishTask != nil:
 			id := in.FinishTask.TaskID
-			notify("human_task_finished", map[string]any{"TaskID": id, "TaskName": id, "State": "", "Summary": m.Message})
+			notify("human_task_finished", map[string]any{"TaskID": id, "TaskName": ended.TaskName, "State": ended.ExecutionState, "Summary": ended.TaskSummary})
 			a.removeStepsLocked(func(s *StepState) bool { return s.TaskID == id })
 			delete(a.st.WorkingMemory, id)
 			for peer, msgs := range pool.ConversationPrivates {

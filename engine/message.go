@@ -36,11 +36,32 @@ func (m *Message) clone() Message {
 	c := *m
 	c.Receiver = slices.Clone(m.Receiver)
 	c.Waiting = slices.Clone(m.Waiting)
-	if m.Instruction != nil {
-		in := *m.Instruction
-		c.Instruction = &in
-	}
+	c.Instruction = m.Instruction.clone()
 	return c
+}
+
+// clone deep-copies an instruction (nil stays nil).
+func (in *Instruction) clone() *Instruction {
+	if in == nil {
+		return nil
+	}
+	return &Instruction{
+		StartTask:           clonePtr(in.StartTask),
+		StartStage:          clonePtr(in.StartStage),
+		FinishStage:         clonePtr(in.FinishStage),
+		FinishTask:          clonePtr(in.FinishTask),
+		UpdateWorkingMemory: clonePtr(in.UpdateWorkingMemory),
+		AddToolDecision:     clonePtr(in.AddToolDecision),
+	}
+}
+
+// clonePtr copies the value behind a pointer to a flat struct.
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	return &c
 }
 
 // waitingIDFor returns the waiting ID the message holds for receiver, if any.

@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 
 	"github.com/mas-mcp/mas-mcp/llm"
 )
@@ -159,6 +161,21 @@ type AgentConfig struct {
 	LLMConfig *LLMConfig `json:"llm_config,omitempty"`
 }
 
+// clone deep-copies the configuration.
+func (c AgentConfig) clone() AgentConfig {
+	c.Skills = slices.Clone(c.Skills)
+	c.Tools = slices.Clone(c.Tools)
+	if c.LLMConfig != nil {
+		l := *c.LLMConfig
+		if l.Temperature != nil {
+			t := *l.Temperature
+			l.Temperature = &t
+		}
+		c.LLMConfig = &l
+	}
+	return c
+}
+
 // Ask-info query types (spec §2.5, §3.11).
 const (
 	QueryManagedTaskAndStageInfo  = "managed_task_and_stage_info"
@@ -196,6 +213,10 @@ type StringList []string
 
 // UnmarshalJSON accepts ["a", "b"], "a" and null.
 func (l *StringList) UnmarshalJSON(b []byte) error {
+	if string(bytes.TrimSpace(b)) == "null" {
+		*l = nil
+		return nil
+	}
 	var one string
 	if err := json.Unmarshal(b, &one); err == nil {
 		*l = StringList{one}

@@ -64,6 +64,9 @@ func (s *System) checkPlan(ag *AgentState, skill string, specs []StepSpec) ([]St
 				reject(sp, "executor %q: not one of your tools (%s)", sp.Executor, strings.Join(ag.Tools, ", "))
 				continue
 			}
+		case "":
+			reject(sp, "executor %q: neither a skill nor one of your tools (%s), and type is empty", sp.Executor, strings.Join(ag.Tools, ", "))
+			continue
 		default:
 			reject(sp, "type %q: must be %q or %q", sp.Type, StepSkill, StepTool)
 			continue

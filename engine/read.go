@@ -9,6 +9,15 @@ func (s *System) Task(id string) (TaskState, bool) {
 	return t.snapshot(), true
 }
 
+// Stage returns a snapshot of one stage of a task.
+func (s *System) Stage(taskID, stageID string) (StageState, bool) {
+	t, ok := s.task(taskID)
+	if !ok {
+		return StageState{}, false
+	}
+	return t.stageOf(stageID)
+}
+
 // Tasks returns snapshots of every task, in creation order.
 func (s *System) Tasks() []TaskState {
 	ts := s.allTasks()

@@ -56,7 +56,12 @@ func (s *System) sendFromAgent(a *agent, step *StepState, om *OutgoingMessage) (
 	if !ok {
 		return Message{}, "", errf(ErrNotFound, "task_id %q: no such task", step.TaskID)
 	}
-	receivers, err := s.checkReceivers(t, a.id, om.Receiver)
+	asked := []string(om.Receiver)
+	if len(asked) == 0 && step.ReplyTo != "" {
+		// A reply names its receiver by itself.
+		asked = []string{step.ReplyTo}
+	}
+	receivers, err := s.checkReceivers(t, a.id, asked)
 	if err != nil {
 		return Message{}, "", err
 	}

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/json"
 	"maps"
 	"slices"
 	"time"
@@ -82,11 +81,11 @@ type TaskState struct {
 	Base bool `json:"base,omitempty"`
 	// Operator is the HumanAgent the task reports to (the one who handed it
 	// over, or the base task's operator).
-	Operator  string     `json:"operator,omitempty"`
-	Usage     llm.Usage  `json:"usage"`
-	CreatedAt time.Time  `json:"created_at"`
-	UpdatedAt time.Time  `json:"updated_at"`
-	EndedAt   *time.Time `json:"ended_at,omitempty"`
+	Operator  string    `json:"operator,omitempty"`
+	Usage     llm.Usage `json:"usage"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	EndedAt   time.Time `json:"ended_at,omitzero"`
 }
 
 // SharedInfo is one entry of a task's shared info pool (spec §2.1).
@@ -114,9 +113,9 @@ type StageState struct {
 	// Fields beyond the spec.
 
 	// RetryOf is the stage this one retries (spec §2.2.2).
-	RetryOf   string     `json:"retry_of,omitempty"`
-	StartedAt *time.Time `json:"started_at,omitempty"`
-	EndedAt   *time.Time `json:"ended_at,omitempty"`
+	RetryOf   string    `json:"retry_of,omitempty"`
+	StartedAt time.Time `json:"started_at,omitzero"`
+	EndedAt   time.Time `json:"ended_at,omitzero"`
 }
 
 // StepState is one step of an agent (spec §1.1 "Step State", §2.4).
@@ -150,10 +149,10 @@ type StepState struct {
 	ReplyTo         string `json:"reply_to,omitempty"`
 	ReturnWaitingID string `json:"return_waiting_id,omitempty"`
 	// Usage is what the step's LLM calls cost.
-	Usage      llm.Usage  `json:"usage"`
-	CreatedAt  time.Time  `json:"created_at"`
-	StartedAt  *time.Time `json:"started_at,omitempty"`
-	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	Usage      llm.Usage `json:"usage"`
+	CreatedAt  time.Time `json:"created_at"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
 }
 
 // AgentStep is an agent's step list and the todo order of pending steps
@@ -273,6 +272,7 @@ func (a *AgentState) clone() AgentState {
 	c := *a
 	if a.LLMConfig != nil {
 		l := *a.LLMConfig
+		l.Temperature = clonePtr(l.Temperature)
 		c.LLMConfig = &l
 	}
 	if a.HumanConfig != nil {
@@ -336,10 +336,8 @@ func cloneMessages(ms []Message) []Message {
 	return out
 }
 
-// cloneJSONMap deep-copies a JSON-shaped map (values are JSON types or
-// values that marshal to JSON). Step results are written once and then only
-// replaced, so a JSON round trip is not needed: nested maps and slices are
-// copied structurally.
+// cloneJSONMap deep-copies a JSON-shaped map (maps, slices and scalars, as
+// execute_result and instruction_content always are).
 func cloneJSONMap(m map[string]any) map[string]any {
 	if m == nil {
 		return nil
@@ -361,10 +359,6 @@ func cloneJSONValue(v any) any {
 			out[i] = cloneJSONValue(x[i])
 		}
 		return out
-	case []string:
-		return slices.Clone(x)
-	case json.RawMessage:
-		return slices.Clone(x)
 	default:
 		return v
 	}

@@ -186,6 +186,11 @@ func (s *System) keepMoving(a *agent, step *StepState, failure error) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if _, open := a.st.WorkingMemory[step.TaskID][step.StageID]; !open {
+		// The stage ended (finish_stage, finish_task or retry_stage cleaned
+		// it) between the check above and this lock.
+		return
+	}
 	if a.pendingInLocked(step.TaskID, step.StageID) || a.waitsInLocked(step.TaskID, step.StageID) {
 		return
 	}

@@ -202,7 +202,7 @@ func (s *System) Start() error {
 			ExecutionState:    StateRunning,
 			EveryAgentState:   map[string]string{mgr: AgentIdle},
 			CompletionSummary: map[string]string{},
-			StartedAt:         &now,
+			StartedAt:         now,
 		}},
 		SharedInfoPool:         []SharedInfo{},
 		CommunicationQueue:     []Message{},
@@ -331,8 +331,14 @@ func (s *System) template(name string) (AgentConfig, bool) {
 	return s.cfg.Templates[i], true
 }
 
-// Templates returns the agent templates (available_agents_config).
-func (s *System) Templates() []AgentConfig { return slices.Clone(s.cfg.Templates) }
+// Templates returns copies of the agent templates (available_agents_config).
+func (s *System) Templates() []AgentConfig {
+	out := make([]AgentConfig, len(s.cfg.Templates))
+	for i, t := range s.cfg.Templates {
+		out[i] = t.clone()
+	}
+	return out
+}
 
 // go starts a goroutine tracked by Close.
 func (s *System) goTracked(f func()) {

@@ -35,6 +35,15 @@ func (t *task) changedLocked(ev Event) {
 	t.sys.bus.publish(ev)
 }
 
+// brief is the task without its lists and logs.
+func (t *task) brief() TaskState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.st
+	b.TaskGroup, b.SharedInfoPool, b.CommunicationQueue, b.SharedConversationPool, b.StageList = nil, nil, nil, nil, nil
+	return b
+}
+
 func (t *task) snapshot() TaskState {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -71,9 +80,11 @@ func (t *task) inGroupLocked(agentID string) bool { return slices.Contains(t.st.
 // entries only. Other tasks keep everything until they end.
 const baseLogLimit = 1000
 
-// trimBase drops the oldest entries beyond baseLogLimit.
+// trimBase drops the oldest entries once there are twice baseLogLimit,
+// keeping the newest baseLogLimit: trimming in batches keeps an append
+// amortised O(1).
 func trimBase[T any](l []T) []T {
-	if len(l) <= baseLogLimit {
+	if len(l) <= 2*baseLogLimit {
 		return l
 	}
 	return slices.Clone(l[len(l)-baseLogLimit:])
@@ -196,7 +207,7 @@ func (t *task) startNextStageLocked() []Message {
 func (t *task) startStageLocked(st *StageState) []Message {
 	now := t.sys.now()
 	st.ExecutionState = StateRunning
-	st.StartedAt = &now
+	st.StartedAt = now
 	if t.st.ExecutionState == StateInit {
 		t.st.ExecutionState = StateRunning
 	}
@@ -218,7 +229,7 @@ func (t *task) startStageLocked(st *StageState) []Message {
 func (t *task) endStageLocked(st *StageState, state string) []Message {
 	now := t.sys.now()
 	st.ExecutionState = state
-	st.EndedAt = &now
+	st.EndedAt = now
 	receivers := sortedKeys(st.AgentAllocation)
 	if !slices.Contains(receivers, t.st.TaskManager) {
 		receivers = append(receivers, t.st.TaskManager)
@@ -263,11 +274,11 @@ func (t *task) endTaskLocked(state, summary string) []Message {
 		if done != "" && state == StateFinished {
 			rs.ExecutionState = StateFinished
 		}
-		rs.EndedAt = &now
+		rs.EndedAt = now
 	}
 	t.st.ExecutionState = state
 	t.st.TaskSummary = summary
-	t.st.EndedAt = &now
+	t.st.EndedAt = now
 	var out []Message
 	for _, id := range t.st.TaskGroup {
 		text := t.sys.text("task_finished_notice", map[string]any{

@@ -251,8 +251,10 @@ func (s *System) finishStage(t *task, actorID string, human bool, stageID string
 		result["next_stage"] = nil
 	}
 	t.mu.Unlock()
-	s.releaseWaits(func(w Wait) bool { return w.TaskID == t.st.TaskID && w.StageID == stageID })
+	// The stage's steps go first, then the waits on it: a released agent
+	// must not start a step of the ended stage.
 	s.deliver(msgs...)
+	s.releaseWaits(func(w Wait) bool { return w.TaskID == t.st.TaskID && w.StageID == stageID })
 	return result, nil
 }
 
@@ -289,6 +291,9 @@ func (s *System) retryStage(t *task, actorID string, human bool, ti TaskInstruct
 	case old.ExecutionState == StateInit:
 		t.mu.Unlock()
 		return nil, errf(ErrInvalid, "old_stage_id %q: has not run yet", ti.OldStageID)
+	case running == nil && slices.ContainsFunc(t.st.StageList[at+1:], func(st StageState) bool { return st.ExecutionState != StateInit }):
+		t.mu.Unlock()
+		return nil, errf(ErrInvalid, "old_stage_id %q: a later stage has run since; only the running stage (or the last ended one) can be retried", ti.OldStageID)
 	}
 	// 1. the new stage, right after the old one; its agents join the group.
 	ns := newStage(t.st.TaskID, strings.TrimSpace(ti.NewStageIntention), ti.NewAgentAllocation)
@@ -309,8 +314,8 @@ func (s *System) retryStage(t *task, actorID string, human bool, ti TaskInstruct
 	// 3. the new stage starts.
 	msgs = append(msgs, t.startStageLocked(&t.st.StageList[at+1])...)
 	t.mu.Unlock()
-	s.releaseWaits(func(w Wait) bool { return w.TaskID == t.st.TaskID && w.StageID == ti.OldStageID })
 	s.deliver(msgs...)
+	s.releaseWaits(func(w Wait) bool { return w.TaskID == t.st.TaskID && w.StageID == ti.OldStageID })
 	return map[string]any{"task_id": t.st.TaskID, "failed_stage": ti.OldStageID, "new_stage": ns.StageID}, nil
 }
 
@@ -334,8 +339,8 @@ func (s *System) endTask(t *task, actorID string, human bool, state, summary str
 	msgs := t.endTaskLocked(state, strings.TrimSpace(summary))
 	id := t.st.TaskID
 	t.mu.Unlock()
-	s.releaseWaits(func(w Wait) bool { return w.TaskID == id })
 	s.deliver(msgs...)
+	s.releaseWaits(func(w Wait) bool { return w.TaskID == id })
 	s.log.Info("task ended", "task", id, "state", state, "by", actorID)
 	return map[string]any{"task_id": id, "execution_state": state}, nil
 }

@@ -110,16 +110,11 @@ func stageGoal(in *engine.ExecInput) string {
 	if in.View == nil || in.Step.StageID == engine.NoRelative {
 		return ""
 	}
-	t, ok := in.View.Task(in.Step.TaskID)
+	st, ok := in.View.Stage(in.Step.TaskID, in.Step.StageID)
 	if !ok {
 		return ""
 	}
-	for _, st := range t.StageList {
-		if st.StageID == in.Step.StageID {
-			return st.AgentAllocation[in.Agent.AgentID]
-		}
-	}
-	return ""
+	return st.AgentAllocation[in.Agent.AgentID]
 }
 
 // stageSteps returns the agent's steps in the current step's task and stage,

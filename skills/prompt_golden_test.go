@@ -97,8 +97,7 @@ func mkStep(id, stage, typ, executor, state, intention, text string) engine.Step
 		TextContent: text, CreatedAt: t0,
 	}
 	if state != engine.StateInit {
-		started := t0.Add(time.Minute)
-		s.StartedAt = &started
+		s.StartedAt = t0.Add(time.Minute)
 	}
 	return s
 }
@@ -286,6 +285,19 @@ func (v fixtureView) Task(id string) (engine.TaskState, bool) {
 		TaskID: "task-1", StageID: "stage-1", StageIntention: "Collect sources",
 		AgentAllocation: map[string]string{testAgent().AgentID: v.goal, "agent-2": "Write the report."},
 	}}}, true
+}
+
+func (v fixtureView) Stage(taskID, stageID string) (engine.StageState, bool) {
+	t, ok := v.Task(taskID)
+	if !ok {
+		return engine.StageState{}, false
+	}
+	for _, st := range t.StageList {
+		if st.StageID == stageID {
+			return st, true
+		}
+	}
+	return engine.StageState{}, false
 }
 
 func (fixtureView) AgentBrief(string) (engine.AgentBrief, bool) { return engine.AgentBrief{}, false }

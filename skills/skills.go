@@ -213,6 +213,30 @@ func stepList(answer, tag string, empty bool) ([]engine.StepSpec, error) {
 // errorf builds a parse error (shown to the model in the repair round).
 func errorf(format string, a ...any) error { return fmt.Errorf(format, a...) }
 
+// templateLLM reads a template's llm_config (model, temperature,
+// max_tokens); nil when it sets none.
+func templateLLM(m map[string]any) *engine.LLMConfig {
+	var c engine.LLMConfig
+	if v, ok := m["model"].(string); ok {
+		c.Model = v
+	}
+	switch v := m["temperature"].(type) {
+	case float64:
+		f := float32(v)
+		c.Temperature = &f
+	case int:
+		f := float32(v)
+		c.Temperature = &f
+	}
+	if v, ok := m["max_tokens"].(int); ok {
+		c.MaxTokens = v
+	}
+	if c == (engine.LLMConfig{}) {
+		return nil
+	}
+	return &c
+}
+
 // Templates converts the prompt set's agent templates for the engine.
 func Templates(set *prompts.Set) []engine.AgentConfig {
 	var out []engine.AgentConfig
@@ -221,9 +245,7 @@ func Templates(set *prompts.Set) []engine.AgentConfig {
 			Template: t.Name, Name: t.Name, Role: t.Role, Profile: t.Profile,
 			Skills: t.Skills, Tools: t.Tools,
 		}
-		if m, ok := t.LLMConfig["model"].(string); ok && m != "" {
-			c.LLMConfig = &engine.LLMConfig{Model: m}
-		}
+		c.LLMConfig = templateLLM(t.LLMConfig)
 		out = append(out, c)
 	}
 	return out

@@ -551,3 +551,20 @@ func TestExecutorsConcurrent(t *testing.T) {
 		t.Errorf("got %d calls, want %d (one per execution)", got, want)
 	}
 }
+
+func TestTemplateLLM(t *testing.T) {
+	temp := float32(0.5)
+	for _, tc := range []struct {
+		in   map[string]any
+		want *engine.LLMConfig
+	}{
+		{nil, nil},
+		{map[string]any{}, nil},
+		{map[string]any{"model": "m"}, &engine.LLMConfig{Model: "m"}},
+		{map[string]any{"temperature": 0.5, "max_tokens": 100}, &engine.LLMConfig{Temperature: &temp, MaxTokens: 100}},
+	} {
+		if diff := cmp.Diff(tc.want, templateLLM(tc.in)); diff != "" {
+			t.Errorf("templateLLM(%v) mismatch (-want +got):\n%s", tc.in, diff)
+		}
+	}
+}

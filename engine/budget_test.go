@@ -1,0 +1,366 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// stageRun is one worker allocated alone to a fresh stage.
+type stageRun struct {
+	b           *testbed
+	w           string
+	task, stage string
+}
+
+// startStage creates worker w (scripts must be set before: its planning
+// starts at once) and runs a one-stage task allocated to it.
+func startStage(b *testbed) *stageRun {
+	r := &stageRun{b: b}
+	r.w = b.newAgent("w")
+	r.task = b.newTask("budget", r.w)
+	r.stage = b.addStages(r.task, StageSpec{StageIntention: "work", AgentAllocation: map[string]string{r.w: "the goal"}})[0]
+	return r
+}
+
+// waitComplete waits until the manager was told that the stage completed.
+func (r *stageRun) waitComplete() {
+	r.b.t.Helper()
+	r.b.waitFor("the manager's stage-complete notice", func() bool {
+		return anyContains(notices(r.b, r.b.mgr(), r.task), "have submitted their completion summaries")
+	})
+	r.b.settle()
+}
+
+// executions lists the worker's executed skills (with the step text).
+func (r *stageRun) executions() []string {
+	var out []string
+	for _, c := range r.b.sc.callsOf("w", "") {
+		out = append(out, c.Skill+":"+c.Text)
+	}
+	return out
+}
+
+func (r *stageRun) stepsOf(exec string) []StepState {
+	return r.b.steps(r.w, func(s StepState) bool { return s.Executor == exec && s.StageID == r.stage })
+}
+
+func plan(specs ...StepSpec) handler {
+	return func(context.Context, *ExecInput) *Output { return &Output{AddSteps: specs} }
+}
+
+func TestStepBudgetLeadsToSummary(t *testing.T) {
+	b := newTestbed(t, func(c *Config) { c.StageStepBudget = 3 })
+	b.sc.onAgent("w", SkillPlanning, plan(spec(SkillThink, "t1"), spec(SkillThink, "t2"), spec(SkillThink, "t3"), spec(SkillThink, "t4")))
+	r := startStage(b)
+	r.waitComplete()
+
+	planText := r.b.sc.callsOf("w", SkillPlanning)[0].Text
+	want := []string{SkillPlanning + ":" + planText, "think:t1", "think:t2", "summary:" + r.stepsOf(SkillSummary)[0].TextContent}
+	if diff := cmp.Diff(want, r.executions()); diff != "" {
+		t.Errorf("executions mismatch (-want +got):\n%s", diff)
+	}
+	var skipped []string
+	for _, s := range b.agent(r.w).AgentStep.StepList {
+		if s.ExecuteResult["skipped"] == true {
+			label := s.Executor
+			if s.Executor == SkillThink {
+				label += ":" + s.TextContent
+			}
+			skipped = append(skipped, label)
+			if s.ExecutionState != StateFailed || !strings.Contains(s.ExecuteResult["error"].(string), "step budget of this stage (3 steps)") {
+				t.Errorf("skipped step %+v, want failed with the budget reason", s)
+			}
+		}
+	}
+	if diff := cmp.Diff([]string{"think:t3", "think:t4", SkillReflection}, skipped); diff != "" {
+		t.Errorf("skipped steps mismatch (-want +got):\n%s", diff)
+	}
+	sum := r.stepsOf(SkillSummary)
+	if len(sum) != 1 || sum[0].ExecutionState != StateFinished || !strings.Contains(sum[0].TextContent, "step budget") {
+		t.Errorf("summary steps %+v, want one finished, saying why", sum)
+	}
+	if st := b.stage(r.task, r.stage); st.EveryAgentState[r.w] != AgentFinished || st.CompletionSummary[r.w] != "done by w" {
+		t.Errorf("stage %v %v, want w finished", st.EveryAgentState, st.CompletionSummary)
+	}
+}
+
+func TestReflectionBudgetLeadsToSummary(t *testing.T) {
+	b := newTestbed(t, func(c *Config) { c.StageReflectionBudget = 2 })
+	b.sc.onAgent("w", SkillPlanning, plan())
+	b.sc.onAgent("w", SkillReflection, plan(spec(SkillThink, "more")))
+	r := startStage(b)
+	r.waitComplete()
+
+	if got := len(b.sc.callsOf("w", SkillReflection)); got != 2 {
+		t.Errorf("reflection executor called %d times, want 2", got)
+	}
+	if got := len(b.sc.callsOf("w", SkillThink)); got != 2 {
+		t.Errorf("think executor called %d times, want 2", got)
+	}
+	refl := r.stepsOf(SkillReflection)
+	if len(refl) != 3 {
+		t.Fatalf("reflection steps = %d, want 3", len(refl))
+	}
+	last := refl[2]
+	if last.ExecutionState != StateFailed || last.ExecuteResult["skipped"] != true || !strings.Contains(last.ExecuteResult["error"].(string), "reflection budget of this stage (2 reflections)") {
+		t.Errorf("third reflection %+v, want skipped for the reflection budget", last)
+	}
+	sum := r.stepsOf(SkillSummary)
+	if len(sum) != 1 || sum[0].ExecutionState != StateFinished || !strings.Contains(sum[0].TextContent, "reflection budget") {
+		t.Errorf("summary steps %+v, want one finished, saying why", sum)
+	}
+}
+
+func TestFailedPlanningLeadsToReflection(t *testing.T) {
+	b := newTestbed(t, nil)
+	b.sc.onAgent("w", SkillPlanning, func(context.Context, *ExecInput) *Output {
+		return &Output{Err: errors.New("the model answered nonsense")}
+	})
+	r := startStage(b)
+	r.waitComplete()
+
+	p := r.stepsOf(SkillPlanning)
+	if len(p) != 1 || p[0].ExecutionState != StateFailed || p[0].ExecuteResult["error"] != "the model answered nonsense" {
+		t.Fatalf("planning steps %+v, want one failed with the reason", p)
+	}
+	refl := r.stepsOf(SkillReflection)
+	if len(refl) != 1 || !strings.Contains(refl[0].TextContent, "planning) failed: the model answered nonsense") {
+		t.Fatalf("reflection steps %+v, want one naming the failure", refl)
+	}
+	if st := b.stage(r.task, r.stage); st.EveryAgentState[r.w] != AgentFinished {
+		t.Errorf("w is %s in the stage, want finished", st.EveryAgentState[r.w])
+	}
+	var infos []string
+	for _, si := range b.task(r.task).SharedInfoPool {
+		if si.AgentID == r.w {
+			infos = append(infos, si.Content)
+		}
+	}
+	if len(infos) == 0 || infos[0] != "planning step failed: the model answered nonsense" {
+		t.Errorf("shared info %q, want the failure reported first", infos)
+	}
+}
+
+func TestSummaryThatKeepsFailing(t *testing.T) {
+	b := newTestbed(t, nil)
+	b.sc.onAgent("w", SkillSummary, func(context.Context, *ExecInput) *Output {
+		return &Output{Err: errors.New("no summary block")}
+	})
+	r := startStage(b)
+	r.waitComplete()
+
+	if got := len(b.sc.callsOf("w", SkillSummary)); got != 2 {
+		t.Errorf("summary executor called %d times, want SummaryAttempts = 2", got)
+	}
+	for _, s := range r.stepsOf(SkillSummary) {
+		if s.ExecutionState != StateFailed {
+			t.Errorf("summary step %s, want failed", s.ExecutionState)
+		}
+	}
+	st := b.stage(r.task, r.stage)
+	if st.EveryAgentState[r.w] != AgentFailed {
+		t.Errorf("w is %q in the stage, want failed", st.EveryAgentState[r.w])
+	}
+	if c := st.CompletionSummary[r.w]; !strings.Contains(c, "summary step kept failing") || !strings.Contains(c, "no summary block") {
+		t.Errorf("completion summary %q, want the summary_failed text with the reason", c)
+	}
+	if st.ExecutionState != StateRunning {
+		t.Errorf("stage is %s, want running until the manager judges it", st.ExecutionState)
+	}
+	if a := b.agent(r.w); len(a.AgentStep.TodoList) != 0 {
+		t.Errorf("w still has %d pending steps", len(a.AgentStep.TodoList))
+	}
+}
+
+func TestMessageStepsRunPastTheBudget(t *testing.T) {
+	b := newTestbed(t, func(c *Config) { c.StageStepBudget = 2 })
+	inThink, release := make(chan struct{}), make(chan struct{})
+	b.sc.onAgent("w", SkillPlanning, plan(spec(SkillThink, "t1"), spec(SkillThink, "t2"), spec(SkillThink, "t3")))
+	b.sc.onText("t1", func(ctx context.Context, _ *ExecInput) *Output {
+		close(inThink)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return &Output{}
+	})
+	r := startStage(b)
+	waitChan(t, inThink, "the first think step")
+	for _, hm := range []HumanMessage{
+		{TaskID: r.task, Receiver: []string{r.w}, Content: "for your information", StageRelative: r.stage},
+		{TaskID: r.task, Receiver: []string{r.w}, Content: "please answer", StageRelative: r.stage, NeedReply: true},
+	} {
+		if _, err := b.sys.HumanSend(b.op(), hm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(release)
+	r.waitComplete()
+
+	var got []string
+	for _, c := range b.sc.callsOf("w", "") {
+		got = append(got, c.Skill)
+	}
+	want := []string{SkillPlanning, SkillThink, SkillProcessMessage, SkillSendMessage, SkillSummary}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("executions mismatch (-want +got):\n%s", diff)
+	}
+	for _, exec := range []string{SkillProcessMessage, SkillSendMessage} {
+		if s := r.stepsOf(exec); len(s) != 1 || s[0].ExecutionState != StateFinished {
+			t.Errorf("%s steps %+v, want one finished past the budget", exec, s)
+		}
+	}
+}
+
+func TestBaseTaskHasNoBudget(t *testing.T) {
+	b := newTestbed(t, func(c *Config) { c.StageStepBudget = 1 })
+	mgr := b.mgr()
+	ids := b.inject(mgr, b.sys.BaseTaskID(), b.sys.BaseStageID(), false,
+		spec(SkillThink, "b1"), spec(SkillThink, "b2"), spec(SkillThink, "b3"))
+	b.waitFor("the base steps", func() bool { return b.stepDone(mgr, ids[2]) })
+	b.settle()
+	for _, id := range ids {
+		if s, _ := b.step(mgr, id); s.ExecutionState != StateFinished {
+			t.Errorf("base step %s is %s, want finished", s.TextContent, s.ExecutionState)
+		}
+	}
+	if got := b.steps(mgr, func(s StepState) bool { return s.Executor == SkillSummary || s.Executor == SkillReflection }); len(got) != 0 {
+		t.Errorf("the base task got %d guard steps, want none", len(got))
+	}
+}
+
+func TestBaseTaskHistoryIsBounded(t *testing.T) {
+	b := newTestbed(t, nil)
+	w := b.newAgent("w")
+	base, baseStage := b.sys.BaseTaskID(), b.sys.BaseStageID()
+	b.join(base, w)
+	var specs []StepSpec
+	const steps = 2*baseHistory + 5 // pruned once, in a batch, at 2*baseHistory+1
+	for i := range steps {
+		specs = append(specs, spec(SkillThink, fmt.Sprint("b", i)))
+	}
+	ids := b.inject(w, base, baseStage, false, specs...)
+	b.waitFor("the base steps", func() bool { return b.stepDone(w, ids[len(ids)-1]) })
+	b.settle()
+	a := b.agent(w)
+	kept := baseHistory + 4
+	if diff := cmp.Diff(ids[steps-kept:], stepIDsOf(a)); diff != "" {
+		t.Errorf("kept steps mismatch (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(ids[steps-kept:], a.WorkingMemory[base][baseStage]); diff != "" {
+		t.Errorf("working memory mismatch (-want +got):\n%s", diff)
+	}
+
+	bt, _ := b.sys.task(base)
+	const entries = 2*baseLogLimit + 5
+	for i := range entries {
+		bt.record(Message{TaskID: base, MessageID: fmt.Sprint("m", i)})
+		bt.report(stepReport{StageID: baseStage, AgentID: w, SharedInfo: fmt.Sprint("i", i)})
+	}
+	ts := b.task(base)
+	pool, info := ts.SharedConversationPool, ts.SharedInfoPool
+	// Trimmed in batches: between baseLogLimit and 2*baseLogLimit entries,
+	// the newest last and in order.
+	if len(pool) < baseLogLimit || len(pool) > 2*baseLogLimit {
+		t.Errorf("conversation pool has %d entries, want %d to %d", len(pool), baseLogLimit, 2*baseLogLimit)
+	}
+	if len(info) < baseLogLimit || len(info) > 2*baseLogLimit {
+		t.Errorf("shared info pool has %d entries, want %d to %d", len(info), baseLogLimit, 2*baseLogLimit)
+	}
+	for i := 1; i <= baseLogLimit; i++ {
+		if got, want := pool[len(pool)-i].MessageID, fmt.Sprint("m", entries-i); got != want {
+			t.Fatalf("conversation pool entry -%d = %s, want %s", i, got, want)
+		}
+		if got, want := info[len(info)-i].Content, fmt.Sprint("i", entries-i); got != want {
+			t.Fatalf("shared info entry -%d = %s, want %s", i, got, want)
+		}
+	}
+}
+
+// hookStore calls hook on every task write (under the task's mutex).
+type hookStore struct {
+	*MemoryStore
+	mu   sync.Mutex
+	hook func(*TaskState)
+}
+
+func (h *hookStore) PutTask(ctx context.Context, t *TaskState) error {
+	h.mu.Lock()
+	hook := h.hook
+	h.mu.Unlock()
+	if hook != nil {
+		hook(t)
+	}
+	return h.MemoryStore.PutTask(ctx, t)
+}
+
+// blockedIn reports whether some goroutine is blocked acquiring a mutex
+// inside fn.
+func blockedIn(fn string) bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, fn) && strings.Contains(g, "sync.(*Mutex).Lock") {
+			return true
+		}
+	}
+	return false
+}
+
+// The progress guard reads the stage's state, then takes the agent's mutex
+// to add a reflection. This test stops the agent between the two and ends
+// the stage there, exactly as a concurrent finish_stage can.
+func TestProgressGuardRacesWithTheEndOfTheStage(t *testing.T) {
+	store := &hookStore{MemoryStore: NewMemoryStore()}
+	b := newTestbed(t, func(c *Config) { c.Store = store })
+	alice := b.newAgent("alice")
+	a, _ := b.sys.agent(alice)
+	task := b.newTask("race", alice)
+	b.settle()
+	held := make(chan struct{})
+	var once sync.Once
+	store.mu.Lock()
+	store.hook = func(ts *TaskState) {
+		pool := ts.SharedInfoPool
+		if len(pool) > 0 && pool[len(pool)-1].AgentID == alice && pool[len(pool)-1].Content == "planning step finished" {
+			once.Do(func() {
+				a.mu.Lock() // released by the test below
+				close(held)
+			})
+		}
+	}
+	store.mu.Unlock()
+	b.sc.onAgent("alice", SkillPlanning, func(context.Context, *ExecInput) *Output { return &Output{} })
+	stage := b.addStages(task, StageSpec{StageIntention: "s", AgentAllocation: map[string]string{alice: "g"}})[0]
+
+	waitChan(t, held, "alice's planning report")
+	b.waitFor("alice's progress guard to wait for her mutex", func() bool { return blockedIn("(*System).keepMoving") })
+	// Alice saw her stage running. End it now, and deliver her finish_stage
+	// instruction under the mutex she waits for.
+	tk, _ := b.sys.task(task)
+	tk.mu.Lock()
+	st, _ := tk.stageLocked(stage)
+	msgs := tk.endStageLocked(st, StateFinished)
+	tk.mu.Unlock()
+	for _, m := range msgs {
+		if m.Receiver[0] == alice {
+			tk.record(m)
+			a.instructionLocked(m, nil)
+		} else {
+			b.sys.deliver(m)
+		}
+	}
+	a.mu.Unlock()
+	b.settle()
+
+	if left := b.steps(alice, func(s StepState) bool { return s.StageID == stage }); len(left) > 0 {
+		t.Errorf("keepMoving checks the stage's state before taking the agent's mutex: when finish_stage/finish_task/retry_stage cleans the stage in between, the guard adds a %s to the ended stage, which then runs (and leaves %d steps that are never cleaned up)", left[0].Executor, len(left))
+	}
+}

@@ -1,0 +1,110 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var memoryClock = time.Date(2025, 6, 13, 10, 30, 22, 0, time.UTC)
+
+func fixedClock() time.Time { return memoryClock }
+
+func TestPersistentMemoryOps(t *testing.T) {
+	s := bareSystem(t, func(c *Config) { c.Now = fixedClock })
+	a := looseAgent(s, "x")
+	a.st.PersistentMemory["20250101T000000"] = "old note"
+	a.mu.Lock()
+	defer a.mu.Unlock()
+
+	report := a.applyMemoryLocked([]MemoryOp{
+		{Add: "  first  "},
+		{Add: "second"},
+		{Delete: "20250101T000000"},
+		{Delete: " 20250613T103022 "},
+		{Delete: "19990101T000000"},
+		{},
+		{Add: "   "},
+		{Add: "third"},
+	})
+	wantReport := []string{
+		"added 20250613T103022",
+		"added 20250613T103023",
+		"deleted 20250101T000000",
+		"deleted 20250613T103022",
+		`delete "19990101T000000": no such key`,
+		"ignored an op with neither add nor delete",
+		"ignored an op with neither add nor delete",
+		// The first key is free again, and the first free key is taken.
+		"added 20250613T103022",
+	}
+	if diff := cmp.Diff(wantReport, report); diff != "" {
+		t.Errorf("report mismatch (-want +got):\n%s", diff)
+	}
+	want := map[string]string{"20250613T103022": "third", "20250613T103023": "second"}
+	if diff := cmp.Diff(want, a.st.PersistentMemory); diff != "" {
+		t.Errorf("persistent_memory mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestPersistentMemoryKeysStayUnique(t *testing.T) {
+	s := bareSystem(t, func(c *Config) { c.Now = fixedClock })
+	a := looseAgent(s, "x")
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var ops []MemoryOp
+	for range 3 {
+		ops = append(ops, MemoryOp{Add: "same second"})
+	}
+	a.applyMemoryLocked(ops)
+	a.applyMemoryLocked([]MemoryOp{{Add: "later call, same second"}})
+	want := []string{"20250613T103022", "20250613T103023", "20250613T103024", "20250613T103025"}
+	if diff := cmp.Diff(want, sortedKeys(a.st.PersistentMemory)); diff != "" {
+		t.Errorf("keys mismatch (-want +got):\n%s", diff)
+	}
+	for _, k := range want {
+		if _, err := time.Parse(memoryKeyLayout, k); err != nil {
+			t.Errorf("key %q is not %%Y%%m%%dT%%H%%M%%S: %v", k, err)
+		}
+	}
+}
+
+func TestDemoteHeadings(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"# Title", "### Title"},
+		{"## Section", "### Section"},
+		{"### Kept", "### Kept"},
+		{"#### Deeper", "#### Deeper"},
+		{"   ## Indented", "### Indented"},
+		{"#hashtag and ##tags", "#hashtag and ##tags"},
+		{"text\n# A\nmore\n## B\n- item", "text\n### A\nmore\n### B\n- item"},
+		{"no headings at all", "no headings at all"},
+	}
+	for _, tt := range tests {
+		if got := demoteHeadings(tt.in); got != tt.want {
+			t.Errorf("demoteHeadings(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestMemoryFromAStep(t *testing.T) {
+	b := newTestbed(t, func(c *Config) { c.Now = fixedClock })
+	mgr := b.mgr()
+	b.sc.onText("remember", func(context.Context, *ExecInput) *Output {
+		return &Output{Memory: []MemoryOp{{Add: "# Lesson\nask early"}, {Add: "second"}, {Delete: "missing"}}}
+	})
+	id := b.inject(mgr, b.sys.BaseTaskID(), b.sys.BaseStageID(), false, spec(SkillThink, "remember"))[0]
+	b.waitFor("the step", func() bool { return b.stepDone(mgr, id) })
+
+	want := map[string]string{"20250613T103022": "### Lesson\nask early", "20250613T103023": "second"}
+	if diff := cmp.Diff(want, b.agent(mgr).PersistentMemory); diff != "" {
+		t.Errorf("persistent_memory mismatch (-want +got):\n%s", diff)
+	}
+	st, _ := b.step(mgr, id)
+	wantReport := []string{"added 20250613T103022", "added 20250613T103023", `delete "missing": no such key`}
+	if diff := cmp.Diff(jsonNorm(t, wantReport), jsonNorm(t, st.ExecuteResult["persistent_memory"])); diff != "" {
+		t.Errorf("execute_result.persistent_memory mismatch (-want +got):\n%s", diff)
+	}
+}
