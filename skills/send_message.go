@@ -29,9 +29,8 @@ func sendMessage() skill {
 			if err := ExtractJSON(answer, "send_message", &m); err != nil {
 				return nil, err
 			}
-			if len(m.Receiver) == 0 {
-				return nil, errorf("<send_message>: receiver is empty; list the agent_id of each receiver")
-			}
+			// An empty receiver is left to the engine: a reply goes to the
+			// agent it answers; any other message is refused there.
 			if strings.TrimSpace(m.Message) == "" {
 				return nil, errorf("<send_message>: message is empty")
 			}

@@ -262,7 +262,6 @@ func TestExecuteRejectedAnswers(t *testing.T) {
 		{"instruction_generation: no capability named", "instruction_generation", tagged("tool_instruction", `{"arguments": {"path": "/x"}}`), tagged("tool_instruction", `{"instruction_type": "get_description"}`), `one of "tool_name", "resource_name", "prompt_name"`},
 		{"think: missing block", "think", "<think>x</think>", tagged("_think", "y"), "missing <_think> block"},
 		{"quick_think: unclosed", "quick_think", "<quick_think>x", tagged("quick_think", "y"), "<quick_think> is never closed"},
-		{"send_message: no receiver", "send_message", tagged("send_message", `{"receiver": [], "message": "hi"}`), tagged("send_message", jsonSend), "receiver is empty"},
 		{"send_message: empty message", "send_message", tagged("send_message", `{"receiver": ["agent-2"], "message": " "}`), tagged("send_message", jsonSend), "message is empty"},
 		{"send_message: need_reply as a string", "send_message", tagged("send_message", `{"receiver": ["agent-2"], "message": "hi", "need_reply": "yes"}`), tagged("send_message", jsonSend), `"need_reply" must be a boolean`},
 		{"send_message: get_more_info without text", "send_message", tagged("get_more_info", `{"step_intention": "Find it"}`), tagged("send_message", jsonSend), "<get_more_info>: text_content is empty"},
@@ -566,5 +565,18 @@ func TestTemplateLLM(t *testing.T) {
 		if diff := cmp.Diff(tc.want, templateLLM(tc.in)); diff != "" {
 			t.Errorf("templateLLM(%v) mismatch (-want +got):\n%s", tc.in, diff)
 		}
+	}
+}
+
+// TestSendMessageWithoutReceiverIsLeftToTheEngine: a reply may omit its
+// receiver (the engine sends it to the agent it answers), so the parser
+// passes an empty list on instead of spending a repair round.
+func TestSendMessageWithoutReceiverIsLeftToTheEngine(t *testing.T) {
+	out, calls := execute(t, "send_message", fixture("send_message"), replyWith(tagged("send_message", `{"message": "the answer"}`)))
+	if len(calls) != 1 || out.Err != nil || out.SendMessage == nil {
+		t.Fatalf("calls %d, err %v, message %+v", len(calls), out.Err, out.SendMessage)
+	}
+	if len(out.SendMessage.Receiver) != 0 || out.SendMessage.Message != "the answer" {
+		t.Errorf("message = %+v, want no receiver and the text", out.SendMessage)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -33,6 +34,11 @@ type Config struct {
 	StageStepBudget       int `yaml:"stage_step_budget"`
 	StageReflectionBudget int `yaml:"stage_reflection_budget"`
 
+	// Stdio serves MCP over stdin/stdout instead of HTTP.
+	Stdio bool `yaml:"stdio"`
+	// HTTP configures the HTTP transports (streamable HTTP at /mcp, SSE at /sse).
+	HTTP HTTPConfig `yaml:"http"`
+
 	// LogFormat is "text" (human-readable, colour on a terminal) or "json".
 	LogFormat string `yaml:"log_format"`
 	// LogLevel is debug, info, warn or error.
@@ -40,6 +46,29 @@ type Config struct {
 
 	// apiKey is read from OPENAI_API_KEY; never printed.
 	apiKey string
+}
+
+// HTTPConfig configures the HTTP transports.
+type HTTPConfig struct {
+	// Addr is the listen address.
+	Addr string `yaml:"addr"`
+	// Tokens bind bearer tokens to operators; required beyond loopback.
+	Tokens []TokenConfig `yaml:"tokens"`
+	// AllowedOrigins and AllowedHosts extend the browser-origin and Host
+	// allowlists.
+	AllowedOrigins []string      `yaml:"allowed_origins"`
+	AllowedHosts   []string      `yaml:"allowed_hosts"`
+	SessionTimeout time.Duration `yaml:"session_timeout"`
+	MaxBodyBytes   int64         `yaml:"max_body_bytes"`
+}
+
+// TokenConfig binds one bearer token to an operator (a HumanAgent, created
+// at start-up if it does not exist). The token is read from the environment
+// variable TokenEnv, or (discouraged: files get shared) given as Token.
+type TokenConfig struct {
+	Operator string `yaml:"operator"`
+	TokenEnv string `yaml:"token_env"`
+	Token    string `yaml:"token"`
 }
 
 // LLMConfig configures the OpenAI-compatible endpoint.
@@ -59,6 +88,7 @@ func defaultConfig() Config {
 		WaitTimeout:           10 * time.Minute,
 		StageStepBudget:       60,
 		StageReflectionBudget: 6,
+		HTTP:                  HTTPConfig{Addr: "127.0.0.1:7777"},
 		LogFormat:             "text",
 		LogLevel:              "info",
 	}
@@ -81,6 +111,8 @@ func loadConfig(args []string, getenv func(string) string) (Config, error) {
 	wait := fs.Duration("wait-timeout", 0, "how long an agent waits for a reply before carrying on")
 	steps := fs.Int("stage-step-budget", 0, "steps an agent may run in one stage before it must summarise")
 	refl := fs.Int("stage-reflection-budget", 0, "reflections an agent may run in one stage before it must summarise")
+	stdio := fs.Bool("stdio", false, "serve MCP over stdin/stdout (for hosts such as Claude Desktop) instead of HTTP")
+	httpAddr := fs.String("http", "", "serve MCP over HTTP on this address: streamable HTTP at /mcp, SSE at /sse (default 127.0.0.1:7777)")
 	logFormat := fs.String("log-format", "", `log format on stderr: "text" or "json"`)
 	logLevel := fs.String("log-level", "", "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
@@ -124,6 +156,13 @@ func loadConfig(args []string, getenv func(string) string) (Config, error) {
 	setStr(&cfg.LLM.Model, *model)
 	setStr(&cfg.Operator, *operator)
 	setStr(&cfg.LogFormat, *logFormat)
+	setStr(&cfg.HTTP.Addr, *httpAddr)
+	if *stdio {
+		cfg.Stdio = true
+	}
+	if cfg.Stdio && *httpAddr != "" {
+		return cfg, errors.New("--stdio and --http: choose one transport")
+	}
 	setStr(&cfg.LogLevel, *logLevel)
 	if *timeout != 0 {
 		cfg.LLM.Timeout = *timeout
@@ -172,7 +211,36 @@ func (c Config) validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err
 	}
+	for i, t := range c.HTTP.Tokens {
+		switch {
+		case strings.TrimSpace(t.Operator) == "":
+			return fmt.Errorf("http.tokens[%d].operator: is empty", i)
+		case t.TokenEnv == "" && t.Token == "":
+			return fmt.Errorf("http.tokens[%d] (operator %s): set token_env (an environment variable holding the token)", i, t.Operator)
+		case t.TokenEnv != "" && t.Token != "":
+			return fmt.Errorf("http.tokens[%d] (operator %s): set token_env or token, not both", i, t.Operator)
+		}
+	}
 	return nil
+}
+
+// tokens resolves the configured bearer tokens: token -> operator name.
+func (c Config) tokens(getenv func(string) string) (map[string]string, error) {
+	out := map[string]string{}
+	for i, t := range c.HTTP.Tokens {
+		tok := t.Token
+		if t.TokenEnv != "" {
+			tok = getenv(t.TokenEnv)
+			if tok == "" {
+				return nil, fmt.Errorf("http.tokens[%d] (operator %s): environment variable %s is empty", i, t.Operator, t.TokenEnv)
+			}
+		}
+		if prev, dup := out[tok]; dup && prev != t.Operator {
+			return nil, fmt.Errorf("http.tokens[%d] (operator %s): the same token is also bound to operator %s", i, t.Operator, prev)
+		}
+		out[tok] = strings.TrimSpace(t.Operator)
+	}
+	return out, nil
 }
 
 func parseLevel(s string) (slog.Level, error) {

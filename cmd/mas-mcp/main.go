@@ -22,6 +22,7 @@ import (
 	"github.com/mas-mcp/mas-mcp/engine"
 	"github.com/mas-mcp/mas-mcp/llm"
 	"github.com/mas-mcp/mas-mcp/prompts"
+	"github.com/mas-mcp/mas-mcp/server"
 	"github.com/mas-mcp/mas-mcp/skills"
 )
 
@@ -37,7 +38,8 @@ func main() {
 	}
 }
 
-// run starts the MAS and blocks until ctx is done, then shuts it down.
+// run starts the MAS and its MCP server and blocks until ctx is done or the
+// stdio client disconnects, then shuts both down.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	cfg, err := loadConfig(args, getenv)
 	if err != nil {
@@ -51,12 +53,49 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err := sys.Start(); err != nil {
 		return err
 	}
-	log.Info("mas-mcp ready",
-		"lang", cfg.Lang, "model", cfg.LLM.Model, "llm", cfg.LLM.BaseURL,
-		"api_key_set", cfg.apiKey != "", "base_task", sys.BaseTaskID(),
-		"manager", sys.ManagerID(), "operator", sys.OperatorID())
-	<-ctx.Done()
+	defer closeWithin(sys, log, 5*time.Second)
+
+	tokens, err := operatorTokens(cfg, sys, getenv)
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(server.Config{
+		System: sys, Version: version, Logger: log.With("component", "server"),
+		HTTP: server.HTTPConfig{
+			Addr: cfg.HTTP.Addr, Tokens: tokens, AllowedOrigins: cfg.HTTP.AllowedOrigins,
+			AllowedHosts: cfg.HTTP.AllowedHosts, MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
+			SessionTimeout: cfg.HTTP.SessionTimeout,
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+
+	ready := func(transport, where string) {
+		log.Info("mas-mcp ready",
+			"transport", transport, "listen", where, "lang", cfg.Lang, "model", cfg.LLM.Model, "llm", cfg.LLM.BaseURL,
+			"api_key_set", cfg.apiKey != "", "operators", len(tokens), "base_task", sys.BaseTaskID(),
+			"manager", sys.ManagerID(), "operator", sys.OperatorID())
+	}
+	if cfg.Stdio {
+		ready("stdio", "stdin/stdout")
+		err = srv.ServeStdio(ctx)
+	} else {
+		err = srv.ServeHTTP(ctx, func(addr string) { ready("http", "http://"+addr+"/mcp (SSE: /sse)") })
+	}
 	log.Info("shutting down")
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// version is set at build time (-ldflags "-X main.version=…").
+var version = "dev"
+
+// closeWithin closes the MAS, giving up waiting after d.
+func closeWithin(sys *engine.System, log *slog.Logger, d time.Duration) {
 	done := make(chan struct{})
 	go func() {
 		_ = sys.Close()
@@ -64,10 +103,34 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}()
 	select {
 	case <-done:
-	case <-time.After(5 * time.Second):
+	case <-time.After(d):
 		log.Warn("shutdown timed out")
 	}
-	return nil
+}
+
+// operatorTokens creates (or finds) each configured operator's HumanAgent and
+// maps its bearer token to the agent's ID.
+func operatorTokens(cfg Config, sys *engine.System, getenv func(string) string) (map[string]string, error) {
+	byName, err := cfg.tokens(getenv)
+	if err != nil {
+		return nil, err
+	}
+	ids := map[string]string{}
+	if def, ok := sys.AgentBrief(sys.OperatorID()); ok {
+		ids[def.Name] = def.AgentID
+	}
+	out := map[string]string{}
+	for tok, name := range byName {
+		id, ok := ids[name]
+		if !ok {
+			if id, err = sys.AddOperator(name); err != nil {
+				return nil, fmt.Errorf("http.tokens: operator %s: %w", name, err)
+			}
+			ids[name] = id
+		}
+		out[tok] = id
+	}
+	return out, nil
 }
 
 // build wires prompts, the LLM client, the skills and the engine.

@@ -78,7 +78,7 @@ func TestRunStartsAndStops(t *testing.T) {
 	done := make(chan error, 1)
 	w := &lockedWriter{w: &stderr}
 	go func() {
-		done <- run(ctx, []string{"--log-format", "json"}, env(map[string]string{"OPENAI_API_KEY": "sk-SENTINEL-main"}), w)
+		done <- run(ctx, []string{"--log-format", "json", "--http", "127.0.0.1:0"}, env(map[string]string{"OPENAI_API_KEY": "sk-SENTINEL-main"}), w)
 	}()
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.Contains(w.String(), "mas-mcp ready") {

@@ -1,0 +1,196 @@
+// Package teststack builds the whole MAS as cmd/mas-mcp wires it (prompts,
+// skills, the OpenAI-compatible client, the engine), against the fake LLM
+// server, for the tests of several packages.
+package teststack
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/mas-mcp/mas-mcp/engine"
+	"github.com/mas-mcp/mas-mcp/internal/fakellm"
+	"github.com/mas-mcp/mas-mcp/llm"
+	"github.com/mas-mcp/mas-mcp/prompts"
+	"github.com/mas-mcp/mas-mcp/skills"
+)
+
+// SentinelKey is the API key every stack is configured with: it must never
+// show up in a state, a message, a resource, a notification, an error or a
+// log line.
+const SentinelKey = "sk-SENTINEL-do-not-leak-4242"
+
+// Stack is a running MAS on the fake LLM.
+type Stack struct {
+	T     testing.TB
+	Sys   *engine.System
+	LLM   *fakellm.Server
+	Store *engine.MemoryStore
+	Sub   *engine.Subscription
+	// Logs holds every log line of the stack (debug level).
+	Logs *SyncBuffer
+	// Log is the logger the stack writes to Logs; give it to layers built
+	// on top (the MCP server) so their lines land there too.
+	Log *slog.Logger
+}
+
+// Options tune a Stack; zero values mean the engine's defaults.
+type Options struct {
+	WaitTimeout time.Duration
+	LLMTimeout  time.Duration
+	StepBudget  int
+	ReflBudget  int
+	// Handler answers the LLM requests no script rule matched.
+	Handler func(*fakellm.Call) fakellm.Reply
+	// NoLeakCheck skips the goroutine-leak check at cleanup (for tests
+	// that leave their own goroutines to their own cleanups).
+	NoLeakCheck bool
+}
+
+// New starts a stack; everything is closed at the test's cleanup, after
+// which no goroutine may remain.
+func New(t testing.TB, o Options) *Stack {
+	t.Helper()
+	if !o.NoLeakCheck {
+		// Registered first, so it runs last.
+		leakOpt := goleak.IgnoreCurrent()
+		t.Cleanup(func() { goleak.VerifyNone(t, leakOpt) })
+	}
+	srv := fakellm.New(t)
+	if o.Handler != nil {
+		srv.Handle(o.Handler)
+	}
+	if o.LLMTimeout == 0 {
+		o.LLMTimeout = 10 * time.Second
+	}
+	logs := &SyncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	transport := &http.Transport{}
+	t.Cleanup(transport.CloseIdleConnections)
+	client, err := llm.NewOpenAI(llm.OpenAIConfig{
+		BaseURL: srv.BaseURL(), APIKey: SentinelKey, Model: "fake-model",
+		Timeout: o.LLMTimeout, MaxRetries: 2, Concurrency: 16, MaxRetryWait: 50 * time.Millisecond,
+		HTTPClient: &http.Client{Transport: transport}, Logger: log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := prompts.Load("en", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	execs, err := skills.Executors(skills.Config{LLM: client, Prompts: set, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := engine.NewMemoryStore()
+	sys, err := engine.New(engine.Config{
+		Texts:                 set,
+		Skills:                execs,
+		SkillGuides:           set.SkillGuides(),
+		Templates:             skills.Templates(set),
+		WaitTimeout:           o.WaitTimeout,
+		StageStepBudget:       o.StepBudget,
+		StageReflectionBudget: o.ReflBudget,
+		Store:                 store,
+		Logger:                log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Stack{T: t, Logs: logs, Log: log, Sys: sys, LLM: srv, Store: store, Sub: sys.Subscribe(1 << 14)}
+	if err := sys.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Sub.Close()
+		_ = sys.Close()
+	})
+	return s
+}
+
+// SyncBuffer is a log sink safe for concurrent writers.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *SyncBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *SyncBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// WaitFor waits until cond holds, re-checking on every engine event (and
+// every 50 ms, in case events were dropped). It fails the test after 30 s:
+// a generous bound for a hang, not a performance assertion.
+func (s *Stack) WaitFor(what string, cond func() bool) {
+	s.T.Helper()
+	deadline := time.After(30 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-s.Sub.C:
+		case <-tick.C:
+		case <-deadline:
+			s.T.Fatalf("timed out waiting for %s\n%s", what, s.Dump())
+		}
+	}
+}
+
+// Dump describes every agent's steps, for failure messages.
+func (s *Stack) Dump() string {
+	var b strings.Builder
+	for _, a := range s.Sys.Agents() {
+		fmt.Fprintf(&b, "agent %s (%s) %s lock=%v todo=%d\n", a.Name, a.AgentID[:8], a.WorkingState, a.StepLock, len(a.AgentStep.TodoList))
+		for _, st := range a.AgentStep.StepList {
+			fmt.Fprintf(&b, "  %s %-22s %-8s %s %v\n", st.StepID[:8], st.Executor, st.ExecutionState, short(st.StepIntention, 50), st.ExecuteResult["error"])
+		}
+	}
+	for _, c := range s.LLM.Unmatched() {
+		fmt.Fprintf(&b, "unmatched LLM call: skill=%s agent=%s\n", c.Skill, c.AgentName)
+	}
+	return b.String()
+}
+
+func short(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// AgentByName finds an agent's ID by name ("" if none).
+func (s *Stack) AgentByName(name string) string {
+	for _, b := range s.Sys.AgentBriefs() {
+		if b.Name == name {
+			return b.AgentID
+		}
+	}
+	return ""
+}
+
+// Task returns a snapshot of a task, failing the test if there is none.
+func (s *Stack) Task(id string) engine.TaskState {
+	s.T.Helper()
+	t, ok := s.Sys.Task(id)
+	if !ok {
+		s.T.Fatalf("no task %s", id)
+	}
+	return t
+}

@@ -1,0 +1,222 @@
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// DefaultAddr is where --http listens by default (and make run serves).
+const DefaultAddr = "127.0.0.1:7777"
+
+// statelessFrom is the first protocol version served by the stateless
+// handler: go-sdk accepts it only there, and the stateful handler keeps older
+// clients' subscriptions (FACTS.md).
+const statelessFrom = "2026-07-28"
+
+// HTTPConfig configures the HTTP transports. Zero values mean defaults.
+type HTTPConfig struct {
+	// Addr is the listen address. Default DefaultAddr.
+	Addr string
+	// Tokens maps bearer tokens to the operator HumanAgent each one acts as
+	// (spec §7.4.1's binding). Empty: no authentication, allowed only on a
+	// loopback address, every client acts as the default operator.
+	Tokens map[string]string
+	// AllowedOrigins lists the Origins browsers may call from (scheme://host:port).
+	// Requests from the server's own origin are always allowed, requests
+	// without Origin (non-browser clients) too.
+	AllowedOrigins []string
+	// AllowedHosts lists the Host header values accepted. Default on a
+	// loopback address: localhost, 127.0.0.1 and [::1] (any port); on other
+	// addresses every host is accepted unless this is set.
+	AllowedHosts []string
+	// MaxBodyBytes bounds request bodies (413 beyond). Default 4 MiB.
+	MaxBodyBytes int64
+	// SessionTimeout closes sessions idle that long. Default 30 minutes.
+	SessionTimeout time.Duration
+}
+
+func (h *HTTPConfig) check() error {
+	if h.Addr == "" {
+		h.Addr = DefaultAddr
+	}
+	if h.MaxBodyBytes < 0 {
+		return fmt.Errorf("server: http: max body bytes %d: must not be negative", h.MaxBodyBytes)
+	}
+	if h.MaxBodyBytes == 0 {
+		h.MaxBodyBytes = mcp.DefaultMaxRequestBodyBytes
+	}
+	if h.SessionTimeout < 0 {
+		return fmt.Errorf("server: http: session timeout %s: must not be negative", h.SessionTimeout)
+	}
+	if h.SessionTimeout == 0 {
+		h.SessionTimeout = 30 * time.Minute
+	}
+	host, _, err := net.SplitHostPort(h.Addr)
+	if err != nil {
+		return fmt.Errorf("server: http: address %q: %w", h.Addr, err)
+	}
+	if len(h.Tokens) == 0 && !isLoopback(host) {
+		return fmt.Errorf("server: http: address %q is not loopback: configure bearer tokens (http.tokens) before serving beyond this machine", h.Addr)
+	}
+	for tok, op := range h.Tokens {
+		if len(tok) < 16 {
+			return fmt.Errorf("server: http: the token of operator %s is too short: use at least 16 characters", op)
+		}
+	}
+	for _, o := range h.AllowedOrigins {
+		if u, err := url.Parse(o); err != nil || u.Scheme == "" || u.Host == "" {
+			return fmt.Errorf("server: http: allowed origin %q: want scheme://host[:port]", o)
+		}
+	}
+	return nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Handler serves the MCP transports: streamable HTTP at /mcp (requests of
+// protocol version 2026-07-28 and later go to a stateless handler, older
+// ones to a stateful one, both on the one *mcp.Server) and legacy SSE at
+// /sse, behind the Host, Origin, body-size and token checks.
+func (s *Server) Handler() http.Handler {
+	cfg := s.cfg.HTTP
+	get := func(*http.Request) *mcp.Server { return s.mcp }
+	stateful := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{
+		SessionTimeout: cfg.SessionTimeout, MaxRequestBodyBytes: cfg.MaxBodyBytes,
+	})
+	stateless := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{
+		Stateless: true, JSONResponse: true, MaxRequestBodyBytes: cfg.MaxBodyBytes,
+	})
+	sse := mcp.NewSSEHandler(get, &mcp.SSEOptions{MaxRequestBodyBytes: cfg.MaxBodyBytes})
+
+	streamable := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if v := r.Header.Get("Mcp-Protocol-Version"); v >= statelessFrom {
+			stateless.ServeHTTP(w, r)
+			return
+		}
+		stateful.ServeHTTP(w, r)
+	})
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", s.guard(streamable))
+	mux.Handle("/sse", s.guard(sse))
+	return mux
+}
+
+// guard applies, in order: Host and Origin allowlists (403), the protocol
+// version header (400), the body limit (413) and the bearer token (401).
+func (s *Server) guard(next http.Handler) http.Handler {
+	cfg := s.cfg.HTTP
+	if len(cfg.Tokens) > 0 {
+		next = auth.RequireBearerToken(s.verifyToken, &auth.RequireBearerTokenOptions{})(next)
+	}
+	listenHost, _, _ := net.SplitHostPort(cfg.Addr)
+	hosts := cfg.AllowedHosts
+	if len(hosts) == 0 && isLoopback(listenHost) {
+		hosts = []string{"localhost", "127.0.0.1", "::1"}
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(hosts) > 0 && !slices.Contains(hosts, hostOnly(r.Host)) {
+			http.Error(w, fmt.Sprintf("host %q is not allowed", r.Host), http.StatusForbidden)
+			return
+		}
+		if o := r.Header.Get("Origin"); o != "" && !s.originAllowed(o, r.Host) {
+			http.Error(w, fmt.Sprintf("origin %q is not allowed", o), http.StatusForbidden)
+			return
+		}
+		if v := r.Header.Get("Mcp-Protocol-Version"); v != "" && !slices.Contains(mcp.SupportedProtocolVersions(), v) {
+			http.Error(w, fmt.Sprintf("unsupported MCP protocol version %q (supported: %s)", v,
+				strings.Join(mcp.SupportedProtocolVersions(), ", ")), http.StatusBadRequest)
+			return
+		}
+		if r.ContentLength > cfg.MaxBodyBytes {
+			http.Error(w, fmt.Sprintf("request body of %d bytes exceeds the limit of %d", r.ContentLength, cfg.MaxBodyBytes), http.StatusRequestEntityTooLarge)
+			return
+		}
+		if r.Body != nil {
+			r.Body = http.MaxBytesReader(w, r.Body, cfg.MaxBodyBytes)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// originAllowed: the server's own origin, or one on the allowlist.
+func (s *Server) originAllowed(origin, host string) bool {
+	if slices.Contains(s.cfg.HTTP.AllowedOrigins, origin) {
+		return true
+	}
+	u, err := url.Parse(origin)
+	return err == nil && u.Host == host
+}
+
+// hostOnly strips the port (and IPv6 brackets) from a Host header.
+func hostOnly(h string) string {
+	if host, _, err := net.SplitHostPort(h); err == nil {
+		return host
+	}
+	return strings.Trim(h, "[]")
+}
+
+// verifyToken maps a bearer token to its operator (constant-time compare).
+func (s *Server) verifyToken(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+	for tok, op := range s.cfg.HTTP.Tokens {
+		if subtle.ConstantTimeCompare([]byte(tok), []byte(token)) == 1 {
+			return &auth.TokenInfo{UserID: op, Expiration: time.Now().Add(24 * time.Hour)}, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: unknown bearer token", auth.ErrInvalidToken)
+}
+
+// ServeHTTP listens on the configured address and serves until ctx is done,
+// then shuts down gracefully: sessions are closed, in-flight requests get a
+// few seconds to finish. ready, if non-nil, receives the bound address.
+func (s *Server) ServeHTTP(ctx context.Context, ready func(addr string)) error {
+	ln, err := net.Listen("tcp", s.cfg.HTTP.Addr)
+	if err != nil {
+		return fmt.Errorf("server: http: %w", err)
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	select {
+	case err := <-errc:
+		return fmt.Errorf("server: http: %w", err)
+	case <-ctx.Done():
+	}
+	for ss := range s.mcp.Sessions() {
+		_ = ss.Close()
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil {
+		_ = srv.Close()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("server: http: %w", err)
+	}
+	return nil
+}
+
+// ServeStdio serves one client over stdin/stdout until it disconnects or
+// ctx is done. Nothing but protocol may be written to stdout meanwhile.
+func (s *Server) ServeStdio(ctx context.Context) error {
+	return s.mcp.Run(ctx, &mcp.StdioTransport{})
+}

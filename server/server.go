@@ -1,0 +1,144 @@
+// Package server exposes the MAS as an MCP server (stdio, streamable HTTP,
+// SSE): tools for the operator (hand over tasks, talk to agents, query, manage
+// tasks and agents, wait for updates), the MAS's state as resources with live
+// subscriptions, a prompt that teaches a host LLM to act as the operator, and
+// logging and progress notifications.
+//
+// It talks to the engine only through engine.System's exported API.
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mas-mcp/mas-mcp/engine"
+)
+
+// Config configures a Server. Zero values mean the documented defaults.
+type Config struct {
+	// System is the MAS. Required.
+	System *engine.System
+	// Name and Version identify the server to clients.
+	Name, Version string
+	// Logger receives the server's logs (nil: discarded).
+	Logger *slog.Logger
+	// Coalesce is the shortest gap between two resources/updated
+	// notifications of one URI. Default 100 ms (at most ~10/s per URI).
+	Coalesce time.Duration
+	// EventLog is how many engine events wait_for_updates can replay.
+	// Default 10,000.
+	EventLog int
+
+	// HTTP holds what only the HTTP transports use.
+	HTTP HTTPConfig
+}
+
+// Server is the MCP surface of one MAS. One *mcp.Server serves every
+// transport and session.
+type Server struct {
+	cfg Config
+	sys *engine.System
+	log *slog.Logger
+	mcp *mcp.Server
+
+	updates *updates
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// New builds the MCP server for a started System and starts relaying the
+// MAS's changes to subscribed clients.
+func New(cfg Config) (*Server, error) {
+	if cfg.System == nil {
+		return nil, errors.New("server: config: System is required")
+	}
+	if cfg.Name == "" {
+		cfg.Name = "mas-mcp"
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Coalesce <= 0 {
+		cfg.Coalesce = 100 * time.Millisecond
+	}
+	if cfg.EventLog <= 0 {
+		cfg.EventLog = 10000
+	}
+	if err := cfg.HTTP.check(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{cfg: cfg, sys: cfg.System, log: cfg.Logger, ctx: ctx, cancel: cancel}
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: cfg.Name, Title: "mas-mcp multi-agent system", Version: cfg.Version},
+		&mcp.ServerOptions{
+			Instructions: instructions,
+			// The SDK logs every notification at info; ours are enough.
+			Logger:             cfg.Logger.With("component", "mcp-sdk"),
+			SubscribeHandler:   s.subscribe,
+			UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
+			Capabilities: &mcp.ServerCapabilities{
+				Logging:   &mcp.LoggingCapabilities{},
+				Resources: &mcp.ResourceCapabilities{ListChanged: true, Subscribe: true},
+				Tools:     &mcp.ToolCapabilities{ListChanged: true},
+				Prompts:   &mcp.PromptCapabilities{ListChanged: true},
+			},
+			KeepAlive: 0,
+		})
+	s.addTools()
+	s.addResources()
+	s.addPrompts()
+	s.updates = newUpdates(s)
+	s.goTracked(s.updates.run)
+	return s, nil
+}
+
+// MCP returns the underlying MCP server (one for every transport).
+func (s *Server) MCP() *mcp.Server { return s.mcp }
+
+// Close stops relaying updates. Sessions end with their transports.
+func (s *Server) Close() error {
+	s.once.Do(func() {
+		s.cancel()
+		s.wg.Wait()
+	})
+	return nil
+}
+
+func (s *Server) goTracked(f func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}
+
+// operator returns the HumanAgent a request acts as: the one its bearer
+// token is bound to, else the MAS's default operator (stdio, and HTTP on
+// loopback without tokens).
+func (s *Server) operator(extra *mcp.RequestExtra) string {
+	if extra != nil && extra.TokenInfo != nil && extra.TokenInfo.UserID != "" {
+		return extra.TokenInfo.UserID
+	}
+	return s.sys.OperatorID()
+}
+
+// operatorFromContext is operator for code that has only a context.
+func (s *Server) operatorFromContext(ctx context.Context) string {
+	if ti := auth.TokenInfoFromContext(ctx); ti != nil && ti.UserID != "" {
+		return ti.UserID
+	}
+	return s.sys.OperatorID()
+}

@@ -1,0 +1,316 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mas-mcp/mas-mcp/engine"
+)
+
+// updates relays the MAS's change events to MCP clients: resources/updated
+// for subscribed URIs (coalesced to one per Coalesce per URI),
+// resources/list_changed when tasks and agents appear, logging
+// notifications of agents' steps, and the event log wait_for_updates reads.
+// Its run loop is the only goroutine that touches the coalescing state.
+type updates struct {
+	s   *Server
+	sub *engine.Subscription
+
+	// coalescing (run goroutine only)
+	last    map[string]time.Time // when each URI was last notified
+	pending map[string]bool      // URIs changed since then
+	timer   *time.Timer
+	known   map[string]bool // tasks and agents with their own resources
+
+	mu     sync.Mutex // guards the event log
+	events []engine.Event
+	// changed is closed (and replaced) whenever an event is logged.
+	changed chan struct{}
+}
+
+func newUpdates(s *Server) *updates {
+	u := &updates{
+		s:       s,
+		sub:     s.sys.Subscribe(4096),
+		last:    map[string]time.Time{},
+		pending: map[string]bool{},
+		known:   map[string]bool{},
+		changed: make(chan struct{}),
+	}
+	// Tasks and agents that exist already get their resources now.
+	for _, t := range s.sys.Tasks() {
+		u.addTask(t.TaskID)
+	}
+	for _, a := range s.sys.AgentBriefs() {
+		u.addAgent(a.AgentID, a.Kind)
+	}
+	return u
+}
+
+func (u *updates) run() {
+	defer u.sub.Close()
+	u.timer = time.NewTimer(time.Hour)
+	u.timer.Stop()
+	for {
+		select {
+		case <-u.s.ctx.Done():
+			u.timer.Stop()
+			return
+		case ev, ok := <-u.sub.C:
+			if !ok {
+				return
+			}
+			u.handle(ev)
+		case <-u.timer.C:
+			u.flush()
+		}
+	}
+}
+
+// handle logs an event and marks the resources it changed.
+func (u *updates) handle(ev engine.Event) {
+	u.mu.Lock()
+	u.events = append(u.events, ev)
+	if len(u.events) > 2*u.s.cfg.EventLog {
+		u.events = slices.Clone(u.events[len(u.events)-u.s.cfg.EventLog:])
+	}
+	close(u.changed)
+	u.changed = make(chan struct{})
+	u.mu.Unlock()
+
+	var uris []string
+	switch ev.Kind {
+	case engine.EventTaskAdded:
+		u.addTask(ev.TaskID)
+		uris = append(uris, uriTasks, taskURI(ev.TaskID))
+	case engine.EventTaskChanged:
+		uris = append(uris, uriTasks, taskURI(ev.TaskID))
+	case engine.EventStageChanged:
+		uris = append(uris, uriTasks, taskURI(ev.TaskID))
+		if ev.StageID != "" && ev.StageID != engine.NoRelative {
+			uris = append(uris, stageURI(ev.TaskID, ev.StageID))
+		}
+	case engine.EventMessageDelivered:
+		uris = append(uris, taskURI(ev.TaskID), conversationURI(ev.TaskID))
+	case engine.EventAgentAdded:
+		u.addAgent(ev.AgentID, ev.Detail)
+		uris = append(uris, uriAgents, agentURI(ev.AgentID))
+	case engine.EventAgentChanged:
+		uris = append(uris, uriAgents, agentURI(ev.AgentID), inboxURI(ev.AgentID))
+	case engine.EventStepChanged:
+		uris = append(uris, agentURI(ev.AgentID), stepsURI(ev.AgentID))
+		if ev.Detail == engine.StateFinished || ev.Detail == engine.StateFailed {
+			u.logStep(ev)
+		}
+	case engine.EventLLMCall:
+		if ev.AgentID != "" {
+			uris = append(uris, agentURI(ev.AgentID), stepsURI(ev.AgentID))
+		}
+		if ev.TaskID != "" {
+			uris = append(uris, taskURI(ev.TaskID))
+		}
+	}
+	now := time.Now()
+	for _, uri := range uris {
+		if now.Sub(u.last[uri]) >= u.s.cfg.Coalesce {
+			u.send(uri, now)
+			continue
+		}
+		u.pending[uri] = true
+	}
+	u.schedule(now)
+}
+
+// send notifies the URI's subscribers (the SDK knows them).
+func (u *updates) send(uri string, now time.Time) {
+	u.last[uri] = now
+	delete(u.pending, uri)
+	if err := u.s.mcp.ResourceUpdated(u.s.ctx, &mcp.ResourceUpdatedNotificationParams{URI: uri}); err != nil {
+		u.s.log.Debug("resources/updated failed", "uri", uri, "err", err)
+	}
+}
+
+// schedule arms the timer for the earliest pending URI's window end.
+func (u *updates) schedule(now time.Time) {
+	var due time.Time
+	for uri := range u.pending {
+		at := u.last[uri].Add(u.s.cfg.Coalesce)
+		if due.IsZero() || at.Before(due) {
+			due = at
+		}
+	}
+	if due.IsZero() {
+		return
+	}
+	u.timer.Reset(max(due.Sub(now), 0))
+}
+
+// flush sends the pending URIs whose window has passed.
+func (u *updates) flush() {
+	now := time.Now()
+	for uri := range u.pending {
+		if now.Sub(u.last[uri]) >= u.s.cfg.Coalesce {
+			u.send(uri, now)
+		}
+	}
+	u.schedule(now)
+}
+
+// addTask gives a task its own listed resources (list_changed follows).
+func (u *updates) addTask(id string) {
+	if id == "" || u.known[id] {
+		return
+	}
+	u.known[id] = true
+	t, ok := u.s.sys.Task(id)
+	name := id
+	if ok {
+		name = t.TaskName
+	}
+	u.s.mcp.AddResource(&mcp.Resource{URI: taskURI(id), Name: "task-" + id, Title: "Task: " + name, MIMEType: mimeJSON,
+		Description: "The task's state (spec task_state)."}, u.s.readResource)
+	u.s.mcp.AddResource(&mcp.Resource{URI: conversationURI(id), Name: "conversation-" + id, Title: "Conversation: " + name, MIMEType: mimeJSON,
+		Description: "Every message delivered in the task."}, u.s.readResource)
+}
+
+// addAgent gives an agent its own listed resources.
+func (u *updates) addAgent(id, kind string) {
+	if id == "" || u.known[id] {
+		return
+	}
+	u.known[id] = true
+	b, _ := u.s.sys.AgentBrief(id)
+	u.s.mcp.AddResource(&mcp.Resource{URI: agentURI(id), Name: "agent-" + id, Title: "Agent: " + b.Name, MIMEType: mimeJSON,
+		Description: "The agent's state (spec agent_state)."}, u.s.readResource)
+	u.s.mcp.AddResource(&mcp.Resource{URI: stepsURI(id), Name: "steps-" + id, Title: "Steps: " + b.Name, MIMEType: mimeJSON,
+		Description: "The agent's step list."}, u.s.readResource)
+}
+
+// logStep sends a logging notification of an agent's finished step to every
+// session that asked for logs.
+func (u *updates) logStep(ev engine.Event) {
+	b, _ := u.s.sys.AgentBrief(ev.AgentID)
+	level := mcp.LoggingLevel("info")
+	if ev.Detail == engine.StateFailed {
+		level = "warning"
+	}
+	data := map[string]any{
+		"agent_id": ev.AgentID, "agent": b.Name, "task_id": ev.TaskID, "stage_id": ev.StageID,
+		"step_id": ev.StepID, "state": ev.Detail,
+		"message": fmt.Sprintf("agent %s: step %s %s", b.Name, ev.StepID, ev.Detail),
+	}
+	for ss := range u.s.mcp.Sessions() {
+		_ = ss.Log(u.s.ctx, &mcp.LoggingMessageParams{Level: level, Logger: "mas", Data: data})
+	}
+}
+
+// since returns the logged events after cursor that match the filters, the
+// newest sequence number, and whether events were lost (cursor older than
+// the log).
+func (u *updates) since(cursor uint64, taskID, agentID string) (evs []engine.Event, latest uint64, lost bool, changed <-chan struct{}) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	latest = cursor
+	if n := len(u.events); n > 0 {
+		latest = max(latest, u.events[n-1].Seq)
+		if u.events[0].Seq > cursor+1 && cursor != 0 {
+			lost = true
+		}
+	}
+	for _, ev := range u.events {
+		if ev.Seq <= cursor || (taskID != "" && ev.TaskID != taskID) || (agentID != "" && ev.AgentID != agentID) {
+			continue
+		}
+		evs = append(evs, ev)
+	}
+	return evs, latest, lost, u.changed
+}
+
+// subscribe accepts subscriptions to our URIs only.
+func (s *Server) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
+	if _, err := parseURI(req.Params.URI); err != nil {
+		return err
+	}
+	return nil
+}
+
+// WaitIn is wait_for_updates' input.
+type WaitIn struct {
+	Cursor         uint64 `json:"cursor,omitempty" jsonschema:"the cursor returned by the previous call; 0 waits for the next change"`
+	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"how long to wait for a change, 1 to 300 (default 30)"`
+	TaskID         string `json:"task_id,omitempty" jsonschema:"only events of this task"`
+	AgentID        string `json:"agent_id,omitempty" jsonschema:"only events of this agent"`
+	MaxEvents      int    `json:"max_events,omitempty" jsonschema:"at most this many events (default 200)"`
+}
+
+// WaitOut is wait_for_updates' output.
+type WaitOut struct {
+	Cursor uint64         `json:"cursor"`
+	Events []engine.Event `json:"events"`
+	// Lost is set when older events after cursor were dropped from the log:
+	// re-read the resources you follow.
+	Lost     bool `json:"lost,omitempty"`
+	TimedOut bool `json:"timed_out,omitempty"`
+}
+
+func (s *Server) waitForUpdates(ctx context.Context, req *mcp.CallToolRequest, in WaitIn) (*mcp.CallToolResult, WaitOut, error) {
+	switch {
+	case in.TimeoutSeconds < 0 || in.TimeoutSeconds > 300:
+		return nil, WaitOut{}, fmt.Errorf("timeout_seconds %d: must be between 1 and 300", in.TimeoutSeconds)
+	case in.MaxEvents < 0:
+		return nil, WaitOut{}, fmt.Errorf("max_events %d: must not be negative", in.MaxEvents)
+	}
+	if in.TimeoutSeconds == 0 {
+		in.TimeoutSeconds = 30
+	}
+	if in.MaxEvents == 0 {
+		in.MaxEvents = 200
+	}
+	cursor := in.Cursor
+	if cursor == 0 {
+		cursor = s.sys.EventSeq()
+	}
+	timeout := time.Duration(in.TimeoutSeconds) * time.Second
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	// Progress while waiting, for clients that asked for it.
+	var tick <-chan time.Time
+	token := req.Params.GetProgressToken()
+	if token != nil {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		tick = t.C
+	}
+	start := time.Now()
+	for {
+		evs, latest, lost, changed := s.updates.since(cursor, in.TaskID, in.AgentID)
+		if len(evs) > 0 || lost {
+			if len(evs) > in.MaxEvents {
+				evs = evs[:in.MaxEvents]
+				latest = evs[len(evs)-1].Seq
+			}
+			out := WaitOut{Cursor: latest, Events: evs, Lost: lost}
+			return textResult("%d event(s); next cursor %d.\n%s", len(evs), out.Cursor, jsonText(evs)), out, nil
+		}
+		select {
+		case <-changed:
+		case <-tick:
+			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+				ProgressToken: token, Progress: time.Since(start).Seconds(), Total: timeout.Seconds(),
+				Message: "waiting for changes",
+			})
+		case <-deadline.C:
+			out := WaitOut{Cursor: latest, Events: []engine.Event{}, TimedOut: true}
+			return textResult("No change within %s; next cursor %d.", timeout, out.Cursor), out, nil
+		case <-ctx.Done():
+			return nil, WaitOut{}, ctx.Err()
+		case <-s.ctx.Done():
+			return nil, WaitOut{}, fmt.Errorf("server is shutting down")
+		}
+	}
+}
