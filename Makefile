@@ -3,7 +3,7 @@ GO        ?= go
 PKGS      := ./...
 BENCHTIME ?= 1x
 
-.PHONY: all build run test lint vet fmt bench fuzz clean
+.PHONY: all build run test deps interop lint vet fmt bench fuzz clean
 
 all: build
 
@@ -17,8 +17,18 @@ run:
 	$(GO) run ./cmd/mas-mcp $(ARGS)
 
 ## test: formatting, vet and every test with the race detector
-test: lint
+test: lint deps
 	$(GO) test -race -count=1 $(PKGS)
+
+## deps: install the npm packages the tests run, from their lockfiles (every time):
+##   the MCP clients of the interop tests and the MCP servers of the downstream tests
+deps:
+	npm ci --prefix server/testdata/interop --no-audit --no-fund
+	npm ci --prefix downstream/testdata/servers --no-audit --no-fund
+
+## interop: only the interop tests with real MCP clients (TypeScript SDK, Inspector, mcp-go)
+interop: deps
+	$(GO) test -race -count=1 -run 'Interop' ./server/
 
 ## lint: gofmt and go vet (import rules are checked by internal/archtest)
 lint:

@@ -36,6 +36,11 @@ func (s *System) deliver(msgs ...Message) {
 		if t, ok := s.task(m.TaskID); ok {
 			t.record(m)
 		}
+		if s.answered(m) {
+			// The answer to an AskOperator question goes to the waiting
+			// call, not to the asking agent's steps.
+			continue
+		}
 		for _, r := range m.Receiver {
 			a, ok := s.agent(r)
 			if !ok {

@@ -132,6 +132,9 @@ type System struct {
 
 	waits waitGraph
 
+	confirmMu sync.Mutex
+	confirms  map[string]chan string // waiting ID -> AskOperator call waiting on it
+
 	mu         sync.RWMutex // guards the fields below
 	started    bool
 	closed     bool
@@ -222,6 +225,19 @@ func (s *System) Start() error {
 	}
 	s.log.Info("mas ready", "base_task", t.st.TaskID, "manager", mgr, "operator", op,
 		"templates", len(s.cfg.Templates), "skills", len(s.cfg.Skills))
+	return nil
+}
+
+// SetToolExecutor sets the executor of tool steps (Config.Tool) when it
+// needs the System to be built (the downstream executor asks the operator
+// through it). It must be called before Start.
+func (s *System) SetToolExecutor(e Executor) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("engine: SetToolExecutor after Start")
+	}
+	s.cfg.Tool = e
 	return nil
 }
 

@@ -62,6 +62,8 @@ var TextKeys = []string{
 	"budget_steps", "budget_reflections", "summary_failed",
 	"human_reply_needed", "human_stage_started", "human_stage_finished", "human_task_finished",
 	"ask_info_result", "repair_request",
+	"tool_describe_intention", "tool_describe_text", "tool_result_intention", "tool_result_text",
+	"tool_confirm",
 }
 
 // SkillPrompt is one skill's prompt file.

@@ -2,9 +2,7 @@ package server_test
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
-
 	"testing"
 	"time"
 
@@ -15,100 +13,6 @@ import (
 	"github.com/mas-mcp/mas-mcp/internal/teststack"
 	"github.com/mas-mcp/mas-mcp/server"
 )
-
-// env is a MAS on the fake LLM (scripted team), its MCP server, and one
-// client connected over in-memory transports.
-type env struct {
-	t       *testing.T
-	stack   *teststack.Stack
-	team    *scripted.Team
-	srv     *server.Server
-	client  *mcp.ClientSession
-	updates chan string // URIs of resources/updated notifications
-	logs    chan *mcp.LoggingMessageParams
-}
-
-func newEnv(t *testing.T) *env {
-	t.Helper()
-	team := scripted.NewTeam()
-	team.AskOperator = true
-	st := teststack.New(t, teststack.Options{Handler: team.Handle})
-	srv, err := server.New(server.Config{System: st.Sys, Logger: st.Log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	e := &env{t: t, stack: st, team: team, srv: srv, updates: make(chan string, 4096), logs: make(chan *mcp.LoggingMessageParams, 4096)}
-	ct, stt := mcp.NewInMemoryTransports()
-	ctx := context.Background()
-	ss, err := srv.MCP().Connect(ctx, stt, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ss.Close() })
-	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, &mcp.ClientOptions{
-		ResourceUpdatedHandler: func(_ context.Context, r *mcp.ResourceUpdatedNotificationRequest) {
-			select {
-			case e.updates <- r.Params.URI:
-			default:
-			}
-		},
-		LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
-			select {
-			case e.logs <- r.Params:
-			default:
-			}
-		},
-	})
-	cs, err := client.Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cs.Close() })
-	e.client = cs
-	return e
-}
-
-// call calls a tool and decodes its structured output into out.
-func (e *env) call(name string, args any, out any) *mcp.CallToolResult {
-	e.t.Helper()
-	res, err := e.client.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
-	if err != nil {
-		e.t.Fatalf("%s: protocol error: %v", name, err)
-	}
-	if res.IsError {
-		e.t.Fatalf("%s: tool error: %s", name, resultText(res))
-	}
-	if out != nil {
-		b, _ := json.Marshal(res.StructuredContent)
-		if err := json.Unmarshal(b, out); err != nil {
-			e.t.Fatalf("%s: structured output %s: %v", name, b, err)
-		}
-	}
-	return res
-}
-
-func resultText(res *mcp.CallToolResult) string {
-	var b strings.Builder
-	for _, c := range res.Content {
-		if tc, ok := c.(*mcp.TextContent); ok {
-			b.WriteString(tc.Text)
-		}
-	}
-	return b.String()
-}
-
-// read reads a resource's JSON document into out.
-func (e *env) read(uri string, out any) {
-	e.t.Helper()
-	res, err := e.client.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: uri})
-	if err != nil {
-		e.t.Fatalf("read %s: %v", uri, err)
-	}
-	if err := json.Unmarshal([]byte(res.Contents[0].Text), out); err != nil {
-		e.t.Fatalf("read %s: %v", uri, err)
-	}
-}
 
 // TestOperatorRunsATaskThroughMCP is the whole operator flow over MCP:
 // hand over a task, see an agent's question arrive in the inbox, answer it,
@@ -193,25 +97,4 @@ func TestOperatorRunsATaskThroughMCP(t *testing.T) {
 			t.Error("the API key appears in the logs")
 		}
 	}
-}
-
-func drain(c chan string) []string {
-	var out []string
-	for {
-		select {
-		case s := <-c:
-			out = append(out, s)
-		default:
-			return out
-		}
-	}
-}
-
-func contains(l []string, s string) bool {
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -97,13 +97,16 @@ func isLoopback(host string) bool {
 func (s *Server) Handler() http.Handler {
 	cfg := s.cfg.HTTP
 	get := func(*http.Request) *mcp.Server { return s.mcp }
+	// guard checks Host itself (with the configured allowlist), so the
+	// SDK's own localhost-only check is off: it would refuse a configured
+	// proxy Host on a loopback listener.
 	stateful := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{
-		SessionTimeout: cfg.SessionTimeout, MaxRequestBodyBytes: cfg.MaxBodyBytes,
+		SessionTimeout: cfg.SessionTimeout, MaxRequestBodyBytes: cfg.MaxBodyBytes, DisableLocalhostProtection: true,
 	})
 	stateless := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{
-		Stateless: true, JSONResponse: true, MaxRequestBodyBytes: cfg.MaxBodyBytes,
+		Stateless: true, JSONResponse: true, MaxRequestBodyBytes: cfg.MaxBodyBytes, DisableLocalhostProtection: true,
 	})
-	sse := mcp.NewSSEHandler(get, &mcp.SSEOptions{MaxRequestBodyBytes: cfg.MaxBodyBytes})
+	sse := mcp.NewSSEHandler(get, &mcp.SSEOptions{MaxRequestBodyBytes: cfg.MaxBodyBytes, DisableLocalhostProtection: true})
 
 	streamable := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if v := r.Header.Get("Mcp-Protocol-Version"); v >= statelessFrom {
@@ -123,7 +126,17 @@ func (s *Server) Handler() http.Handler {
 func (s *Server) guard(next http.Handler) http.Handler {
 	cfg := s.cfg.HTTP
 	if len(cfg.Tokens) > 0 {
-		next = auth.RequireBearerToken(s.verifyToken, &auth.RequireBearerTokenOptions{})(next)
+		authed := auth.RequireBearerToken(s.verifyToken, &auth.RequireBearerTokenOptions{})(next)
+		next = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// RFC 6750 §3: a 401 says how to authenticate. The SDK adds
+			// the header only with OAuth metadata, which we do not use.
+			challenge := `Bearer realm="mas-mcp"`
+			if strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
+				challenge += `, error="invalid_token"`
+			}
+			w.Header().Set("WWW-Authenticate", challenge)
+			authed.ServeHTTP(w, r)
+		})
 	}
 	listenHost, _, _ := net.SplitHostPort(cfg.Addr)
 	hosts := cfg.AllowedHosts
@@ -201,11 +214,22 @@ func (s *Server) ServeHTTP(ctx context.Context, ready func(addr string)) error {
 		return fmt.Errorf("server: http: %w", err)
 	case <-ctx.Done():
 	}
-	for ss := range s.mcp.Sessions() {
-		_ = ss.Close()
-	}
+	// Long polls return first; then the sessions close (ending their
+	// streams) and in-flight requests get a few seconds.
+	s.drain()
+	closed := make(chan struct{})
+	go func() {
+		for ss := range s.mcp.Sessions() {
+			_ = ss.Close()
+		}
+		close(closed)
+	}()
 	shutdown, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
+	select {
+	case <-closed:
+	case <-shutdown.Done():
+	}
 	if err := srv.Shutdown(shutdown); err != nil {
 		_ = srv.Close()
 	}

@@ -52,7 +52,7 @@ func (s *Server) addResources() {
 // readResource serves resources/read.
 func (s *Server) readResource(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 	uri := req.Params.URI
-	doc, err := s.document(uri, s.operator(req.Extra))
+	doc, err := s.document(uri, s.operator(ctx, req.Extra))
 	if err != nil {
 		if isNotFound(err) {
 			return nil, mcp.ResourceNotFoundError(uri)
@@ -79,17 +79,27 @@ func isNotFound(err error) bool {
 	return ok && re.notFound
 }
 
-// parseURI splits a mas:// URI into its path segments.
+// parseURI splits a mas:// URI into its path segments. Only canonical URIs
+// are accepted: no user, port, query or fragment, no empty segment, no
+// trailing slash — a resource has one URI.
 func parseURI(uri string) ([]string, error) {
+	bad := &resourceError{uri: uri, problem: "not a mas:// resource URI (see read_resource's description for the list)", notFound: true}
 	u, err := url.Parse(uri)
-	if err != nil || u.Scheme != "mas" {
-		return nil, &resourceError{uri: uri, problem: "not a mas:// resource URI (see read_resource's description for the list)"}
+	if err != nil || u.Scheme != "mas" || u.User != nil || u.Port() != "" || u.RawQuery != "" || u.Fragment != "" ||
+		u.ForceQuery || strings.Contains(uri, "#") || u.Host == "" {
+		return nil, bad
 	}
 	parts := []string{u.Host}
-	for _, p := range strings.Split(strings.Trim(u.Path, "/"), "/") {
-		if p != "" {
+	if u.Path != "" {
+		for _, p := range strings.Split(strings.TrimPrefix(u.Path, "/"), "/") {
+			if p == "" {
+				return nil, bad
+			}
 			parts = append(parts, p)
 		}
+	}
+	if "mas://"+strings.Join(parts, "/") != uri {
+		return nil, bad
 	}
 	return parts, nil
 }
@@ -137,13 +147,18 @@ func (s *Server) document(uri, reader string) (any, error) {
 		case len(parts) == 2:
 			return agentDocument(a, reader), nil
 		case parts[2] == "steps":
+			if a.Kind == engine.KindHuman && a.AgentID != reader {
+				// An operator's steps are the messages it sent: its own,
+				// like its conversations (spec §7.1).
+				return nil, &resourceError{uri: uri, problem: "an operator's steps can be read only by that operator"}
+			}
 			return a.AgentStep, nil
 		}
 	case parts[0] == "operators" && len(parts) == 3 && parts[2] == "inbox":
+		if b, ok := s.sys.AgentBrief(parts[1]); !ok || b.Kind != engine.KindHuman {
+			return nil, notFound("no such operator")
+		}
 		if parts[1] != reader {
-			if _, ok := s.sys.Agent(parts[1]); !ok {
-				return nil, notFound("no such operator")
-			}
 			return nil, &resourceError{uri: uri, problem: "an operator's inbox can be read only by that operator"}
 		}
 		entries, err := s.sys.Inbox(parts[1])

@@ -10,6 +10,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -52,8 +53,12 @@ type Server struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	once   sync.Once
+	// draining is closed when an HTTP server starts shutting down, so long
+	// polls return at once instead of holding the shutdown.
+	draining  chan struct{}
+	drainOnce sync.Once
+	wg        sync.WaitGroup
+	once      sync.Once
 }
 
 // New builds the MCP server for a started System and starts relaying the
@@ -80,13 +85,19 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.HTTP.check(); err != nil {
 		return nil, err
 	}
+	for _, op := range cfg.HTTP.Tokens {
+		if b, ok := cfg.System.AgentBrief(op); !ok || b.Kind != engine.KindHuman {
+			return nil, fmt.Errorf("server: http: a token is bound to %q, which is not an operator HumanAgent", op)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, sys: cfg.System, log: cfg.Logger, ctx: ctx, cancel: cancel}
+	s := &Server{cfg: cfg, sys: cfg.System, log: cfg.Logger, ctx: ctx, cancel: cancel, draining: make(chan struct{})}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: cfg.Name, Title: "mas-mcp multi-agent system", Version: cfg.Version},
 		&mcp.ServerOptions{
 			Instructions: instructions,
-			// The SDK logs every notification at info; ours are enough.
-			Logger:             cfg.Logger.With("component", "mcp-sdk"),
+			// The SDK logs every notification at info (even with no
+			// subscriber): keep its warnings and errors only.
+			Logger:             slog.New(minLevel{cfg.Logger.Handler(), slog.LevelWarn}).With("component", "mcp-sdk"),
 			SubscribeHandler:   s.subscribe,
 			UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
 			Capabilities: &mcp.ServerCapabilities{
@@ -108,8 +119,12 @@ func New(cfg Config) (*Server, error) {
 // MCP returns the underlying MCP server (one for every transport).
 func (s *Server) MCP() *mcp.Server { return s.mcp }
 
+// drain makes pending long polls return (shutdown is starting).
+func (s *Server) drain() { s.drainOnce.Do(func() { close(s.draining) }) }
+
 // Close stops relaying updates. Sessions end with their transports.
 func (s *Server) Close() error {
+	s.drain()
 	s.once.Do(func() {
 		s.cancel()
 		s.wg.Wait()
@@ -127,18 +142,33 @@ func (s *Server) goTracked(f func()) {
 
 // operator returns the HumanAgent a request acts as: the one its bearer
 // token is bound to, else the MAS's default operator (stdio, and HTTP on
-// loopback without tokens).
-func (s *Server) operator(extra *mcp.RequestExtra) string {
+// loopback without tokens). The token comes with the request (streamable
+// HTTP) or with the context of the session's stream (SSE, where the SDK
+// does not pass it on in RequestExtra).
+func (s *Server) operator(ctx context.Context, extra *mcp.RequestExtra) string {
 	if extra != nil && extra.TokenInfo != nil && extra.TokenInfo.UserID != "" {
 		return extra.TokenInfo.UserID
 	}
-	return s.sys.OperatorID()
-}
-
-// operatorFromContext is operator for code that has only a context.
-func (s *Server) operatorFromContext(ctx context.Context) string {
 	if ti := auth.TokenInfoFromContext(ctx); ti != nil && ti.UserID != "" {
 		return ti.UserID
 	}
 	return s.sys.OperatorID()
+}
+
+// minLevel drops records below a level.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(as), h.min}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h.Handler.WithGroup(name), h.min}
 }

@@ -24,7 +24,7 @@ type tool struct {
 	add func(*mcp.Server, *mcp.Tool)
 }
 
-// tools lists every tool of the server, in the order clients see them.
+// tools lists every tool of the server (clients see them sorted by name).
 func (s *Server) tools() []tool {
 	return []tool{
 		defTool("add_task", "Hand over a task",
@@ -113,7 +113,7 @@ type AddTaskOut struct {
 }
 
 func (s *Server) addTask(ctx context.Context, req *mcp.CallToolRequest, in AddTaskIn) (*mcp.CallToolResult, AddTaskOut, error) {
-	op := s.operator(req.Extra)
+	op := s.operator(ctx, req.Extra)
 	id, err := s.sys.AddTask(op, engine.AddTaskRequest{TaskName: in.TaskName, TaskIntention: in.TaskIntention, Manager: in.TaskManager})
 	if err != nil {
 		return nil, AddTaskOut{}, err
@@ -152,7 +152,7 @@ type SendMessageOut struct {
 }
 
 func (s *Server) sendMessage(ctx context.Context, req *mcp.CallToolRequest, in SendMessageIn) (*mcp.CallToolResult, SendMessageOut, error) {
-	op := s.operator(req.Extra)
+	op := s.operator(ctx, req.Extra)
 	needReply := s.defaultNeedReply(op, in)
 	msgs, err := s.sys.HumanSend(op, engine.HumanMessage{
 		TaskID: in.TaskID, Receiver: in.Receiver, Content: in.Content, StageRelative: in.StageRelative,
@@ -209,7 +209,7 @@ type AskInfoIn struct {
 type AskInfoOut struct {
 	Type     string `json:"type"`
 	Markdown string `json:"markdown"`
-	Data     any    `json:"data"`
+	Data     any    `json:"data" jsonschema:"the facts of the answer as JSON; their shape depends on the query type"`
 }
 
 // Query types beyond the spec's, for the operator to find IDs.
@@ -220,7 +220,14 @@ const (
 func queryTypes() []string { return append(slices.Clone(engine.QueryTypes), queryTasks) }
 
 func (s *Server) askInfo(ctx context.Context, req *mcp.CallToolRequest, in AskInfoIn) (*mcp.CallToolResult, AskInfoOut, error) {
-	if strings.TrimSpace(in.Type) == queryTasks {
+	in.Type = strings.TrimSpace(in.Type)
+	if !slices.Contains(queryTypes(), in.Type) {
+		if in.Type == "" {
+			return nil, AskInfoOut{}, fmt.Errorf("type: is empty; one of %s", strings.Join(queryTypes(), ", "))
+		}
+		return nil, AskInfoOut{}, fmt.Errorf("type %q: must be one of %s", in.Type, strings.Join(queryTypes(), ", "))
+	}
+	if in.Type == queryTasks {
 		list := s.taskList()
 		var b strings.Builder
 		b.WriteString("### Tasks\n\n")
@@ -230,7 +237,7 @@ func (s *Server) askInfo(ctx context.Context, req *mcp.CallToolRequest, in AskIn
 		out := AskInfoOut{Type: queryTasks, Markdown: b.String(), Data: list}
 		return textResult("%s", out.Markdown), out, nil
 	}
-	res, err := s.sys.Query(s.operator(req.Extra), engine.AskInfoQuery{
+	res, err := s.sys.Query(s.operator(ctx, req.Extra), engine.AskInfoQuery{
 		Type: in.Type, TaskID: in.TaskID, StageID: in.StageID, TeamID: in.TeamID, AgentID: in.AgentID,
 	})
 	if err != nil {
@@ -262,7 +269,7 @@ func (s *Server) getInbox(ctx context.Context, req *mcp.CallToolRequest, in GetI
 	if in.Limit == 0 {
 		in.Limit = 50
 	}
-	op := s.operator(req.Extra)
+	op := s.operator(ctx, req.Extra)
 	entries, err := s.sys.Inbox(op)
 	if err != nil {
 		return nil, GetInboxOut{}, err
@@ -318,7 +325,7 @@ func (s *Server) manageTask(ctx context.Context, req *mcp.CallToolRequest, in Ma
 	if !slices.Contains(manageTaskActions, in.Action) {
 		return nil, InstructionOut{}, fmt.Errorf("action %q: must be one of %s", in.Action, strings.Join(manageTaskActions, ", "))
 	}
-	res, err := s.sys.TaskInstruction(s.operator(req.Extra), engine.TaskInstruction{
+	res, err := s.sys.TaskInstruction(s.operator(ctx, req.Extra), engine.TaskInstruction{
 		Action: in.Action, TaskID: in.TaskID, Stages: in.Stages, StageID: in.StageID,
 		OldStageID: in.OldStageID, NewStageIntention: in.NewStageIntention, NewAgentAllocation: in.NewAgentAllocation,
 		Summary: in.Summary,
@@ -346,7 +353,7 @@ func (s *Server) manageAgent(ctx context.Context, req *mcp.CallToolRequest, in M
 	if !slices.Contains(manageAgentActions, in.Action) {
 		return nil, InstructionOut{}, fmt.Errorf("action %q: must be one of %s", in.Action, strings.Join(manageAgentActions, ", "))
 	}
-	res, err := s.sys.AgentInstruction(s.operator(req.Extra), engine.AgentInstruction{
+	res, err := s.sys.AgentInstruction(s.operator(ctx, req.Extra), engine.AgentInstruction{
 		Action: in.Action, AgentConfig: in.AgentConfig, TaskID: in.TaskID, Agents: in.Agents,
 	})
 	if err != nil {
@@ -366,11 +373,11 @@ type ReadResourceIn struct {
 // ReadResourceOut is read_resource's output: the resource's JSON document.
 type ReadResourceOut struct {
 	URI      string `json:"uri"`
-	Document any    `json:"document"`
+	Document any    `json:"document" jsonschema:"the resource's JSON document"`
 }
 
 func (s *Server) readResourceTool(ctx context.Context, req *mcp.CallToolRequest, in ReadResourceIn) (*mcp.CallToolResult, ReadResourceOut, error) {
-	doc, err := s.document(in.URI, s.operator(req.Extra))
+	doc, err := s.document(in.URI, s.operator(ctx, req.Extra))
 	if err != nil {
 		return nil, ReadResourceOut{}, err
 	}

@@ -265,6 +265,19 @@ func (s *Server) waitForUpdates(ctx context.Context, req *mcp.CallToolRequest, i
 	case in.MaxEvents < 0:
 		return nil, WaitOut{}, fmt.Errorf("max_events %d: must not be negative", in.MaxEvents)
 	}
+	if in.TaskID != "" {
+		if _, ok := s.sys.Task(in.TaskID); !ok {
+			return nil, WaitOut{}, fmt.Errorf("task_id %q: no such task", in.TaskID)
+		}
+	}
+	if in.AgentID != "" {
+		if _, ok := s.sys.AgentBrief(in.AgentID); !ok {
+			return nil, WaitOut{}, fmt.Errorf("agent_id %q: no such agent", in.AgentID)
+		}
+	}
+	if latest := s.sys.EventSeq(); in.Cursor > latest {
+		return nil, WaitOut{}, fmt.Errorf("cursor %d: ahead of the newest event (%d); pass 0 to start from now (cursors do not survive a restart)", in.Cursor, latest)
+	}
 	if in.TimeoutSeconds == 0 {
 		in.TimeoutSeconds = 30
 	}
@@ -309,8 +322,9 @@ func (s *Server) waitForUpdates(ctx context.Context, req *mcp.CallToolRequest, i
 			return textResult("No change within %s; next cursor %d.", timeout, out.Cursor), out, nil
 		case <-ctx.Done():
 			return nil, WaitOut{}, ctx.Err()
-		case <-s.ctx.Done():
-			return nil, WaitOut{}, fmt.Errorf("server is shutting down")
+		case <-s.draining:
+			out := WaitOut{Cursor: latest, Events: []engine.Event{}, TimedOut: true}
+			return textResult("The server is shutting down; next cursor %d.", out.Cursor), out, nil
 		}
 	}
 }

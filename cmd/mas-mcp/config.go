@@ -26,6 +26,13 @@ type Config struct {
 
 	LLM LLMConfig `yaml:"llm"`
 
+	// MCPConfig is the downstream MCP servers file, in the mcpServers shape
+	// hosts such as Claude Desktop use.
+	MCPConfig string `yaml:"mcp_config"`
+	// ConfirmTimeout bounds the wait for the operator's approval of a risky
+	// tool call.
+	ConfirmTimeout time.Duration `yaml:"confirm_timeout"`
+
 	// Operator names the operator's HumanAgent.
 	Operator string `yaml:"operator"`
 	// WaitTimeout bounds how long an agent waits for a reply.
@@ -86,6 +93,7 @@ func defaultConfig() Config {
 		LLM:                   LLMConfig{BaseURL: "https://api.openai.com/v1", Model: "gpt-4o-mini", Timeout: 120 * time.Second, MaxRetries: 3, Concurrency: 8},
 		Operator:              "operator",
 		WaitTimeout:           10 * time.Minute,
+		ConfirmTimeout:        10 * time.Minute,
 		StageStepBudget:       60,
 		StageReflectionBudget: 6,
 		HTTP:                  HTTPConfig{Addr: "127.0.0.1:7777"},
@@ -111,6 +119,8 @@ func loadConfig(args []string, getenv func(string) string) (Config, error) {
 	wait := fs.Duration("wait-timeout", 0, "how long an agent waits for a reply before carrying on")
 	steps := fs.Int("stage-step-budget", 0, "steps an agent may run in one stage before it must summarise")
 	refl := fs.Int("stage-reflection-budget", 0, "reflections an agent may run in one stage before it must summarise")
+	mcpConfig := fs.String("mcp-config", "", "downstream MCP servers file ({\"mcpServers\": …}, as Claude Desktop's) (env MAS_MCP_CONFIG)")
+	confirm := fs.Duration("confirm-timeout", 0, "how long a risky tool call waits for the operator's approval")
 	stdio := fs.Bool("stdio", false, "serve MCP over stdin/stdout (for hosts such as Claude Desktop) instead of HTTP")
 	httpAddr := fs.String("http", "", "serve MCP over HTTP on this address: streamable HTTP at /mcp, SSE at /sse (default 127.0.0.1:7777)")
 	logFormat := fs.String("log-format", "", `log format on stderr: "text" or "json"`)
@@ -143,6 +153,9 @@ func loadConfig(args []string, getenv func(string) string) (Config, error) {
 	if v := getenv("MAS_LANG"); v != "" {
 		cfg.Lang = v
 	}
+	if v := getenv("MAS_MCP_CONFIG"); v != "" {
+		cfg.MCPConfig = v
+	}
 	cfg.apiKey = getenv("OPENAI_API_KEY")
 
 	setStr := func(dst *string, v string) {
@@ -157,6 +170,10 @@ func loadConfig(args []string, getenv func(string) string) (Config, error) {
 	setStr(&cfg.Operator, *operator)
 	setStr(&cfg.LogFormat, *logFormat)
 	setStr(&cfg.HTTP.Addr, *httpAddr)
+	setStr(&cfg.MCPConfig, *mcpConfig)
+	if *confirm != 0 {
+		cfg.ConfirmTimeout = *confirm
+	}
 	if *stdio {
 		cfg.Stdio = true
 	}
@@ -199,6 +216,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("llm.max_retries %d: must not be negative", c.LLM.MaxRetries)
 	case c.LLM.Concurrency <= 0:
 		return fmt.Errorf("llm.concurrency %d: must be positive", c.LLM.Concurrency)
+	case c.ConfirmTimeout <= 0:
+		return fmt.Errorf("confirm_timeout %s: must be positive", c.ConfirmTimeout)
 	case c.WaitTimeout <= 0:
 		return fmt.Errorf("wait_timeout %s: must be positive", c.WaitTimeout)
 	case c.StageStepBudget <= 0:

@@ -19,6 +19,7 @@ import (
 
 	"github.com/lmittmann/tint"
 
+	"github.com/mas-mcp/mas-mcp/downstream"
 	"github.com/mas-mcp/mas-mcp/engine"
 	"github.com/mas-mcp/mas-mcp/llm"
 	"github.com/mas-mcp/mas-mcp/prompts"
@@ -46,10 +47,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	log := newLogger(cfg, stderr)
-	sys, err := build(cfg, log)
+	sys, pool, err := build(cfg, log)
 	if err != nil {
 		return err
 	}
+	defer pool.Close()
 	if err := sys.Start(); err != nil {
 		return err
 	}
@@ -75,7 +77,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	ready := func(transport, where string) {
 		log.Info("mas-mcp ready",
 			"transport", transport, "listen", where, "lang", cfg.Lang, "model", cfg.LLM.Model, "llm", cfg.LLM.BaseURL,
-			"api_key_set", cfg.apiKey != "", "operators", len(tokens), "base_task", sys.BaseTaskID(),
+			"api_key_set", cfg.apiKey != "", "operators", len(tokens), "mcp_servers", len(pool.ToolGuides()), "base_task", sys.BaseTaskID(),
 			"manager", sys.ManagerID(), "operator", sys.OperatorID())
 	}
 	if cfg.Stdio {
@@ -133,11 +135,17 @@ func operatorTokens(cfg Config, sys *engine.System, getenv func(string) string) 
 	return out, nil
 }
 
-// build wires prompts, the LLM client, the skills and the engine.
-func build(cfg Config, log *slog.Logger) (*engine.System, error) {
+// build wires prompts, the LLM client, the downstream MCP servers, the
+// skills, the tool executor and the engine. The returned pool must be
+// closed after the engine (it stops the servers' processes).
+func build(cfg Config, log *slog.Logger) (*engine.System, *downstream.Pool, error) {
 	set, err := prompts.Load(cfg.Lang, cfg.PromptsDir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	mcpCfg, err := downstream.LoadConfig(cfg.MCPConfig)
+	if err != nil {
+		return nil, nil, err
 	}
 	client, err := llm.NewOpenAI(llm.OpenAIConfig{
 		BaseURL:     cfg.LLM.BaseURL,
@@ -149,15 +157,17 @@ func build(cfg Config, log *slog.Logger) (*engine.System, error) {
 		Logger:      log.With("component", "llm"),
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	execs, err := skills.Executors(skills.Config{LLM: client, Prompts: set, Logger: log.With("component", "skills")})
+	pool := downstream.NewPool(mcpCfg, log.With("component", "downstream"))
+	execs, err := skills.Executors(skills.Config{LLM: client, Prompts: set, Tools: pool, Logger: log.With("component", "skills")})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return engine.New(engine.Config{
+	sys, err := engine.New(engine.Config{
 		Texts:                 set,
 		Skills:                execs,
+		Tools:                 pool,
 		SkillGuides:           set.SkillGuides(),
 		Templates:             skills.Templates(set),
 		OperatorName:          cfg.Operator,
@@ -166,6 +176,19 @@ func build(cfg Config, log *slog.Logger) (*engine.System, error) {
 		StageReflectionBudget: cfg.StageReflectionBudget,
 		Logger:                log.With("component", "engine"),
 	})
+	if err != nil {
+		return nil, nil, err
+	}
+	tool, err := downstream.NewExecutor(downstream.ExecutorConfig{
+		Pool: pool, System: sys, Texts: set, ConfirmTimeout: cfg.ConfirmTimeout, Logger: log.With("component", "downstream"),
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := sys.SetToolExecutor(tool); err != nil {
+		return nil, nil, err
+	}
+	return sys, pool, nil
 }
 
 func newLogger(cfg Config, w io.Writer) *slog.Logger {

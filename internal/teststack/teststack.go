@@ -49,6 +49,10 @@ type Options struct {
 	ReflBudget  int
 	// Handler answers the LLM requests no script rule matched.
 	Handler func(*fakellm.Call) fakellm.Reply
+	// Tools describes downstream MCP servers (nil: none) and ToolExecutor,
+	// when set, builds the tool-step executor once the System exists.
+	Tools        engine.ToolCatalog
+	ToolExecutor func(*engine.System) engine.Executor
 	// NoLeakCheck skips the goroutine-leak check at cleanup (for tests
 	// that leave their own goroutines to their own cleanups).
 	NoLeakCheck bool
@@ -86,7 +90,7 @@ func New(t testing.TB, o Options) *Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	execs, err := skills.Executors(skills.Config{LLM: client, Prompts: set, Logger: log})
+	execs, err := skills.Executors(skills.Config{LLM: client, Prompts: set, Tools: o.Tools, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,9 +105,15 @@ func New(t testing.TB, o Options) *Stack {
 		StageReflectionBudget: o.ReflBudget,
 		Store:                 store,
 		Logger:                log,
+		Tools:                 o.Tools,
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o.ToolExecutor != nil {
+		if err := sys.SetToolExecutor(o.ToolExecutor(sys)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s := &Stack{T: t, Logs: logs, Log: log, Sys: sys, LLM: srv, Store: store, Sub: sys.Subscribe(1 << 14)}
 	if err := sys.Start(); err != nil {

@@ -1,0 +1,338 @@
+package downstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mas-mcp/mas-mcp/engine"
+)
+
+// ExecutorConfig configures the tool executor.
+type ExecutorConfig struct {
+	// Pool reaches the servers. Required.
+	Pool *Pool
+	// System lets risky calls ask the task's operator. Required.
+	System *engine.System
+	// Texts renders the step texts the executor writes (the prompt set).
+	Texts engine.Texts
+	// ConfirmTimeout bounds the wait for the operator's approval of a risky
+	// call. Default 10 minutes.
+	ConfirmTimeout time.Duration
+	// MaxResultBytes bounds a call's result kept on the step; larger text
+	// and data are cut with a note. Default 64 KiB.
+	MaxResultBytes int
+	Logger         *slog.Logger
+}
+
+// Executor runs every tool step (spec §4.2): the step's executor names the
+// MCP server, its instruction_content (written by instruction_generation)
+// says what to do.
+type Executor struct {
+	cfg ExecutorConfig
+}
+
+// NewExecutor checks cfg and returns the tool executor.
+func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
+	switch {
+	case cfg.Pool == nil:
+		return nil, errors.New("downstream: executor: Pool is required")
+	case cfg.System == nil:
+		return nil, errors.New("downstream: executor: System is required")
+	case cfg.Texts == nil:
+		return nil, errors.New("downstream: executor: Texts is required")
+	}
+	if cfg.ConfirmTimeout <= 0 {
+		cfg.ConfirmTimeout = 10 * time.Minute
+	}
+	if cfg.MaxResultBytes <= 0 {
+		cfg.MaxResultBytes = 64 << 10
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Executor{cfg: cfg}, nil
+}
+
+// instruction is a tool step's instruction_content (spec §4.3).
+type instruction struct {
+	Type         string         `json:"instruction_type"`
+	ToolName     string         `json:"tool_name"`
+	ResourceName string         `json:"resource_name"`
+	PromptName   string         `json:"prompt_name"`
+	Arguments    map[string]any `json:"arguments"`
+}
+
+// Execute implements engine.Executor.
+func (e *Executor) Execute(ctx context.Context, in *engine.ExecInput) *engine.Output {
+	server := in.Step.Executor
+	if in.Step.InstructionContent == nil {
+		return &engine.Output{Err: fmt.Errorf("tool step for %s has no instruction_content: the instruction_generation step before it did not write one (it failed or was skipped)", server)}
+	}
+	b, _ := json.Marshal(in.Step.InstructionContent)
+	var ins instruction
+	if err := json.Unmarshal(b, &ins); err != nil {
+		return &engine.Output{Err: fmt.Errorf("instruction_content: %v", err)}
+	}
+	decide := func(key string) *engine.ToolDecisionRequest {
+		data := map[string]any{"ToolName": server}
+		return &engine.ToolDecisionRequest{
+			TaskID: in.Step.TaskID, StageID: in.Step.StageID, ToolName: server,
+			StepIntention: e.cfg.Texts.Text(key+"_intention", data),
+			TextContent:   e.cfg.Texts.Text(key+"_text", data),
+		}
+	}
+	switch {
+	case ins.Type == "get_description":
+		caps, err := e.cfg.Pool.Describe(ctx, server)
+		if err != nil {
+			return &engine.Output{Err: err}
+		}
+		return &engine.Output{
+			Result:           map[string]any{"capabilities_list_description": caps},
+			NeedToolDecision: decide("tool_describe"),
+		}
+	case ins.ToolName != "":
+		return e.callTool(ctx, in, server, ins, decide("tool_result"))
+	case ins.ResourceName != "":
+		uri, _ := ins.Arguments["uri"].(string)
+		if uri == "" {
+			return &engine.Output{Err: errors.New(`instruction_content.arguments.uri: is empty; a resource call needs {"uri": …}`)}
+		}
+		var res *mcp.ReadResourceResult
+		err := e.cfg.Pool.do(ctx, server, func(ctx context.Context, s *mcp.ClientSession) error {
+			var err error
+			res, err = s.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
+			return err
+		})
+		if err != nil {
+			return &engine.Output{Err: fmt.Errorf("mcp server %q: read resource %q: %w", server, uri, err)}
+		}
+		return &engine.Output{Result: map[string]any{"mcp_server_result": e.bounded(res)}, NeedToolDecision: decide("tool_result")}
+	case ins.PromptName != "":
+		args := map[string]string{}
+		for k, v := range ins.Arguments {
+			if s, ok := v.(string); ok {
+				args[k] = s
+			} else {
+				bs, _ := json.Marshal(v)
+				args[k] = string(bs)
+			}
+		}
+		var res *mcp.GetPromptResult
+		err := e.cfg.Pool.do(ctx, server, func(ctx context.Context, s *mcp.ClientSession) error {
+			var err error
+			res, err = s.GetPrompt(ctx, &mcp.GetPromptParams{Name: ins.PromptName, Arguments: args})
+			return err
+		})
+		if err != nil {
+			return &engine.Output{Err: fmt.Errorf("mcp server %q: get prompt %q: %w", server, ins.PromptName, err)}
+		}
+		return &engine.Output{Result: map[string]any{"mcp_server_result": e.bounded(res)}, NeedToolDecision: decide("tool_result")}
+	}
+	return &engine.Output{Err: errors.New(`instruction_content: needs "instruction_type": "get_description", or one of "tool_name", "resource_name", "prompt_name"`)}
+}
+
+// callTool validates and (after the risk gate) makes one tool call.
+func (e *Executor) callTool(ctx context.Context, in *engine.ExecInput, server string, ins instruction, next *engine.ToolDecisionRequest) *engine.Output {
+	caps, err := e.cfg.Pool.Describe(ctx, server)
+	if err != nil {
+		return &engine.Output{Err: err}
+	}
+	tool, ok := caps.Tools[ins.ToolName]
+	if !ok {
+		names := make([]string, 0, len(caps.Tools))
+		for n := range caps.Tools {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return &engine.Output{Err: fmt.Errorf("tool_name %q: server %s has no such tool (its tools: %s)", ins.ToolName, server, strings.Join(names, ", "))}
+	}
+	if ins.Arguments == nil {
+		ins.Arguments = map[string]any{}
+	}
+	if err := checkArguments(tool.InputSchema, ins.Arguments); err != nil {
+		return &engine.Output{Err: fmt.Errorf("arguments of %s.%s: %v", server, ins.ToolName, err)}
+	}
+	result := map[string]any{}
+	if e.risky(server, ins.ToolName, tool) {
+		approval, err := e.confirm(ctx, in, server, ins)
+		result["operator_approval"] = approval
+		if err != nil {
+			return &engine.Output{Err: err, Result: result}
+		}
+	}
+	var res *mcp.CallToolResult
+	err = e.cfg.Pool.do(ctx, server, func(ctx context.Context, s *mcp.ClientSession) error {
+		var err error
+		res, err = s.CallTool(ctx, &mcp.CallToolParams{Name: ins.ToolName, Arguments: ins.Arguments})
+		return err
+	})
+	if err != nil {
+		return &engine.Output{Err: fmt.Errorf("mcp server %q: call %s: %w", server, ins.ToolName, err), Result: result}
+	}
+	result["mcp_server_result"] = e.bounded(res)
+	if res.IsError {
+		return &engine.Output{Err: fmt.Errorf("mcp server %q: tool %s reported an error: %s", server, ins.ToolName, contentText(res.Content, 500)),
+			Result: result, NeedToolDecision: next}
+	}
+	return &engine.Output{Result: result, NeedToolDecision: next}
+}
+
+// checkArguments validates a call's arguments against the tool's input schema.
+func checkArguments(schema any, args map[string]any) error {
+	if schema == nil {
+		return nil
+	}
+	b, err := json.Marshal(schema)
+	if err != nil {
+		return nil
+	}
+	var s jsonschema.Schema
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil // a schema we cannot read is the server's business
+	}
+	resolved, err := s.Resolve(nil)
+	if err != nil {
+		return nil
+	}
+	return resolved.Validate(args)
+}
+
+// risky reports whether a call waits for the operator: a high-risk server,
+// or a tool that declares itself destructive and not read-only (spec 001's
+// risk grading); autoApprove names tools that never wait.
+func (e *Executor) risky(server, tool string, desc ToolDesc) bool {
+	sc, _ := e.cfg.Pool.Server(server)
+	if slices.Contains(sc.AutoApprove, tool) {
+		return false
+	}
+	if sc.Risk == RiskHigh {
+		return true
+	}
+	a := desc.Annotations
+	return a != nil && !a.ReadOnlyHint && a.DestructiveHint != nil && *a.DestructiveHint
+}
+
+// confirm asks the task's operator to approve the call and waits.
+func (e *Executor) confirm(ctx context.Context, in *engine.ExecInput, server string, ins instruction) (map[string]any, error) {
+	args, _ := json.Marshal(ins.Arguments)
+	question := e.cfg.Texts.Text("tool_confirm", map[string]any{
+		"AgentID": in.Agent.AgentID, "AgentName": in.Agent.Name, "Server": server, "ToolName": ins.ToolName,
+		"Arguments": string(args), "StepIntention": in.Step.StepIntention,
+	})
+	reply, err := e.cfg.System.AskOperator(ctx, engine.OperatorQuestion{
+		TaskID: in.Step.TaskID, StageID: in.Step.StageID, AgentID: in.Agent.AgentID,
+		Question: question, Timeout: e.cfg.ConfirmTimeout,
+	})
+	switch {
+	case errors.Is(err, engine.ErrNoAnswer):
+		return map[string]any{"approved": false, "timed_out": true},
+			fmt.Errorf("the operator did not approve the call of %s.%s within %s; it was not made", server, ins.ToolName, e.cfg.ConfirmTimeout)
+	case err != nil:
+		return map[string]any{"approved": false}, fmt.Errorf("asking the operator to approve %s.%s: %w", server, ins.ToolName, err)
+	case !approves(reply):
+		return map[string]any{"approved": false, "reply": reply},
+			fmt.Errorf("the operator refused the call of %s.%s: %q", server, ins.ToolName, reply)
+	}
+	return map[string]any{"approved": true, "reply": reply}, nil
+}
+
+// approves reads an operator's answer: it approves when it starts with a
+// yes-word, in English or Chinese; anything else refuses.
+func approves(reply string) bool {
+	r := strings.ToLower(strings.TrimSpace(reply))
+	for _, w := range []string{"yes", "y", "ok", "okay", "approve", "approved", "allow", "go ahead", "sure", "confirm",
+		"是", "好", "同意", "可以", "批准", "确认", "允许"} {
+		if r == w || strings.HasPrefix(r, w+" ") || strings.HasPrefix(r, w+",") || strings.HasPrefix(r, w+".") ||
+			strings.HasPrefix(r, w+"!") || (len(w) > 1 && !isASCII(w) && strings.HasPrefix(r, w)) {
+			return true
+		}
+	}
+	return false
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// contentText joins a result's text blocks, cut at max runes.
+func contentText(cs []mcp.Content, max int) string {
+	var b strings.Builder
+	for _, c := range cs {
+		if t, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(t.Text)
+		}
+	}
+	s := []rune(b.String())
+	if len(s) > max {
+		return string(s[:max]) + "…"
+	}
+	return string(s)
+}
+
+// bounded returns a result as plain JSON data (content blocks kept as
+// structured data: text, images, embedded resources, resource links), with
+// long strings cut so the whole stays near MaxResultBytes, and a note
+// saying what was cut.
+func (e *Executor) bounded(v any) any {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return map[string]any{"error": "unreadable result: " + err.Error()}
+	}
+	var data any
+	if err := json.Unmarshal(b, &data); err != nil {
+		return map[string]any{"error": "unreadable result: " + err.Error()}
+	}
+	if len(b) <= e.cfg.MaxResultBytes {
+		return data
+	}
+	cut := 0
+	limit := e.cfg.MaxResultBytes / 4
+	var walk func(any) any
+	walk = func(v any) any {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, vv := range x {
+				x[k] = walk(vv)
+			}
+			return x
+		case []any:
+			for i := range x {
+				x[i] = walk(x[i])
+			}
+			return x
+		case string:
+			if len(x) > limit {
+				end := limit
+				for end > 0 && !utf8.RuneStart(x[end]) {
+					end--
+				}
+				cut += len(x) - end
+				return x[:end] + fmt.Sprintf("…[truncated %d bytes]", len(x)-end)
+			}
+		}
+		return v
+	}
+	data = walk(data)
+	if m, ok := data.(map[string]any); ok {
+		m["_truncated"] = fmt.Sprintf("the result was %d bytes; %d bytes of long strings were cut", len(b), cut)
+	}
+	return data
+}

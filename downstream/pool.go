@@ -1,0 +1,316 @@
+package downstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Pool holds one client session per configured server, shared by every
+// agent (spec §4.1 level 3). Sessions connect lazily on first use and are
+// reconnected once when their transport breaks. Close stops every server
+// subprocess.
+type Pool struct {
+	cfg *Config
+	log *slog.Logger
+
+	mu     sync.Mutex // guards conns and closed
+	conns  map[string]*conn
+	closed bool
+}
+
+// conn is one server's session and its cached description.
+type conn struct {
+	name string
+	sc   ServerConfig
+	log  *slog.Logger
+
+	mu      sync.Mutex // guards the fields below; held while connecting
+	session *mcp.ClientSession
+	cmd     *exec.Cmd // the stdio server's process, if any
+	caps    *Capabilities
+	gen     int // connection generation, to reconnect once per break
+}
+
+// NewPool returns a pool for the configuration; nothing connects yet.
+func NewPool(cfg *Config, log *slog.Logger) *Pool {
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg == nil {
+		cfg = &Config{Servers: map[string]ServerConfig{}}
+	}
+	p := &Pool{cfg: cfg, log: log, conns: map[string]*conn{}}
+	for name, sc := range cfg.Servers {
+		p.conns[name] = &conn{name: name, sc: sc, log: log.With("mcp_server", name)}
+	}
+	return p
+}
+
+// ToolGuides maps each server to the description agents see (engine.ToolCatalog).
+func (p *Pool) ToolGuides() map[string]string {
+	out := make(map[string]string, len(p.cfg.Servers))
+	for name, sc := range p.cfg.Servers {
+		d := sc.Description
+		if d == "" {
+			d = "MCP server " + name + " (get its capabilities with a get_description call first)."
+		}
+		out[name] = d
+	}
+	return out
+}
+
+// Server returns a server's configuration.
+func (p *Pool) Server(name string) (ServerConfig, bool) {
+	sc, ok := p.cfg.Servers[name]
+	return sc, ok
+}
+
+func (p *Pool) conn(name string) (*conn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errors.New("downstream pool is closed")
+	}
+	c, ok := p.conns[name]
+	if !ok {
+		return nil, fmt.Errorf("tool %q: no such MCP server is configured", name)
+	}
+	return c, nil
+}
+
+// Close ends every session and stops every subprocess (no orphans: a stdio
+// server's whole process group is killed if it does not exit by itself).
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	conns := make([]*conn, 0, len(p.conns))
+	for _, c := range p.conns {
+		conns = append(conns, c)
+	}
+	p.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Go(func() {
+			c.mu.Lock()
+			c.disconnectLocked()
+			c.mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return nil
+}
+
+// session returns the server's session, connecting if needed.
+func (c *conn) sessionFor(ctx context.Context) (*mcp.ClientSession, int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.session != nil {
+		return c.session, c.gen, nil
+	}
+	if err := c.connectLocked(ctx); err != nil {
+		return nil, c.gen, err
+	}
+	return c.session, c.gen, nil
+}
+
+// reconnect replaces a broken session, unless another caller already did
+// since generation gen.
+func (c *conn) reconnect(ctx context.Context, gen int) (*mcp.ClientSession, int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen == gen {
+		c.log.Warn("mcp server connection broken, reconnecting")
+		c.disconnectLocked()
+		if err := c.connectLocked(ctx); err != nil {
+			return nil, c.gen, err
+		}
+	}
+	if c.session == nil {
+		return nil, c.gen, fmt.Errorf("mcp server %q: not connected", c.name)
+	}
+	return c.session, c.gen, nil
+}
+
+func (c *conn) connectLocked(ctx context.Context) error {
+	client := mcp.NewClient(&mcp.Implementation{Name: "mas-mcp", Version: "dev"}, &mcp.ClientOptions{
+		// No roots, sampling or elicitation: a server that asks gets a
+		// clean "method not found" instead of a request that would hang a
+		// step (the operator is reached through the risk gate instead).
+		Capabilities: &mcp.ClientCapabilities{},
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			c.mu.Lock()
+			c.caps = nil
+			c.mu.Unlock()
+		},
+	})
+	var transport mcp.Transport
+	switch {
+	case c.sc.Command != "":
+		cmd := exec.Command(c.sc.Command, c.sc.Args...)
+		cmd.Env = os.Environ()
+		for k, v := range c.sc.Env {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		// Its own process group, so Close can stop the children it spawns
+		// (npx starts node, for instance).
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Stderr = &lineLogger{log: c.log}
+		c.cmd = cmd
+		transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+	case c.sc.Transport == "sse":
+		transport = &mcp.SSEClientTransport{Endpoint: c.sc.URL, HTTPClient: headerClient(c.sc.Headers)}
+	default:
+		transport = &mcp.StreamableClientTransport{Endpoint: c.sc.URL, HTTPClient: headerClient(c.sc.Headers), MaxRetries: 1}
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.sc.timeout())
+	defer cancel()
+	start := time.Now()
+	session, err := client.Connect(cctx, transport, nil)
+	if err != nil {
+		c.killLocked()
+		return fmt.Errorf("mcp server %q (%s): connect: %w", c.name, c.sc.describe(), err)
+	}
+	c.session = session
+	c.caps = nil
+	c.gen++
+	c.log.Info("mcp server connected", "server", c.sc.describe(), "ms", time.Since(start).Milliseconds())
+	return nil
+}
+
+// disconnectLocked closes the session and makes sure the process is gone.
+func (c *conn) disconnectLocked() {
+	if c.session != nil {
+		_ = c.session.Close()
+		c.session = nil
+	}
+	c.killLocked()
+	c.caps = nil
+}
+
+// killLocked kills what is left of a stdio server's process group.
+func (c *conn) killLocked() {
+	if c.cmd == nil || c.cmd.Process == nil {
+		c.cmd = nil
+		return
+	}
+	pid := c.cmd.Process.Pid
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	c.cmd = nil
+}
+
+// broken reports whether err means the transport broke (the server died or
+// the connection dropped), as opposed to an error answer.
+func broken(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, io.ErrClosedPipe) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.ECONNREFUSED) {
+		return true
+	}
+	msg := err.Error()
+	for _, s := range []string{"connection closed", "broken pipe", "connection reset", "connection refused", "client is closing", "EOF"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// do runs f on the server's session with the server's timeout, reconnecting
+// once if the transport is broken.
+func (p *Pool) do(ctx context.Context, server string, f func(context.Context, *mcp.ClientSession) error) error {
+	c, err := p.conn(server)
+	if err != nil {
+		return err
+	}
+	session, gen, err := c.sessionFor(ctx)
+	if err != nil {
+		return err
+	}
+	call := func(s *mcp.ClientSession) error {
+		cctx, cancel := context.WithTimeout(ctx, c.sc.timeout())
+		defer cancel()
+		err := f(cctx, s)
+		if err != nil && cctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
+			return fmt.Errorf("mcp server %q: no answer within %s", server, c.sc.timeout())
+		}
+		return err
+	}
+	err = call(session)
+	if !broken(err) || ctx.Err() != nil {
+		return err
+	}
+	session, _, rerr := c.reconnect(ctx, gen)
+	if rerr != nil {
+		return fmt.Errorf("%w (and reconnecting failed: %v)", err, rerr)
+	}
+	return call(session)
+}
+
+// headerClient is an HTTP client that adds the configured headers.
+func headerClient(h map[string]string) *http.Client {
+	if len(h) == 0 {
+		return nil
+	}
+	return &http.Client{Transport: headerTransport{h: h, next: http.DefaultTransport}}
+}
+
+type headerTransport struct {
+	h    map[string]string
+	next http.RoundTripper
+}
+
+func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range t.h {
+		r.Header.Set(k, v)
+	}
+	return t.next.RoundTrip(r)
+}
+
+// lineLogger turns a stdio server's stderr into log lines.
+type lineLogger struct {
+	log *slog.Logger
+	buf []byte
+	mu  sync.Mutex
+}
+
+func (l *lineLogger) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	for {
+		i := strings.IndexByte(string(l.buf), '\n')
+		if i < 0 {
+			break
+		}
+		if line := strings.TrimSpace(string(l.buf[:i])); line != "" {
+			l.log.Info("mcp server stderr", "line", line)
+		}
+		l.buf = l.buf[i+1:]
+	}
+	if len(l.buf) > 64<<10 { // a line without end: log what there is
+		l.log.Info("mcp server stderr", "line", string(l.buf))
+		l.buf = nil
+	}
+	return len(p), nil
+}
+

@@ -1,0 +1,91 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrNoAnswer is AskOperator's error when the operator did not answer in time.
+var ErrNoAnswer = errors.New("the operator did not answer")
+
+// OperatorQuestion is a question of an agent to its task's operator that
+// blocks the agent's running step until answered (beyond the spec: the
+// downstream risk gate asks approval of risky tool calls this way).
+type OperatorQuestion struct {
+	TaskID, StageID, AgentID string
+	Question                 string
+	// Timeout bounds the wait (default: the MAS's WaitTimeout).
+	Timeout time.Duration
+}
+
+// AskOperator sends the question to the task's operator as a message that
+// needs a reply and is waited on, and blocks until the operator answers
+// (the answer's text is returned), the timeout passes (ErrNoAnswer) or ctx
+// ends. The answer is consumed here: the asking agent gets no step for it,
+// but it stays in the task's conversation.
+func (s *System) AskOperator(ctx context.Context, q OperatorQuestion) (string, error) {
+	t, ok := s.task(q.TaskID)
+	if !ok {
+		return "", errf(ErrNotFound, "task_id %q: no such task", q.TaskID)
+	}
+	t.mu.Lock()
+	op := t.st.Operator
+	ended := t.endedLocked()
+	t.mu.Unlock()
+	if ended {
+		return "", errf(ErrEnded, "task_id %q: has ended", q.TaskID)
+	}
+	if op == "" {
+		op = s.operatorID
+	}
+	timeout := q.Timeout
+	if timeout <= 0 {
+		timeout = s.cfg.WaitTimeout
+	}
+	m := s.newMessage(q.TaskID, q.AgentID, []string{op}, q.Question, q.StageID)
+	m.NeedReply = true
+	m.Waiting = []string{newID()}
+	answer := make(chan string, 1)
+	s.confirmMu.Lock()
+	if s.confirms == nil {
+		s.confirms = map[string]chan string{}
+	}
+	s.confirms[m.Waiting[0]] = answer
+	s.confirmMu.Unlock()
+	defer func() {
+		s.confirmMu.Lock()
+		delete(s.confirms, m.Waiting[0])
+		s.confirmMu.Unlock()
+	}()
+	s.deliver(m)
+
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case a := <-answer:
+		return a, nil
+	case <-timer.C:
+		return "", ErrNoAnswer
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// answered hands a reply to the AskOperator call waiting on its waiting ID,
+// and reports whether there was one.
+func (s *System) answered(m Message) bool {
+	if m.ReturnWaitingID == "" {
+		return false
+	}
+	s.confirmMu.Lock()
+	ch, ok := s.confirms[m.ReturnWaitingID]
+	if ok {
+		delete(s.confirms, m.ReturnWaitingID)
+	}
+	s.confirmMu.Unlock()
+	if ok {
+		ch <- m.Message
+	}
+	return ok
+}

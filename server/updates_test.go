@@ -1,0 +1,448 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mas-mcp/mas-mcp/engine"
+	"github.com/mas-mcp/mas-mcp/server"
+)
+
+// protocolVersions are the client versions the notification tests run
+// with: the last one served statefully over HTTP, and the SDK's latest
+// (subscriptions/listen).
+var protocolVersions = []string{"2025-11-25", "2026-07-28"}
+
+// waitUntil polls cond until it holds, failing after a generous deadline (a
+// bound for a hang, not a performance assertion).
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (p *peer) subscribe(uris ...string) {
+	p.t.Helper()
+	for _, uri := range uris {
+		if err := p.client.Subscribe(context.Background(), &mcp.SubscribeParams{URI: uri}); err != nil {
+			p.t.Fatalf("subscribe %s: %v", uri, err)
+		}
+	}
+}
+
+// TestUpdatesWhileTaskRuns: a client subscribed to a task and to the task
+// list is notified while the scripted task runs, down to its final state,
+// and never about resources it did not subscribe to.
+func TestUpdatesWhileTaskRuns(t *testing.T) {
+	for _, version := range protocolVersions {
+		t.Run(version, func(t *testing.T) {
+			e := newEnvWith(t, envOptions{ProtocolVersion: version, Config: func(c *server.Config) { c.Coalesce = 20 * time.Millisecond }})
+			e.subscribe("mas://tasks")
+			var added server.AddTaskOut
+			e.call("add_task", map[string]any{"task_name": "report", "task_intention": "Research a topic and write a report."}, &added)
+			e.subscribe(added.ResourceURI)
+
+			var question engine.InboxEntry
+			e.stack.WaitFor("alice's question", func() bool {
+				entries, _ := e.stack.Sys.Inbox(e.stack.Sys.OperatorID())
+				for _, m := range entries {
+					if m.AwaitingReply {
+						question = m
+					}
+				}
+				return question.MessageID != ""
+			})
+			e.call("send_message", map[string]any{"task_id": added.TaskID, "receiver": []string{question.SenderID}, "content": "Markdown."}, nil)
+			e.stack.WaitFor("the task to finish", func() bool {
+				return e.stack.Task(added.TaskID).ExecutionState == engine.StateFinished
+			})
+			ended := e.stack.Task(added.TaskID).EndedAt
+			for _, uri := range []string{added.ResourceURI, "mas://tasks"} {
+				waitUntil(t, "a notification of "+uri+" after the task ended", func() bool {
+					n := e.noticesOf(uri)
+					return len(n) > 0 && !n[len(n)-1].Before(ended)
+				})
+			}
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			for _, n := range e.notices {
+				if n.uri != added.ResourceURI && n.uri != "mas://tasks" {
+					t.Errorf("notified of %s, which the client did not subscribe to", n.uri)
+				}
+			}
+		})
+	}
+}
+
+// TestUpdatesCoalesce: many changes of one URI within a window give at
+// most about one notification per window, and the last change is always
+// notified. The bound is derived from the elapsed time, not exact timing.
+func TestUpdatesCoalesce(t *testing.T) {
+	const window = 200 * time.Millisecond
+	var bea string
+	e := newEnvWith(t, envOptions{ProtocolVersion: "2025-11-25", Config: func(c *server.Config) {
+		c.Coalesce = window
+		var err error
+		if bea, err = c.System.AddOperator("bea"); err != nil {
+			t.Fatal(err)
+		}
+	}})
+	sys := e.stack.Sys
+	op, base := sys.OperatorID(), sys.BaseTaskID()
+	conv, inbox := "mas://tasks/"+base+"/conversation", "mas://operators/"+bea+"/inbox"
+	e.subscribe(conv, inbox)
+	send := func(i int) {
+		t.Helper()
+		// Operator to operator: no LLM agent reacts, only these changes.
+		if _, err := sys.HumanSend(op, engine.HumanMessage{TaskID: base, Receiver: []string{bea}, Content: fmt.Sprintf("note %d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Warm up until both subscriptions are live, then let the window pass.
+	waitUntil(t, "the subscriptions to be live", func() bool {
+		send(-1)
+		time.Sleep(window / 4)
+		return len(e.noticesOf(conv)) > 0 && len(e.noticesOf(inbox)) > 0
+	})
+	time.Sleep(3 * window)
+
+	start := time.Now()
+	const changes = 60
+	var last time.Time
+	for i := range changes {
+		last = time.Now()
+		send(i)
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, uri := range []string{conv, inbox} {
+		waitUntil(t, "the last change of "+uri+" to be notified", func() bool {
+			n := e.noticesOf(uri)
+			return len(n) > 0 && n[len(n)-1].After(last)
+		})
+	}
+	end := time.Now()
+	bound := int(end.Sub(start)/window) + 2
+	for _, uri := range []string{conv, inbox} {
+		var n int
+		for _, at := range e.noticesOf(uri) {
+			if !at.Before(start) {
+				n++
+			}
+		}
+		t.Logf("%s: %d changes in %s gave %d notifications (bound %d)", uri, changes, end.Sub(start).Round(time.Millisecond), n, bound)
+		if n > bound || n >= changes {
+			t.Errorf("%s: %d notifications for %d changes in %s with a %s window; want at most %d",
+				uri, n, changes, end.Sub(start).Round(time.Millisecond), window, bound)
+		}
+	}
+}
+
+// TestListChanged: a new agent or task sends resources/list_changed, and
+// its resources are then listed.
+func TestListChanged(t *testing.T) {
+	for _, version := range protocolVersions {
+		t.Run(version, func(t *testing.T) {
+			e := newEnvWith(t, envOptions{ProtocolVersion: version})
+			listed := func() []string {
+				var uris []string
+				for r, err := range e.client.Resources(context.Background(), nil) {
+					if err != nil {
+						t.Fatal(err)
+					}
+					uris = append(uris, r.URI)
+				}
+				return uris
+			}
+			drain(e.listChanged)
+			var out server.InstructionOut
+			e.call("manage_agent", map[string]any{"action": "init_new_agent", "agent_config": map[string]any{"template": "reviewer", "name": "carol"}}, &out)
+			carol := out.Result["agent_id"].(string)
+			waitUntil(t, "list_changed after init_new_agent", func() bool { return len(drain(e.listChanged)) > 0 })
+			if l := listed(); !contains(l, "mas://agents/"+carol) || !contains(l, "mas://agents/"+carol+"/steps") {
+				t.Errorf("resources/list lacks carol's resources: %v", l)
+			}
+
+			var added server.AddTaskOut
+			e.call("add_task", map[string]any{"task_name": "report", "task_intention": "Write a report."}, &added)
+			waitUntil(t, "list_changed after add_task", func() bool { return len(drain(e.listChanged)) > 0 })
+			if l := listed(); !contains(l, added.ResourceURI) || !contains(l, added.ResourceURI+"/conversation") {
+				t.Errorf("resources/list lacks the task's resources: %v", l)
+			}
+		})
+	}
+}
+
+// wait calls wait_for_updates.
+func (p *peer) wait(args map[string]any) server.WaitOut {
+	p.t.Helper()
+	var out server.WaitOut
+	p.call("wait_for_updates", args, &out)
+	return out
+}
+
+func TestWaitForUpdates(t *testing.T) {
+	e := newEnv(t)
+	sys := e.stack.Sys
+	start := sys.EventSeq()
+	f := e.startTask()
+	latest := sys.EventSeq()
+
+	t.Run("after cursor", func(t *testing.T) {
+		out := e.wait(map[string]any{"cursor": start, "max_events": 100000})
+		if out.Lost || out.TimedOut || len(out.Events) == 0 {
+			t.Fatalf("wait = lost %v, timed out %v, %d events", out.Lost, out.TimedOut, len(out.Events))
+		}
+		for i, ev := range out.Events {
+			if ev.Seq != start+uint64(i)+1 {
+				t.Fatalf("event %d has seq %d, want %d (every event after the cursor, in order)", i, ev.Seq, start+uint64(i)+1)
+			}
+		}
+		if out.Cursor != out.Events[len(out.Events)-1].Seq || out.Cursor != latest {
+			t.Errorf("cursor %d, want the last event's seq %d", out.Cursor, latest)
+		}
+		if out.Events[0].Kind != engine.EventTaskAdded || out.Events[0].TaskID != f.TaskID {
+			t.Errorf("first event %+v, want the task's task_added", out.Events[0])
+		}
+	})
+	t.Run("filter task_id", func(t *testing.T) {
+		out := e.wait(map[string]any{"cursor": start, "task_id": f.TaskID, "max_events": 100000})
+		if len(out.Events) == 0 {
+			t.Fatal("no events")
+		}
+		for _, ev := range out.Events {
+			if ev.TaskID != f.TaskID {
+				t.Errorf("event %+v is not of task %s", ev, f.TaskID)
+			}
+		}
+	})
+	t.Run("filter agent_id", func(t *testing.T) {
+		out := e.wait(map[string]any{"cursor": start, "agent_id": f.Alice, "max_events": 100000})
+		if len(out.Events) == 0 || out.Events[0].Kind != engine.EventAgentAdded {
+			t.Fatalf("events %+v, want alice's, from agent_added", out.Events)
+		}
+		for _, ev := range out.Events {
+			if ev.AgentID != f.Alice {
+				t.Errorf("event %+v is not of alice", ev)
+			}
+		}
+	})
+	t.Run("max_events pages", func(t *testing.T) {
+		first := e.wait(map[string]any{"cursor": start, "max_events": 3})
+		if len(first.Events) != 3 || first.Cursor != first.Events[2].Seq {
+			t.Fatalf("max_events 3: %d events, cursor %d", len(first.Events), first.Cursor)
+		}
+		next := e.wait(map[string]any{"cursor": first.Cursor, "max_events": 1})
+		if len(next.Events) != 1 || next.Events[0].Seq != first.Cursor+1 {
+			t.Errorf("the next page starts at %+v, want seq %d", next.Events, first.Cursor+1)
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		for _, cursor := range []uint64{latest, 0} {
+			out := e.wait(map[string]any{"cursor": cursor, "timeout_seconds": 1})
+			if !out.TimedOut || out.Cursor != latest || len(out.Events) != 0 || out.Lost {
+				t.Errorf("cursor %d at rest: %+v, want timed_out with cursor %d", cursor, out, latest)
+			}
+		}
+	})
+	t.Run("wakes on a change", func(t *testing.T) {
+		done := make(chan server.WaitOut, 1)
+		go func() {
+			res, err := e.client.CallTool(context.Background(), mcpCall("wait_for_updates", map[string]any{"cursor": latest, "timeout_seconds": 60}))
+			var out server.WaitOut
+			if err == nil && !res.IsError {
+				_ = jsonDecode(res.StructuredContent, &out)
+			}
+			done <- out
+		}()
+		// The change may land before the call starts waiting: it is
+		// returned either way, as it is after the cursor.
+		var created server.InstructionOut
+		e.call("manage_agent", map[string]any{"action": "init_new_agent", "agent_config": map[string]any{"template": "reviewer", "name": "carol"}}, &created)
+		select {
+		case out := <-done:
+			if out.TimedOut || len(out.Events) == 0 || out.Events[0].Kind != engine.EventAgentAdded || out.Events[0].AgentID != created.Result["agent_id"] {
+				t.Errorf("wait = %+v, want carol's agent_added", out)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("wait_for_updates did not return on a change")
+		}
+	})
+}
+
+func jsonDecode(v, out any) error {
+	return json.Unmarshal([]byte(jsonString(v)), out)
+}
+
+// TestWaitForUpdatesLost: a cursor older than the event log reports lost.
+func TestWaitForUpdatesLost(t *testing.T) {
+	e := newEnvWith(t, envOptions{Config: func(c *server.Config) { c.EventLog = 5 }})
+	start := e.stack.Sys.EventSeq()
+	if start == 0 {
+		t.Fatal("no events at start-up; the cursor would mean latest")
+	}
+	e.startTask()
+	out := e.wait(map[string]any{"cursor": start, "max_events": 1000})
+	if !out.Lost || len(out.Events) == 0 || len(out.Events) > 2*5 || out.Events[0].Seq <= start+1 {
+		t.Errorf("wait from an old cursor = lost %v, %d events from %d; want lost and only the log's last events", out.Lost, len(out.Events), firstSeq(out))
+	}
+	if out.Cursor != e.stack.Sys.EventSeq() {
+		t.Errorf("cursor %d, want the latest %d", out.Cursor, e.stack.Sys.EventSeq())
+	}
+	again := e.wait(map[string]any{"cursor": out.Cursor, "timeout_seconds": 1})
+	if again.Lost {
+		t.Errorf("a current cursor reports lost")
+	}
+}
+
+func firstSeq(out server.WaitOut) uint64 {
+	if len(out.Events) == 0 {
+		return 0
+	}
+	return out.Events[0].Seq
+}
+
+// TestWaitForUpdatesProgress: while it waits, wait_for_updates sends
+// progress notifications to a call that carries a progress token, and only
+// to such a call.
+func TestWaitForUpdatesProgress(t *testing.T) {
+	for _, version := range protocolVersions {
+		t.Run(version, func(t *testing.T) {
+			e := newEnvWith(t, envOptions{ProtocolVersion: version})
+			params := mcpCall("wait_for_updates", map[string]any{"timeout_seconds": 3})
+			params.SetProgressToken("wait-1")
+			res, err := e.client.CallTool(context.Background(), params)
+			if err != nil || res.IsError {
+				t.Fatalf("wait_for_updates: %v %v", err, res)
+			}
+			waitUntil(t, "progress notifications", func() bool { return len(e.progress) > 0 })
+			var prev float64
+			for _, p := range drain(e.progress) {
+				if p.ProgressToken != "wait-1" || p.Total != 3 || p.Progress <= prev || p.Progress > 3 || p.Message == "" {
+					t.Errorf("progress %+v, want token wait-1, total 3, increasing progress", p)
+				}
+				prev = p.Progress
+			}
+			e.call("wait_for_updates", map[string]any{"timeout_seconds": 2}, nil)
+			if got := drain(e.progress); len(got) > 0 {
+				t.Errorf("a call without a progress token got %d progress notifications", len(got))
+			}
+		})
+	}
+}
+
+// TestLoggingNeedsSetLevel: step logs reach a session only once it set a
+// level, and only at or above it.
+func TestLoggingNeedsSetLevel(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	quiet := e.connect("")
+	strict := e.connect("2025-11-25")
+	if err := e.client.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := strict.client.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "error"}); err != nil {
+		t.Fatal(err)
+	}
+	f := e.startTask()
+	waitUntil(t, "step logs", func() bool { return len(e.logs) > 0 })
+	for _, l := range drain(e.logs) {
+		d, _ := l.Data.(map[string]any)
+		if l.Logger != "mas" || (l.Level != "info" && l.Level != "warning") || d["agent_id"] == nil || d["step_id"] == nil || d["state"] == nil ||
+			!strings.HasPrefix(fmt.Sprint(d["message"]), "agent ") {
+			t.Errorf("log %+v", l)
+		}
+	}
+	if n := len(drain(quiet.logs)); n > 0 {
+		t.Errorf("a session that set no level got %d logs", n)
+	}
+	if n := len(drain(strict.logs)); n > 0 {
+		t.Errorf("a session at level error got %d info logs", n)
+	}
+	// Once it sets a level, the quiet session gets the next steps' logs.
+	if err := quiet.client.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "debug"}); err != nil {
+		t.Fatal(err)
+	}
+	e.call("send_message", map[string]any{"task_id": f.TaskID, "receiver": []string{f.Alice}, "content": "Markdown."}, nil)
+	waitUntil(t, "logs after setLevel", func() bool { return len(quiet.logs) > 0 })
+}
+
+// TestWaitForUpdatesUnknownFilter: a filter naming no task or agent can
+// never match (IDs are server-made UUIDs); it must be refused, not waited on.
+func TestWaitForUpdatesUnknownFilter(t *testing.T) {
+	e := newEnv(t)
+	for _, field := range []string{"task_id", "agent_id"} {
+		txt := e.callErr("wait_for_updates", map[string]any{field: noSuchID, "timeout_seconds": 1})
+		if !strings.Contains(txt, field) || !strings.Contains(txt, noSuchID) {
+			t.Errorf("error %q does not name %s and the ID", txt, field)
+		}
+	}
+}
+
+// TestWaitForUpdatesCursorAhead: a cursor beyond the newest event (a client
+// that kept its cursor across a server restart) must not silently wait
+// until the sequence catches up.
+func TestWaitForUpdatesCursorAhead(t *testing.T) {
+	e := newEnv(t)
+	ahead := e.stack.Sys.EventSeq() + 1000
+	res, err := e.client.CallTool(context.Background(), mcpCall("wait_for_updates", map[string]any{"cursor": ahead, "timeout_seconds": 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out server.WaitOut
+	_ = jsonDecode(res.StructuredContent, &out)
+	if !res.IsError && !out.Lost && out.Cursor >= ahead {
+		t.Errorf("cursor %d ahead of %d: got %+v, want an error naming cursor, or lost with the latest cursor", ahead, e.stack.Sys.EventSeq(), out)
+	}
+	if res.IsError && !strings.Contains(resultText(res), "cursor") {
+		t.Errorf("error %q does not name cursor", resultText(res))
+	}
+}
+
+// TestWaitForUpdatesShutdown: a call waiting when the server closes
+// returns at once, and not as a tool error (which a host would show the model
+// as its own mistake): either a JSON-RPC error or a timed-out result with the
+// cursor to resume from.
+func TestWaitForUpdatesShutdown(t *testing.T) {
+	e := newEnv(t)
+	latest := e.stack.Sys.EventSeq()
+	type result struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := e.client.CallTool(context.Background(), mcpCall("wait_for_updates", map[string]any{"cursor": latest, "timeout_seconds": 300}))
+		done <- result{res, err}
+	}()
+	// Close while the call waits (if it has not started waiting yet, it
+	// meets the closed server all the same).
+	time.Sleep(100 * time.Millisecond)
+	if err := e.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return
+		}
+		var out server.WaitOut
+		_ = jsonDecode(r.res.StructuredContent, &out)
+		if r.res.IsError || !out.TimedOut || out.Cursor != latest {
+			t.Errorf("wait_for_updates during shutdown: isError %v %q, output %+v; want a JSON-RPC error or timed_out with cursor %d",
+				r.res.IsError, resultText(r.res), out, latest)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("wait_for_updates did not return when the server closed")
+	}
+}
