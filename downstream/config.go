@@ -167,7 +167,7 @@ func (sc ServerConfig) timeout() time.Duration {
 // headers: they may hold secrets).
 func (sc ServerConfig) describe() string {
 	if sc.URL != "" {
-		return strings.TrimSpace(sc.Transport+" "+sc.URL)
+		return strings.TrimSpace(sc.Transport + " " + sc.URL)
 	}
 	return strings.TrimSpace(sc.Command + " " + strings.Join(sc.Args, " "))
 }

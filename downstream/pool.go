@@ -313,4 +313,3 @@ func (l *lineLogger) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
-
