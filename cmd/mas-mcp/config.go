@@ -61,12 +61,23 @@ type HTTPConfig struct {
 	Addr string `yaml:"addr"`
 	// Tokens bind bearer tokens to operators; required beyond loopback.
 	Tokens []TokenConfig `yaml:"tokens"`
+	// Passwords let operators bind the web monitor with their ID and a
+	// password (spec §7.4.1).
+	Passwords []PasswordConfig `yaml:"passwords"`
 	// AllowedOrigins and AllowedHosts extend the browser-origin and Host
 	// allowlists.
 	AllowedOrigins []string      `yaml:"allowed_origins"`
 	AllowedHosts   []string      `yaml:"allowed_hosts"`
 	SessionTimeout time.Duration `yaml:"session_timeout"`
 	MaxBodyBytes   int64         `yaml:"max_body_bytes"`
+}
+
+// PasswordConfig gives an operator a password for the web monitor's
+// bind_human_agent (spec §7.4.1), read from the environment variable
+// PasswordEnv.
+type PasswordConfig struct {
+	Operator    string `yaml:"operator"`
+	PasswordEnv string `yaml:"password_env"`
 }
 
 // TokenConfig binds one bearer token to an operator (a HumanAgent, created
@@ -241,6 +252,25 @@ func (c Config) validate() error {
 		}
 	}
 	return nil
+}
+
+// passwords resolves the configured operator passwords: operator name ->
+// password.
+func (c Config) passwords(getenv func(string) string) (map[string]string, error) {
+	out := map[string]string{}
+	for i, p := range c.HTTP.Passwords {
+		name := strings.TrimSpace(p.Operator)
+		switch {
+		case name == "":
+			return nil, fmt.Errorf("http.passwords[%d].operator: is empty", i)
+		case p.PasswordEnv == "":
+			return nil, fmt.Errorf("http.passwords[%d] (operator %s): password_env is empty", i, name)
+		case getenv(p.PasswordEnv) == "":
+			return nil, fmt.Errorf("http.passwords[%d] (operator %s): environment variable %s is empty", i, name, p.PasswordEnv)
+		}
+		out[name] = getenv(p.PasswordEnv)
+	}
+	return out, nil
 }
 
 // tokens resolves the configured bearer tokens: token -> operator name.

@@ -110,10 +110,15 @@ func closeWithin(sys *engine.System, log *slog.Logger, d time.Duration) {
 	}
 }
 
-// operatorTokens creates (or finds) each configured operator's HumanAgent and
-// maps its bearer token to the agent's ID.
+// operatorTokens creates (or finds) each configured operator's HumanAgent,
+// sets the passwords configured for the web monitor, and maps each bearer
+// token to its operator's ID.
 func operatorTokens(cfg Config, sys *engine.System, getenv func(string) string) (map[string]string, error) {
 	byName, err := cfg.tokens(getenv)
+	if err != nil {
+		return nil, err
+	}
+	passwords, err := cfg.passwords(getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -121,16 +126,33 @@ func operatorTokens(cfg Config, sys *engine.System, getenv func(string) string) 
 	if def, ok := sys.AgentBrief(sys.OperatorID()); ok {
 		ids[def.Name] = def.AgentID
 	}
+	operator := func(name string) (string, error) {
+		if id, ok := ids[name]; ok {
+			return id, nil
+		}
+		id, err := sys.AddOperator(name)
+		if err != nil {
+			return "", fmt.Errorf("operator %s: %w", name, err)
+		}
+		ids[name] = id
+		return id, nil
+	}
 	out := map[string]string{}
 	for tok, name := range byName {
-		id, ok := ids[name]
-		if !ok {
-			if id, err = sys.AddOperator(name); err != nil {
-				return nil, fmt.Errorf("http.tokens: operator %s: %w", name, err)
-			}
-			ids[name] = id
+		id, err := operator(name)
+		if err != nil {
+			return nil, fmt.Errorf("http.tokens: %w", err)
 		}
 		out[tok] = id
+	}
+	for name, pw := range passwords {
+		id, err := operator(name)
+		if err != nil {
+			return nil, fmt.Errorf("http.passwords: %w", err)
+		}
+		if err := sys.SetOperatorPassword(id, pw); err != nil {
+			return nil, fmt.Errorf("http.passwords: operator %s: %w", name, err)
+		}
 	}
 	return out, nil
 }

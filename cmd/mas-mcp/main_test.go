@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,5 +100,55 @@ func TestRunStartsAndStops(t *testing.T) {
 	}
 	if strings.Contains(out, "sk-SENTINEL-main") {
 		t.Error("the API key appears in the logs")
+	}
+}
+
+// TestOperatorTokensAndPasswords: configured tokens and passwords create
+// their operators once, bind tokens to them and set the passwords; the
+// default operator's name reuses the default operator.
+func TestOperatorTokensAndPasswords(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "mas.yaml")
+	yaml := "http:\n  tokens:\n    - {operator: alice, token_env: TOK_A}\n    - {operator: operator, token_env: TOK_D}\n" +
+		"  passwords:\n    - {operator: alice, password_env: PW_A}\n    - {operator: bob, password_env: PW_B}\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{"TOK_A": "token-of-alice-0123456789", "TOK_D": "token-of-default-0123456", "PW_A": "pw-alice", "PW_B": "pw-bob"}
+	cfg, err := loadConfig([]string{"--config", file}, env(vars))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys, pool, err := build(cfg, newLogger(cfg, io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := sys.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sys.Close()
+	tokens, err := operatorTokens(cfg, sys, env(vars))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for _, b := range sys.AgentBriefs() {
+		if b.Kind == "human" {
+			ids[b.Name] = b.AgentID
+		}
+	}
+	if len(ids) != 3 {
+		t.Fatalf("operators %v, want operator, alice and bob", ids)
+	}
+	if tokens["token-of-alice-0123456789"] != ids["alice"] || tokens["token-of-default-0123456"] != sys.OperatorID() {
+		t.Errorf("tokens bound to %v, operators %v", tokens, ids)
+	}
+	if !sys.CheckOperatorPassword(ids["alice"], "pw-alice") || !sys.CheckOperatorPassword(ids["bob"], "pw-bob") || sys.CheckOperatorPassword(ids["bob"], "pw-alice") {
+		t.Error("passwords not set as configured")
+	}
+	delete(vars, "PW_B")
+	if _, err := operatorTokens(cfg, sys, env(vars)); err == nil || !strings.Contains(err.Error(), "PW_B") {
+		t.Errorf("missing password variable: error %v, want it named", err)
 	}
 }
