@@ -21,10 +21,13 @@ test: lint deps
 	$(GO) test -race -count=1 $(PKGS)
 
 ## deps: install the npm packages the tests run, from their lockfiles (every time):
-##   the MCP clients of the interop tests and the MCP servers of the downstream tests
+##   the MCP clients of the interop tests, the MCP servers of the downstream tests,
+##   and playwright-core with Debian's Chromium (if missing) for the browser test
 deps:
 	npm ci --prefix server/testdata/interop --no-audit --no-fund
 	npm ci --prefix downstream/testdata/servers --no-audit --no-fund
+	sh server/testdata/browser/install-chromium.sh
+	npm ci --prefix server/testdata/browser --no-audit --no-fund
 
 ## interop: only the interop tests with real MCP clients (TypeScript SDK, Inspector, mcp-go)
 interop: deps

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mas-mcp/mas-mcp/downstream"
 	"github.com/mas-mcp/mas-mcp/engine"
+	"github.com/mas-mcp/mas-mcp/internal/fakellm"
 	"github.com/mas-mcp/mas-mcp/internal/scripted"
 	"github.com/mas-mcp/mas-mcp/internal/teststack"
 	"github.com/mas-mcp/mas-mcp/prompts"
@@ -17,7 +18,7 @@ import (
 
 // serverBin is the path of an installed npm MCP server's executable. make
 // test installs them from testdata/servers/package-lock.json.
-func serverBin(t *testing.T, name string) string {
+func serverBin(t testing.TB, name string) string {
 	t.Helper()
 	p, err := filepath.Abs(filepath.Join("testdata", "servers", "node_modules", ".bin", name))
 	if err != nil {
@@ -41,17 +42,39 @@ type toolStack struct {
 
 func newToolStack(t *testing.T, cfg *downstream.Config, calls []scripted.Call) *toolStack {
 	t.Helper()
+	return newToolStackWith(t, cfg, calls, stackOptions{})
+}
+
+// stackOptions tune a toolStack; zero values mean the defaults.
+type stackOptions struct {
+	// executor adjusts the executor's configuration (Pool, System and
+	// Texts are set already).
+	executor func(*downstream.ExecutorConfig)
+	// handler wraps the ToolUser's LLM handler (to act between steps).
+	handler func(next func(*fakellm.Call) fakellm.Reply) func(*fakellm.Call) fakellm.Reply
+}
+
+func newToolStackWith(t *testing.T, cfg *downstream.Config, calls []scripted.Call, o stackOptions) *toolStack {
+	t.Helper()
 	user := &scripted.ToolUser{Calls: calls}
 	set, err := prompts.Load("en", "")
 	if err != nil {
 		t.Fatal(err)
 	}
+	handler := user.Handle
+	if o.handler != nil {
+		handler = o.handler(user.Handle)
+	}
 	pool := downstream.NewPool(cfg, nil)
 	st := teststack.New(t, teststack.Options{
-		Handler: user.Handle,
+		Handler: handler,
 		Tools:   pool,
 		ToolExecutor: func(sys *engine.System) engine.Executor {
-			e, err := downstream.NewExecutor(downstream.ExecutorConfig{Pool: pool, System: sys, Texts: set})
+			ec := downstream.ExecutorConfig{Pool: pool, System: sys, Texts: set}
+			if o.executor != nil {
+				o.executor(&ec)
+			}
+			e, err := downstream.NewExecutor(ec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -67,13 +90,22 @@ func newToolStack(t *testing.T, cfg *downstream.Config, calls []scripted.Call) *
 // task and waits until it has summarised; it returns the worker's ID.
 func (s *toolStack) runWorker(t *testing.T, tools ...string) string {
 	t.Helper()
+	w, task := s.startWorker(t, tools...)
+	s.waitSummary(w, task)
+	return w
+}
+
+// startWorker creates a worker with the given tools and gives it a
+// one-stage task; it returns the worker's and the task's IDs.
+func (s *toolStack) startWorker(t *testing.T, tools ...string) (w, task string) {
+	t.Helper()
 	sys := s.Sys
 	w, err := sys.CreateAgent(engine.AgentConfig{Template: "researcher", Name: "worker", Tools: tools})
 	if err != nil {
 		t.Fatal(err)
 	}
 	op := sys.OperatorID()
-	task, err := sys.AddTask(op, engine.AddTaskRequest{TaskName: "tools", TaskIntention: "use the tools"})
+	task, err = sys.AddTask(op, engine.AddTaskRequest{TaskName: "tools", TaskIntention: "use the tools"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,12 +116,17 @@ func (s *toolStack) runWorker(t *testing.T, tools ...string) string {
 		Stages: []engine.StageSpec{{StageIntention: "use tools", AgentAllocation: map[string]string{w: "make the calls"}}}}); err != nil {
 		t.Fatal(err)
 	}
+	return w, task
+}
+
+// waitSummary waits until the worker has summarised its stage of the task.
+func (s *toolStack) waitSummary(w, task string) {
+	s.T.Helper()
 	s.WaitFor("the worker's summary", func() bool {
 		st := s.Task(task).StageList[0]
 		_, done := st.CompletionSummary[w]
 		return done
 	})
-	return w
 }
 
 // toolSteps returns the worker's tool steps, in order.

@@ -336,3 +336,28 @@ func (e *Executor) bounded(v any) any {
 	}
 	return data
 }
+
+// SafeToRerun implements engine.Rerunner: a tool step interrupted by a
+// crash may run again when it only reads (get_description, a resource, a
+// prompt) or its tool declares readOnlyHint or idempotentHint.
+func (e *Executor) SafeToRerun(step engine.StepState) bool {
+	b, _ := json.Marshal(step.InstructionContent)
+	var ins instruction
+	if json.Unmarshal(b, &ins) != nil {
+		return false
+	}
+	switch {
+	case ins.Type == "get_description", ins.ResourceName != "", ins.PromptName != "":
+		return true
+	case ins.ToolName == "":
+		return true // never called anything: no instruction yet
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	caps, err := e.cfg.Pool.Describe(ctx, step.Executor)
+	if err != nil {
+		return false
+	}
+	a := caps.Tools[ins.ToolName].Annotations
+	return a != nil && (a.ReadOnlyHint || a.IdempotentHint)
+}

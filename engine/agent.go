@@ -75,6 +75,16 @@ func (a *agent) stop() {
 	a.signal()
 }
 
+// announceLocked stamps and announces a change without persisting it.
+func (a *agent) announceLocked(ev Event) {
+	a.st.UpdatedAt = a.sys.now()
+	if ev.Kind == "" {
+		ev.Kind = EventAgentChanged
+	}
+	ev.AgentID = a.id
+	a.sys.bus.publish(ev)
+}
+
 // changedLocked stamps, persists and announces a change. mu must be held.
 func (a *agent) changedLocked(ev Event) {
 	a.st.UpdatedAt = a.sys.now()
@@ -177,7 +187,16 @@ func (a *agent) popLocked() (StepState, bool) {
 		a.running = step.StepID
 		a.runningKey = stageKey{step.TaskID, step.StageID}
 		a.st.WorkingState = WorkingWorking
-		a.changedLocked(Event{Kind: EventStepChanged, StepID: step.StepID, TaskID: step.TaskID, StageID: step.StageID, Detail: StateRunning})
+		ev := Event{Kind: EventStepChanged, StepID: step.StepID, TaskID: step.TaskID, StageID: step.StageID, Detail: StateRunning}
+		if step.Type == StepTool {
+			// Durable before the call: after a crash, a tool step found
+			// running is not repeated unless it is safe to.
+			a.changedLocked(ev)
+		} else {
+			// An LLM step found "init" after a crash just runs (again):
+			// no write needed before it starts.
+			a.announceLocked(ev)
+		}
 		return step.clone(), true
 	}
 }
@@ -278,7 +297,7 @@ func (a *agent) ensureSummaryLocked(taskID, stageID, reason string) {
 			return
 		}
 	}
-	a.addStepsLocked(taskID, stageID, []StepSpec{a.sys.summarySpec(reason)}, false)
+	a.addStepsLocked(taskID, stageID, []StepSpec{a.sys.summarySpec(reason)}, false, "")
 }
 
 // stepLocked finds a step by ID.

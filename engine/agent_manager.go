@@ -8,6 +8,12 @@ import (
 // AgentInstruction carries out an agent-management instruction for actorID,
 // an agent with the agent_manager skill or a HumanAgent (spec §3.10, §2.5).
 func (s *System) AgentInstruction(actorID string, ai AgentInstruction) (map[string]any, error) {
+	return s.agentInstruction(actorID, ai, "")
+}
+
+// agentInstruction is AgentInstruction issued by a step (origin): an agent
+// it creates gets an ID derived from the step, and is created once.
+func (s *System) agentInstruction(actorID string, ai AgentInstruction, origin string) (map[string]any, error) {
 	actor, err := s.actor(actorID, SkillAgentManager)
 	if err != nil {
 		return nil, err
@@ -18,7 +24,7 @@ func (s *System) AgentInstruction(actorID string, ai AgentInstruction) (map[stri
 		if ai.AgentConfig == nil {
 			return nil, errf(ErrInvalid, "agent_config: is missing")
 		}
-		id, err := s.createAgent(*ai.AgentConfig)
+		id, err := s.createAgent(*ai.AgentConfig, origin)
 		if err != nil {
 			return nil, err
 		}
@@ -36,9 +42,14 @@ func (s *System) AgentInstruction(actorID string, ai AgentInstruction) (map[stri
 
 // CreateAgent creates an LLM agent from a template or a full configuration
 // (init_new_agent) and starts it.
-func (s *System) CreateAgent(cfg AgentConfig) (string, error) { return s.createAgent(cfg) }
+func (s *System) CreateAgent(cfg AgentConfig) (string, error) { return s.createAgent(cfg, "") }
 
-func (s *System) createAgent(cfg AgentConfig) (string, error) {
+func (s *System) createAgent(cfg AgentConfig, origin string) (string, error) {
+	if origin != "" {
+		if _, ok := s.agent(derivedID(origin, "agent")); ok {
+			return derivedID(origin, "agent"), nil // created already by this step
+		}
+	}
 	if name := strings.TrimSpace(cfg.Template); name != "" {
 		tpl, ok := s.template(name)
 		if !ok {
@@ -87,6 +98,10 @@ func (s *System) createAgent(cfg AgentConfig) (string, error) {
 		llmCfg = *cfg.LLMConfig
 	}
 	st := s.newAgentState(KindLLM, cfg.Name, cfg.Role, strings.TrimSpace(cfg.Profile), skills, tools)
+	if origin != "" {
+		st.AgentID = derivedID(origin, "agent")
+		st.AgentStep.AgentID = st.AgentID
+	}
 	st.LLMConfig = &llmCfg
 	st.Template = strings.TrimSpace(cfg.Template)
 	a := newAgentOwner(s, st)
@@ -212,7 +227,7 @@ func (s *System) joinTask(taskID, agentID string) bool {
 	t.st.TaskGroup = append(t.st.TaskGroup, agentID)
 	t.changedLocked(Event{AgentID: agentID, Detail: "task_group"})
 	t.mu.Unlock()
-	s.deliver(s.instruction(taskID, "", agentID, "", &Instruction{UpdateWorkingMemory: &StageRef{TaskID: taskID}}))
+	s.deliver(s.instruction("", taskID, "", agentID, "", &Instruction{UpdateWorkingMemory: &StageRef{TaskID: taskID}}))
 	return true
 }
 

@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/json"
 	"slices"
+	"strconv"
 )
 
 // stepOpts carries what a new step inherits beyond its spec.
@@ -16,19 +17,27 @@ type stepOpts struct {
 // before the next pending step (add_next_step, spec §5.8, §6.3.2). Each is
 // recorded in working memory. An instruction_generation step is linked to
 // the first tool step after it in the same list.
-func (a *agent) addStepsLocked(taskID, stageID string, specs []StepSpec, next bool, opts ...stepOpts) []string {
+//
+// origin (the step or message that plans them; "" for none) makes the step
+// IDs derived: steps an origin adds again after a restart already exist and
+// are not added twice.
+func (a *agent) addStepsLocked(taskID, stageID string, specs []StepSpec, next bool, origin string, opts ...stepOpts) []string {
 	if len(specs) == 0 {
 		return nil
 	}
 	now := a.sys.now()
-	steps := make([]StepState, len(specs))
-	ids := make([]string, len(specs))
+	steps := make([]StepState, 0, len(specs))
+	ids := make([]string, 0, len(specs))
 	for i, sp := range specs {
-		steps[i] = StepState{
+		id := derivedID(origin, strconv.Itoa(i))
+		if origin != "" && a.stepLocked(id) != nil {
+			continue
+		}
+		st := StepState{
 			TaskID:         taskID,
 			StageID:        stageID,
 			AgentID:        a.id,
-			StepID:         newID(),
+			StepID:         id,
 			StepIntention:  sp.StepIntention,
 			Type:           sp.Type,
 			Executor:       sp.Executor,
@@ -37,10 +46,14 @@ func (a *agent) addStepsLocked(taskID, stageID string, specs []StepSpec, next bo
 			CreatedAt:      now,
 		}
 		if i < len(opts) {
-			steps[i].ReplyTo = opts[i].replyTo
-			steps[i].ReturnWaitingID = opts[i].returnWaitingID
+			st.ReplyTo = opts[i].replyTo
+			st.ReturnWaitingID = opts[i].returnWaitingID
 		}
-		ids[i] = steps[i].StepID
+		steps = append(steps, st)
+		ids = append(ids, id)
+	}
+	if len(steps) == 0 {
+		return nil
 	}
 	for i := range steps {
 		if steps[i].Executor != SkillInstructionGeneration {

@@ -188,7 +188,7 @@ func (s *System) askFromAgent(a *agent, step *StepState, q AskInfoQuery) error {
 	if err != nil {
 		return err
 	}
-	waitID := newID()
+	waitID := derivedID(step.StepID, "ask_wait")
 	now := s.now()
 	a.mu.Lock()
 	a.addWaitsLocked([]Wait{{
@@ -198,7 +198,7 @@ func (s *System) askFromAgent(a *agent, step *StepState, q AskInfoQuery) error {
 	a.mu.Unlock()
 	// The answer belongs to the asking step's stage (the spec says
 	// no_relative), so the stage's later steps see it in their history.
-	m := s.newMessage(step.TaskID, SystemSender, []string{a.id}, res.Markdown, step.StageID)
+	m := s.newMessage(derivedID(step.StepID, "ask_answer"), step.TaskID, SystemSender, []string{a.id}, res.Markdown, step.StageID)
 	m.ReturnWaitingID = waitID
 	s.deliver(m)
 	return nil

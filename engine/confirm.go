@@ -43,7 +43,7 @@ func (s *System) AskOperator(ctx context.Context, q OperatorQuestion) (string, e
 	if timeout <= 0 {
 		timeout = s.cfg.WaitTimeout
 	}
-	m := s.newMessage(q.TaskID, q.AgentID, []string{op}, q.Question, q.StageID)
+	m := s.newMessage("", q.TaskID, q.AgentID, []string{op}, q.Question, q.StageID)
 	m.NeedReply = true
 	m.Waiting = []string{newID()}
 	answer := make(chan string, 1)

@@ -59,6 +59,12 @@ func (s *System) CheckOperatorPassword(agentID, password string) bool {
 // notifies the operator where the spec asks (§7.3).
 func (a *agent) receiveHuman(m Message) {
 	data := a.sys.senderData(m)
+	a.mu.Lock()
+	dup := a.seenLocked(m.MessageID)
+	a.mu.Unlock()
+	if dup {
+		return
+	}
 	// The finish notice names the task: read it before taking our mutex.
 	var ended TaskState
 	if m.Instruction != nil && m.Instruction.FinishTask != nil {
@@ -174,7 +180,7 @@ func (s *System) HumanSend(humanID string, hm HumanMessage) ([]Message, error) {
 
 	var sent []Message
 	for _, r := range receivers {
-		m := s.newMessage(hm.TaskID, humanID, []string{r}, hm.Content, stage)
+		m := s.newMessage("", hm.TaskID, humanID, []string{r}, hm.Content, stage)
 		m.NeedReply = hm.NeedReply
 		if hm.Waiting && hm.NeedReply {
 			m.Waiting = []string{newID()}
@@ -191,7 +197,7 @@ func (s *System) HumanSend(humanID string, hm HumanMessage) ([]Message, error) {
 			Type:          StepSkill,
 			Executor:      SkillSendMessage,
 			TextContent:   m.Message,
-		}}, false)
+		}}, false, "")
 		// The operator acted already: the step is a record, not a to-do.
 		h.st.AgentStep.TodoList = slices.DeleteFunc(h.st.AgentStep.TodoList, func(id string) bool { return id == ids[0] })
 		h.finishStepLocked(ids[0], StateFinished, map[string]any{"send_message": m.clone()})

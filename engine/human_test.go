@@ -402,8 +402,8 @@ func TestHumanStageNotices(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, _ := b.sys.agent(op2)
-	h.receive(b.sys.instruction(task, stage, op2, "", &Instruction{StartStage: &StartStage{TaskID: task, StageID: stage}}))
-	h.receive(b.sys.instruction(task, stage, op2, "finished", &Instruction{FinishStage: &StageRef{TaskID: task, StageID: stage}}))
+	h.receive(b.sys.instruction("", task, stage, op2, "", &Instruction{StartStage: &StartStage{TaskID: task, StageID: stage}}))
+	h.receive(b.sys.instruction("", task, stage, op2, "finished", &Instruction{FinishStage: &StageRef{TaskID: task, StageID: stage}}))
 
 	a := b.agent(op2)
 	gm := a.ConversationPool.GlobalMessages

@@ -168,11 +168,11 @@ func TestAddStepsNextKeepsExecutionOrder(t *testing.T) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 
-	abc := a.addStepsLocked("T", "S", []StepSpec{spec(SkillThink, "a"), spec(SkillThink, "b"), spec(SkillThink, "c")}, false)
+	abc := a.addStepsLocked("T", "S", []StepSpec{spec(SkillThink, "a"), spec(SkillThink, "b"), spec(SkillThink, "c")}, false, "")
 	running := popForTest(a)
-	xy := a.addStepsLocked("T", "S", []StepSpec{spec(SkillThink, "x"), spec(SkillThink, "y")}, true)
-	z := a.addStepsLocked("T", "S2", []StepSpec{spec(SkillThink, "z")}, true)
-	w := a.addStepsLocked("T", "S", []StepSpec{spec(SkillThink, "w")}, false)
+	xy := a.addStepsLocked("T", "S", []StepSpec{spec(SkillThink, "x"), spec(SkillThink, "y")}, true, "")
+	z := a.addStepsLocked("T", "S2", []StepSpec{spec(SkillThink, "z")}, true, "")
+	w := a.addStepsLocked("T", "S", []StepSpec{spec(SkillThink, "w")}, false, "")
 
 	wantList := []string{running, z[0], xy[0], xy[1], abc[1], abc[2], w[0]}
 	if diff := cmp.Diff(wantList, stepIDs(a)); diff != "" {
@@ -198,9 +198,9 @@ func TestAddStepsNextKeepsExecutionOrder(t *testing.T) {
 	y := looseAgent(s, "y", SkillThink)
 	y.mu.Lock()
 	defer y.mu.Unlock()
-	first := y.addStepsLocked("T", "S", []StepSpec{spec(SkillThink, "1")}, false)
+	first := y.addStepsLocked("T", "S", []StepSpec{spec(SkillThink, "1")}, false, "")
 	popForTest(y)
-	second := y.addStepsLocked("T", "S", []StepSpec{spec(SkillThink, "2")}, true)
+	second := y.addStepsLocked("T", "S", []StepSpec{spec(SkillThink, "2")}, true, "")
 	if diff := cmp.Diff([]string{first[0], second[0]}, stepIDs(y)); diff != "" {
 		t.Errorf("next on an empty todo list mismatch (-want +got):\n%s", diff)
 	}
@@ -216,7 +216,7 @@ func TestAddStepsLinksInstructionGeneration(t *testing.T) {
 		spec(SkillInstructionGeneration, "ig1"), spec(SkillThink, "between"), tool,
 		spec(SkillInstructionGeneration, "ig2"), tool,
 		spec(SkillInstructionGeneration, "dangling"),
-	}, false, stepOpts{replyTo: "r", returnWaitingID: "w"})
+	}, false, "", stepOpts{replyTo: "r", returnWaitingID: "w"})
 	want := []string{ids[2], "", "", ids[4], "", ""}
 	var got []string
 	for _, st := range a.st.AgentStep.StepList {
@@ -231,7 +231,7 @@ func TestAddStepsLinksInstructionGeneration(t *testing.T) {
 	if st := a.st.AgentStep.StepList[1]; st.ReplyTo != "" || st.ReturnWaitingID != "" {
 		t.Errorf("second step got opts it was not given: %+v", st)
 	}
-	if got := a.addStepsLocked("T", "S", nil, true); got != nil {
+	if got := a.addStepsLocked("T", "S", nil, true, ""); got != nil {
 		t.Errorf("adding no steps returned %v", got)
 	}
 }
@@ -246,7 +246,7 @@ func TestApplyPlan(t *testing.T) {
 		{StepIntention: "send", Type: StepSkill, Executor: SkillSendMessage, TextContent: "send text"},
 		spec(SkillThink, "later"),
 		{Type: StepTool, Executor: "search"},
-	}, false, stepOpts{replyTo: "peer", returnWaitingID: "wait-1"})
+	}, false, "", stepOpts{replyTo: "peer", returnWaitingID: "wait-1"})
 	send := a.st.AgentStep.StepList[0]
 	popForTest(a)
 

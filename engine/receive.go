@@ -1,5 +1,7 @@
 package engine
 
+import "slices"
+
 // receive handles a delivered message (spec §6.2 for LLM agents, §7.3 for
 // HumanAgents).
 func (a *agent) receive(m Message) {
@@ -23,6 +25,10 @@ func (a *agent) receive(m Message) {
 	}
 
 	a.mu.Lock()
+	if a.seenLocked(m.MessageID) {
+		a.mu.Unlock()
+		return
+	}
 	var released *Wait
 	if m.ReturnWaitingID != "" {
 		if w, ok := a.releaseWaitLocked(m.ReturnWaitingID); ok {
@@ -43,7 +49,7 @@ func (a *agent) receive(m Message) {
 			Type:          StepSkill,
 			Executor:      SkillSendMessage,
 			TextContent:   a.sys.text("reply_text", data),
-		}}, waitID != "", stepOpts{replyTo: m.SenderID, returnWaitingID: waitID})
+		}}, waitID != "", m.MessageID, stepOpts{replyTo: m.SenderID, returnWaitingID: waitID})
 	default:
 		// spec §6.2.2: a process_message step digests it; a reply to a
 		// wait of ours is digested next (spec §9.1.3).
@@ -52,12 +58,32 @@ func (a *agent) receive(m Message) {
 			Type:          StepSkill,
 			Executor:      SkillProcessMessage,
 			TextContent:   a.sys.text("process_text", data),
-		}}, released != nil)
+		}}, released != nil, m.MessageID)
 	}
 	a.mu.Unlock()
 	if released != nil && released.For != SystemSender {
 		a.sys.waits.remove(a.id, released.For)
 	}
+}
+
+// receivedKept is how many message IDs an agent remembers for deduplication:
+// redelivery after a restart concerns the newest messages only.
+const receivedKept = 512
+
+// seenLocked reports whether the message was delivered already, and
+// records it when not. a.mu must be held.
+func (a *agent) seenLocked(id string) bool {
+	if id == "" {
+		return false
+	}
+	if slices.Contains(a.st.Received, id) {
+		return true
+	}
+	a.st.Received = append(a.st.Received, id)
+	if len(a.st.Received) > 2*receivedKept {
+		a.st.Received = slices.Clone(a.st.Received[len(a.st.Received)-receivedKept:])
+	}
+	return false
 }
 
 // senderData is the template data naming a message's sender.
@@ -86,7 +112,7 @@ func (a *agent) instructionLocked(m Message, ts *TaskState) {
 			Type:          StepSkill,
 			Executor:      SkillPlanning,
 			TextContent:   a.sys.text("start_task_text", data),
-		}}, false)
+		}}, false, m.MessageID)
 	case in.StartStage != nil:
 		// Inject the stage goal and this agent's allocation into the
 		// stage's first planning step (spec §3.2, §6.2.2).
@@ -111,7 +137,7 @@ func (a *agent) instructionLocked(m Message, ts *TaskState) {
 			Type:          StepSkill,
 			Executor:      SkillPlanning,
 			TextContent:   a.sys.text("start_stage_text", data),
-		}}, false)
+		}}, false, m.MessageID)
 	case in.FinishStage != nil:
 		// spec §2.4.1: the stage's steps and working memory go.
 		ref := *in.FinishStage
@@ -142,6 +168,6 @@ func (a *agent) instructionLocked(m Message, ts *TaskState) {
 			Type:          StepSkill,
 			Executor:      SkillToolDecision,
 			TextContent:   td.TextContent,
-		}}, true)
+		}}, true, m.MessageID)
 	}
 }

@@ -26,12 +26,12 @@ func newReceiver(b *testbed, task, stage, stage2 string) *receiver {
 	b.t.Cleanup(a.stop)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ids := a.addStepsLocked(task, stage, []StepSpec{spec(SkillThink, "r"), spec(SkillThink, "p1"), spec(SkillThink, "p2")}, false)
+	ids := a.addStepsLocked(task, stage, []StepSpec{spec(SkillThink, "r"), spec(SkillThink, "p1"), spec(SkillThink, "p2")}, false, "")
 	popForTest(a)
 	a.count(stageKey{task, stage}).steps = 3
 	a.count(stageKey{task, stage2}).steps = 1
-	o := a.addStepsLocked(task, stage2, []StepSpec{spec(SkillThink, "other stage")}, false)
-	base := a.addStepsLocked(b.sys.BaseTaskID(), b.sys.BaseStageID(), []StepSpec{spec(SkillThink, "base")}, false)
+	o := a.addStepsLocked(task, stage2, []StepSpec{spec(SkillThink, "other stage")}, false, "")
+	base := a.addStepsLocked(b.sys.BaseTaskID(), b.sys.BaseStageID(), []StepSpec{spec(SkillThink, "base")}, false, "")
 	return &receiver{a: a, running: ids[0], pending: []string{ids[1], ids[2], o[0], base[0]}, otherStage: o[0], inBase: base[0]}
 }
 
@@ -174,7 +174,7 @@ func TestReceiveInstructions(t *testing.T) {
 	const stage2 = "S2"
 	base := b.sys.BaseTaskID()
 	instr := func(r *receiver, stageRel string, in *Instruction) {
-		r.a.receive(b.sys.instruction(task, stageRel, r.a.id, "", in))
+		r.a.receive(b.sys.instruction("", task, stageRel, r.a.id, "", in))
 	}
 
 	t.Run("add_tool_decision runs next", func(t *testing.T) {

@@ -5,8 +5,12 @@ import (
 	"strings"
 )
 
-// newMessage builds a message that does not need a reply.
-func (s *System) newMessage(taskID, sender string, receivers []string, text, stage string) Message {
+// newMessage builds a message that does not need a reply; id "" means a
+// fresh one.
+func (s *System) newMessage(id, taskID, sender string, receivers []string, text, stage string) Message {
+	if id == "" {
+		id = newID()
+	}
 	if stage == "" {
 		stage = NoRelative
 	}
@@ -16,16 +20,38 @@ func (s *System) newMessage(taskID, sender string, receivers []string, text, sta
 		Receiver:      slices.Clone(receivers),
 		Message:       text,
 		StageRelative: stage,
-		MessageID:     newID(),
+		MessageID:     id,
 		Timestamp:     s.now(),
 	}
 }
 
-// instruction builds an engine instruction to one agent (spec §6.2.2).
-func (s *System) instruction(taskID, stage, receiver, text string, in *Instruction) Message {
-	m := s.newMessage(taskID, SystemSender, []string{receiver}, text, stage)
+// instruction builds an engine instruction to one agent (spec §6.2.2). Its
+// ID derives from origin (the step that caused it), or else from what it
+// says: an instruction repeated after a restart is received once.
+func (s *System) instruction(origin, taskID, stage, receiver, text string, in *Instruction) Message {
+	if origin == "" {
+		origin = instructionKey(in)
+	}
+	m := s.newMessage(derivedID(origin, receiver), taskID, SystemSender, []string{receiver}, text, stage)
 	m.Instruction = in
 	return m
+}
+
+// instructionKey names an instruction by its kind and what it is about.
+func instructionKey(in *Instruction) string {
+	switch {
+	case in.StartTask != nil:
+		return "start_task/" + in.StartTask.TaskID
+	case in.StartStage != nil:
+		return "start_stage/" + in.StartStage.TaskID + "/" + in.StartStage.StageID
+	case in.FinishStage != nil:
+		return "finish_stage/" + in.FinishStage.TaskID + "/" + in.FinishStage.StageID
+	case in.FinishTask != nil:
+		return "finish_task/" + in.FinishTask.TaskID
+	case in.UpdateWorkingMemory != nil:
+		return "update_working_memory/" + in.UpdateWorkingMemory.TaskID + "/" + in.UpdateWorkingMemory.StageID
+	}
+	return ""
 }
 
 // deliver records each message in its task's conversation pool and hands it
@@ -33,6 +59,13 @@ func (s *System) instruction(taskID, stage, receiver, text string, in *Instructi
 // new step is queued before deliver returns.
 func (s *System) deliver(msgs ...Message) {
 	for _, m := range msgs {
+		if st := s.cfg.Store; st != nil {
+			// Durable before anyone sees it: a restart delivers what a
+			// crash interrupted (receivers take each message once).
+			if err := st.PutMessage(s.ctx, &m); err != nil {
+				s.log.Error("store: put message", "message", m.MessageID, "err", err)
+			}
+		}
 		if t, ok := s.task(m.TaskID); ok {
 			t.record(m)
 		}
@@ -84,14 +117,14 @@ func (s *System) sendFromAgent(a *agent, step *StepState, om *OutgoingMessage) (
 	if strings.TrimSpace(om.Message) == "" {
 		return Message{}, "", errf(ErrInvalid, "message: is empty")
 	}
-	m := s.newMessage(step.TaskID, a.id, receivers, om.Message, stage)
+	m := s.newMessage(derivedID(step.StepID, "send"), step.TaskID, a.id, receivers, om.Message, stage)
 	m.NeedReply = om.NeedReply
 	m.ReturnWaitingID = step.ReturnWaitingID
 	var note string
 	if om.Waiting && om.NeedReply {
 		m.Waiting = make([]string, len(receivers))
 		for i := range receivers {
-			m.Waiting[i] = newID()
+			m.Waiting[i] = derivedID(m.MessageID, "wait", receivers[i])
 		}
 		note = s.engageWaits(a, &m)
 	}

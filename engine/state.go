@@ -81,7 +81,9 @@ type TaskState struct {
 	Base bool `json:"base,omitempty"`
 	// Operator is the HumanAgent the task reports to (the one who handed it
 	// over, or the base task's operator).
-	Operator  string    `json:"operator,omitempty"`
+	Operator string `json:"operator,omitempty"`
+	// EndedBy is the step (or agent) that ended the task.
+	EndedBy   string    `json:"ended_by,omitempty"`
 	Usage     llm.Usage `json:"usage"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
@@ -113,7 +115,9 @@ type StageState struct {
 	// Fields beyond the spec.
 
 	// RetryOf is the stage this one retries (spec §2.2.2).
-	RetryOf   string    `json:"retry_of,omitempty"`
+	RetryOf string `json:"retry_of,omitempty"`
+	// EndedBy is the step (or agent) that ended the stage.
+	EndedBy   string    `json:"ended_by,omitempty"`
 	StartedAt time.Time `json:"started_at,omitzero"`
 	EndedAt   time.Time `json:"ended_at,omitzero"`
 }
@@ -195,7 +199,10 @@ type AgentState struct {
 	// Template is the agent template it was made from, if any.
 	Template string `json:"template,omitempty"`
 	// Waits details each StepLock entry: whom it waits for and until when.
-	Waits     []Wait    `json:"step_lock_waits,omitempty"`
+	Waits []Wait `json:"step_lock_waits,omitempty"`
+	// Received lists the IDs of the newest messages delivered to the agent,
+	// so a message delivered again (after a restart) is taken once.
+	Received  []string  `json:"received_messages,omitempty"`
 	Usage     llm.Usage `json:"usage"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
@@ -297,6 +304,7 @@ func (a *AgentState) clone() AgentState {
 	c.Tools = slices.Clone(a.Tools)
 	c.Skills = slices.Clone(a.Skills)
 	c.Waits = slices.Clone(a.Waits)
+	c.Received = slices.Clone(a.Received)
 	if a.ConversationPool != nil {
 		p := ConversationPool{
 			ConversationPrivates: make(map[string][]PrivateMessage, len(a.ConversationPool.ConversationPrivates)),

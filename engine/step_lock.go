@@ -175,7 +175,7 @@ func (a *agent) expireWaits() {
 			Type:          StepSkill,
 			Executor:      SkillProcessMessage,
 			TextContent:   a.sys.text("wait_timeout_text", data),
-		}}, true)
+		}}, true, "")
 	}
 	if len(expired) > 0 {
 		a.changedLocked(Event{Detail: "step_lock_timeout"})

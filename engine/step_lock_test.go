@@ -388,19 +388,19 @@ func TestWaitTimeoutPerMessage(t *testing.T) {
 	})
 }
 
-// gateStore blocks the first task write that records a new message once
-// armed, while gate says so.
+// gateStore blocks the first message write (a message is written just
+// before it is delivered) once armed, while gate says so.
 type gateStore struct {
 	*MemoryStore
 	mu    sync.Mutex
-	armed int // conversation length when armed; -1 when not
+	armed int // >= 0 when armed; -1 when not
 	gate  func() bool
 	wait  <-chan struct{}
 }
 
-func (g *gateStore) PutTask(ctx context.Context, t *TaskState) error {
+func (g *gateStore) PutMessage(ctx context.Context, m *Message) error {
 	g.mu.Lock()
-	hold := g.armed >= 0 && len(t.SharedConversationPool) > g.armed
+	hold := g.armed >= 0
 	if hold {
 		g.armed = -1
 	}
@@ -411,7 +411,7 @@ func (g *gateStore) PutTask(ctx context.Context, t *TaskState) error {
 		case <-time.After(20 * time.Second):
 		}
 	}
-	return g.MemoryStore.PutTask(ctx, t)
+	return g.MemoryStore.PutMessage(ctx, m)
 }
 
 func TestFinishStageRemovesStepsBeforeReleasingWaits(t *testing.T) {

@@ -6,24 +6,48 @@ import (
 	"sync"
 )
 
-// Store persists state documents at their owners. Each owner calls it after
-// every change, under its own mutex, so writes of one document arrive in
+// Store persists the MAS at its owners (write-through). Each owner calls it
+// after every change and before releasing its mutex, so a change is durable
+// before its effects are visible, and writes of one document arrive in
 // order. Implementations must not retain the pointers after returning.
 //
-// The durable implementation (embedded NATS JetStream) lives in store/; a
-// nil Config.Store means state lives in memory only.
+// A task's conversation (shared_conversation_pool) is the sequence of its
+// messages: a store keeps it through PutMessage and may leave it out of the
+// task documents.
+//
+// The durable implementation (NATS JetStream) lives in store/; a nil
+// Config.Store means state lives in memory only.
 type Store interface {
 	PutTask(ctx context.Context, t *TaskState) error
 	PutAgent(ctx context.Context, a *AgentState) error
+	// PutMessage makes a message durable before it is delivered, so a
+	// restart can deliver what a crash interrupted.
+	PutMessage(ctx context.Context, m *Message) error
 }
 
-// MemoryStore keeps the latest JSON document of every task and agent in
-// memory. It is what tests use to check that every change reaches the store.
+// Image is what a store holds: everything a MAS is rebuilt from (Restore).
+// Messages are in the order they were put.
+type Image struct {
+	Tasks    []TaskState
+	Agents   []AgentState
+	Messages []Message
+}
+
+// Empty reports whether the image holds nothing (a first start).
+func (img *Image) Empty() bool {
+	return img == nil || (len(img.Tasks) == 0 && len(img.Agents) == 0)
+}
+
+// MemoryStore keeps the latest JSON document of every task and agent, and
+// every message, in memory. Tests use it to check that every change reaches
+// the store and to restart a MAS from it.
 type MemoryStore struct {
-	mu     sync.Mutex
-	tasks  map[string][]byte
-	agents map[string][]byte
-	writes int
+	mu       sync.Mutex
+	tasks    map[string][]byte
+	agents   map[string][]byte
+	order    []string // task and agent keys in first-put order
+	messages [][]byte
+	writes   int
 }
 
 // NewMemoryStore returns an empty MemoryStore.
@@ -31,27 +55,39 @@ func NewMemoryStore() *MemoryStore {
 	return &MemoryStore{tasks: map[string][]byte{}, agents: map[string][]byte{}}
 }
 
-// PutTask stores t's JSON.
-func (m *MemoryStore) PutTask(_ context.Context, t *TaskState) error {
-	b, err := json.Marshal(t)
+func (m *MemoryStore) put(into map[string][]byte, key string, v any) error {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
 	m.mu.Lock()
-	m.tasks[t.TaskID] = b
+	defer m.mu.Unlock()
+	if _, ok := into[key]; !ok {
+		m.order = append(m.order, key)
+	}
+	into[key] = b
 	m.writes++
-	m.mu.Unlock()
 	return nil
+}
+
+// PutTask stores t's JSON.
+func (m *MemoryStore) PutTask(_ context.Context, t *TaskState) error {
+	return m.put(m.tasks, t.TaskID, t)
 }
 
 // PutAgent stores a's JSON.
 func (m *MemoryStore) PutAgent(_ context.Context, a *AgentState) error {
-	b, err := json.Marshal(a)
+	return m.put(m.agents, a.AgentID, a)
+}
+
+// PutMessage appends msg's JSON.
+func (m *MemoryStore) PutMessage(_ context.Context, msg *Message) error {
+	b, err := json.Marshal(msg)
 	if err != nil {
 		return err
 	}
 	m.mu.Lock()
-	m.agents[a.AgentID] = b
+	m.messages = append(m.messages, b)
 	m.writes++
 	m.mu.Unlock()
 	return nil
@@ -81,7 +117,38 @@ func (m *MemoryStore) Agent(id string) (AgentState, bool) {
 	return a, true
 }
 
-// Writes counts the documents written.
+// Image decodes everything stored, as Restore takes it.
+func (m *MemoryStore) Image() (*Image, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	img := &Image{}
+	for _, key := range m.order {
+		if b, ok := m.tasks[key]; ok {
+			var t TaskState
+			if err := json.Unmarshal(b, &t); err != nil {
+				return nil, err
+			}
+			img.Tasks = append(img.Tasks, t)
+		}
+		if b, ok := m.agents[key]; ok {
+			var a AgentState
+			if err := json.Unmarshal(b, &a); err != nil {
+				return nil, err
+			}
+			img.Agents = append(img.Agents, a)
+		}
+	}
+	for _, b := range m.messages {
+		var msg Message
+		if err := json.Unmarshal(b, &msg); err != nil {
+			return nil, err
+		}
+		img.Messages = append(img.Messages, msg)
+	}
+	return img, nil
+}
+
+// Writes counts the documents and messages written.
 func (m *MemoryStore) Writes() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -137,11 +137,12 @@ func (s *System) apply(a *agent, step StepState, out *Output, cancelled bool) {
 			completion = &text
 		}
 	}
-	a.finishStepLocked(step.StepID, state, result)
 	role := a.st.Role
 	a.mu.Unlock()
-	s.log.Debug("step done", "agent", a.id, "step", step.StepID, "executor", step.Executor, "state", state, "err", failure)
 
+	// The task learns the outcome first, then the step is marked done: a
+	// crash in between leaves the step running, to be run again (and the
+	// task takes a step's report once, by its step ID).
 	if t, ok := s.task(step.TaskID); ok {
 		info := fmt.Sprintf("%s step %s", step.Executor, state)
 		if failure != nil {
@@ -152,6 +153,10 @@ func (s *System) apply(a *agent, step StepState, out *Output, cancelled bool) {
 			AgentState: agentState, SharedInfo: info, Completion: completion, Usage: out.Usage,
 		})
 	}
+	a.mu.Lock()
+	a.finishStepLocked(step.StepID, state, result)
+	a.mu.Unlock()
+	s.log.Debug("step done", "agent", a.id, "step", step.StepID, "executor", step.Executor, "state", state, "err", failure)
 	s.deliver(notices...)
 	if summaryGaveUp {
 		return
@@ -168,6 +173,10 @@ func (s *System) addTaskUsage(taskID string, out *Output) {
 	}
 }
 
+// keepMovingHook, set by tests only, runs between keepMoving's look at the
+// stage and its taking the agent's mutex (the window a stage can end in).
+var keepMovingHook func(a *agent, step *StepState)
+
 // keepMoving is the progress guard (beyond the spec): an agent allocated to
 // a running stage, not finished in it, with no pending step and no wait in
 // it, gets a reflection (or, past the reflection budget, a summary), so a
@@ -183,6 +192,9 @@ func (s *System) keepMoving(a *agent, step *StepState, failure error) {
 	st := t.status(step.StageID, a.id)
 	if st.base || !st.running || !st.allocated || st.state == AgentFinished {
 		return
+	}
+	if hook := keepMovingHook; hook != nil {
+		hook(a, step)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -203,36 +215,36 @@ func (s *System) keepMoving(a *agent, step *StepState, failure error) {
 		a.ensureSummaryLocked(step.TaskID, step.StageID, reason)
 		return
 	}
-	a.addStepsLocked(step.TaskID, step.StageID, []StepSpec{s.reflectionSpec(reason)}, false)
+	a.addStepsLocked(step.TaskID, step.StageID, []StepSpec{s.reflectionSpec(reason)}, false, "")
 }
 
 // applyPlanLocked adds the steps an output plans and writes a tool
 // instruction onto its tool step. a.mu must be held.
 func (a *agent) applyPlanLocked(step *StepState, out *Output, result map[string]any) error {
 	var rejected []Rejection
-	add := func(specs []StepSpec, next bool) {
+	add := func(specs []StepSpec, next bool, kind string) {
 		kept, rej := a.sys.checkPlan(&a.st, step.Executor, specs)
 		rejected = append(rejected, rej...)
-		a.addStepsLocked(step.TaskID, step.StageID, kept, next)
+		a.addStepsLocked(step.TaskID, step.StageID, kept, next, step.StepID+"/"+kind)
 	}
 	if out.AddSteps != nil {
-		add(out.AddSteps, false)
+		add(out.AddSteps, false, "plan")
 	}
 	if out.AddNextSteps != nil {
-		add(out.AddNextSteps, true)
+		add(out.AddNextSteps, true, "next")
 	}
 	if sp := out.GetMoreInfo; sp != nil {
 		// spec §3.7: a decision step to gather what is missing, then the
 		// same send_message again (still answering the same message).
 		dec := StepSpec{StepIntention: sp.StepIntention, Type: StepSkill, Executor: SkillDecision, TextContent: sp.TextContent}
 		again := StepSpec{StepIntention: step.StepIntention, Type: StepSkill, Executor: SkillSendMessage, TextContent: step.TextContent}
-		a.addStepsLocked(step.TaskID, step.StageID, []StepSpec{dec, again}, true,
+		a.addStepsLocked(step.TaskID, step.StageID, []StepSpec{dec, again}, true, step.StepID+"/more_info",
 			stepOpts{}, stepOpts{replyTo: step.ReplyTo, returnWaitingID: step.ReturnWaitingID})
 	}
 	if sp := out.ReactAction; sp != nil {
 		// spec §3.8, §10.2: a decision step reacts to the message.
 		dec := StepSpec{StepIntention: sp.StepIntention, Type: StepSkill, Executor: SkillDecision, TextContent: sp.TextContent}
-		a.addStepsLocked(step.TaskID, step.StageID, []StepSpec{dec}, true)
+		a.addStepsLocked(step.TaskID, step.StageID, []StepSpec{dec}, true, step.StepID+"/react")
 	}
 	if len(rejected) > 0 {
 		result["rejected_steps"] = rejected
@@ -271,7 +283,7 @@ func (s *System) applyShared(a *agent, step *StepState, out *Output, result map[
 	}
 	if ti := out.TaskInstruction; ti != nil {
 		ti.AgentID = a.id
-		res, err := s.TaskInstruction(a.id, *ti)
+		res, err := s.taskInstruction(a.id, *ti, step.StepID)
 		if err != nil {
 			return err
 		}
@@ -279,7 +291,7 @@ func (s *System) applyShared(a *agent, step *StepState, out *Output, result map[
 	}
 	if ai := out.AgentInstruction; ai != nil {
 		ai.AgentID = a.id
-		res, err := s.AgentInstruction(a.id, *ai)
+		res, err := s.agentInstruction(a.id, *ai, step.StepID)
 		if err != nil {
 			return err
 		}
@@ -296,7 +308,7 @@ func (s *System) applyShared(a *agent, step *StepState, out *Output, result map[
 		if req.TaskID == "" {
 			req.TaskID, req.StageID = step.TaskID, step.StageID
 		}
-		s.deliver(s.instruction(req.TaskID, req.StageID, a.id, "", &Instruction{AddToolDecision: &req}))
+		s.deliver(s.instruction(step.StepID+"/tool_decision", req.TaskID, req.StageID, a.id, "", &Instruction{AddToolDecision: &req}))
 	}
 	return nil
 }

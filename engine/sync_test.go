@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -237,12 +238,28 @@ func TestEveryChangeReachesTheStore(t *testing.T) {
 			t.Errorf("stored agent %s mismatch (-live +stored):\n%s", a.Name, diff)
 		}
 	}
+	img, err := store.Image()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, ts := range b.sys.Tasks() {
 		got, ok := store.Task(ts.TaskID)
 		if !ok {
 			t.Errorf("task %s not stored", ts.TaskName)
 			continue
 		}
+		// The conversation is stored as the messages, not in the task.
+		var msgs []Message
+		for _, m := range img.Messages {
+			if m.TaskID == ts.TaskID {
+				msgs = append(msgs, m)
+			}
+		}
+		if diff := cmp.Diff(norm(ts.SharedConversationPool), norm(dedupMessages(msgs))); diff != "" {
+			t.Errorf("stored messages of task %s mismatch (-live +stored):\n%s", ts.TaskName, diff)
+		}
+		ts.SharedConversationPool, got.SharedConversationPool = nil, nil
+		ts.UpdatedAt, got.UpdatedAt = time.Time{}, time.Time{}
 		if diff := cmp.Diff(norm(ts), norm(got)); diff != "" {
 			t.Errorf("stored task %s mismatch (-live +stored):\n%s", ts.TaskName, diff)
 		}

@@ -9,8 +9,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/google/uuid"
 )
 
 // Config configures a System. Zero values mean the documented defaults.
@@ -184,7 +182,7 @@ func (s *System) Start() error {
 		return fmt.Errorf("engine: start: operator: %w", err)
 	}
 	s.operatorID = op
-	mgr, err := s.createAgent(AgentConfig{Template: s.cfg.ManagerTemplate})
+	mgr, err := s.createAgent(AgentConfig{Template: s.cfg.ManagerTemplate}, "")
 	if err != nil {
 		return fmt.Errorf("engine: start: manager from template %q: %w", s.cfg.ManagerTemplate, err)
 	}
@@ -219,7 +217,7 @@ func (s *System) Start() error {
 	t.st.StageList[0].TaskID = t.st.TaskID
 	s.registerTask(t)
 	for _, id := range []string{mgr, op} {
-		s.deliver(s.instruction(t.st.TaskID, stageID, id, "", &Instruction{
+		s.deliver(s.instruction("", t.st.TaskID, stageID, id, "", &Instruction{
 			UpdateWorkingMemory: &StageRef{TaskID: t.st.TaskID, StageID: stageID},
 		}))
 	}
@@ -280,8 +278,6 @@ func (s *System) Subscribe(buf int) *Subscription { return s.bus.Subscribe(buf) 
 
 // EventSeq is the sequence number of the last event.
 func (s *System) EventSeq() uint64 { return s.bus.Seq() }
-
-func newID() string { return uuid.NewString() }
 
 func (s *System) now() time.Time { return s.cfg.Now() }
 

@@ -90,15 +90,25 @@ func trimBase[T any](l []T) []T {
 	return slices.Clone(l[len(l)-baseLogLimit:])
 }
 
-// record appends a delivered message to the conversation pool (spec §1.2).
+// record appends a delivered message to the conversation pool (spec §1.2),
+// once: a message delivered again after a restart is not logged twice.
 func (t *task) record(m Message) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	pool := t.st.SharedConversationPool
+	for i := len(pool) - 1; i >= 0 && i >= len(pool)-receivedKept; i-- {
+		if pool[i].MessageID == m.MessageID {
+			return
+		}
+	}
 	t.st.SharedConversationPool = append(t.st.SharedConversationPool, m.clone())
 	if t.st.Base {
 		t.st.SharedConversationPool = trimBase(t.st.SharedConversationPool)
 	}
-	t.changedLocked(Event{Kind: EventMessageDelivered, MessageID: m.MessageID, StageID: m.StageRelative, AgentID: m.SenderID})
+	// The store has the message already (PutMessage): the task document
+	// itself did not change.
+	t.st.UpdatedAt = t.sys.now()
+	t.sys.bus.publish(Event{Kind: EventMessageDelivered, TaskID: t.st.TaskID, MessageID: m.MessageID, StageID: m.StageRelative, AgentID: m.SenderID})
 }
 
 // addUsage adds an LLM call's cost to the task's total.
@@ -128,6 +138,11 @@ func (t *task) report(r stepReport) []Message {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.sys.now()
+	if r.StepID != "" && t.reportedLocked(r.StepID) {
+		// The step ran again after a restart: its first report stands,
+		// but a completion it brings now is still recorded.
+		r.Usage, r.SharedInfo = llm.Usage{}, ""
+	}
 	t.st.Usage.Add(r.Usage)
 	if r.SharedInfo != "" {
 		t.st.SharedInfoPool = append(t.st.SharedInfoPool, SharedInfo{
@@ -158,6 +173,18 @@ func (t *task) report(r stepReport) []Message {
 	return out
 }
 
+// reportedLocked reports whether a step's report is in the shared info pool
+// already (the newest entries are searched).
+func (t *task) reportedLocked(stepID string) bool {
+	pool := t.st.SharedInfoPool
+	for i := len(pool) - 1; i >= 0 && i >= len(pool)-64; i-- {
+		if pool[i].StepID == stepID {
+			return true
+		}
+	}
+	return false
+}
+
 // stageCompleteLocked builds the manager's notice when every allocated agent
 // submitted its completion summary (spec §2.2.1). The base task's stage
 // never completes.
@@ -174,7 +201,7 @@ func (t *task) stageCompleteLocked(st *StageState) (Message, bool) {
 		"TaskID": t.st.TaskID, "StageID": st.StageID, "StageIntention": st.StageIntention,
 		"Allocation": formatMap(st.AgentAllocation), "Completion": formatMap(st.CompletionSummary),
 	})
-	return t.sys.newMessage(t.st.TaskID, SystemSender, []string{t.st.TaskManager}, text, st.StageID), true
+	return t.sys.newMessage(derivedID(st.StageID, "complete"), t.st.TaskID, SystemSender, []string{t.st.TaskManager}, text, st.StageID), true
 }
 
 // stageOf returns a snapshot of one stage.
@@ -218,7 +245,7 @@ func (t *task) startStageLocked(st *StageState) []Message {
 		text := t.sys.text("stage_started_notice", map[string]any{
 			"TaskID": t.st.TaskID, "StageID": st.StageID, "StageIntention": st.StageIntention, "Goal": in.Goal,
 		})
-		out = append(out, t.sys.instruction(t.st.TaskID, st.StageID, id, text, &Instruction{StartStage: in}))
+		out = append(out, t.sys.instruction("", t.st.TaskID, st.StageID, id, text, &Instruction{StartStage: in}))
 	}
 	t.changedLocked(Event{Kind: EventStageChanged, StageID: st.StageID, Detail: StateRunning})
 	return out
@@ -226,9 +253,10 @@ func (t *task) startStageLocked(st *StageState) []Message {
 
 // endStageLocked marks a stage finished or failed and returns the
 // finish_stage instructions for its agents and the task's manager.
-func (t *task) endStageLocked(st *StageState, state string) []Message {
+func (t *task) endStageLocked(st *StageState, state, by string) []Message {
 	now := t.sys.now()
 	st.ExecutionState = state
+	st.EndedBy = by
 	st.EndedAt = now
 	receivers := sortedKeys(st.AgentAllocation)
 	if !slices.Contains(receivers, t.st.TaskManager) {
@@ -237,7 +265,7 @@ func (t *task) endStageLocked(st *StageState, state string) []Message {
 	var out []Message
 	for _, id := range receivers {
 		text := t.sys.text("stage_finished_notice", map[string]any{"TaskID": t.st.TaskID, "StageID": st.StageID, "State": state})
-		out = append(out, t.sys.instruction(t.st.TaskID, st.StageID, id, text, &Instruction{
+		out = append(out, t.sys.instruction("", t.st.TaskID, st.StageID, id, text, &Instruction{
 			FinishStage: &StageRef{TaskID: t.st.TaskID, StageID: st.StageID},
 		}))
 	}
@@ -246,8 +274,8 @@ func (t *task) endStageLocked(st *StageState, state string) []Message {
 }
 
 // judgeLocked builds the notice asking the manager to judge the whole task
-// once its last stage finished (spec §2.1.1).
-func (t *task) judgeLocked() Message {
+// once its last stage (after) finished (spec §2.1.1).
+func (t *task) judgeLocked(after string) Message {
 	var b strings.Builder
 	for _, st := range t.st.StageList {
 		fmt.Fprintf(&b, "- %s [%s]: %s\n", st.StageID, st.ExecutionState, oneLine(st.StageIntention))
@@ -256,12 +284,12 @@ func (t *task) judgeLocked() Message {
 		"TaskID": t.st.TaskID, "TaskName": t.st.TaskName, "TaskIntention": t.st.TaskIntention,
 		"Stages": strings.TrimRight(b.String(), "\n"),
 	})
-	return t.sys.newMessage(t.st.TaskID, SystemSender, []string{t.st.TaskManager}, text, NoRelative)
+	return t.sys.newMessage(derivedID(after, "judge"), t.st.TaskID, SystemSender, []string{t.st.TaskManager}, text, NoRelative)
 }
 
 // endTaskLocked ends the task and returns the finish_task instructions for
 // the whole task group.
-func (t *task) endTaskLocked(state, summary string) []Message {
+func (t *task) endTaskLocked(state, summary, by string) []Message {
 	now := t.sys.now()
 	if rs := t.runningStageLocked(); rs != nil {
 		done := AgentFinished
@@ -278,13 +306,14 @@ func (t *task) endTaskLocked(state, summary string) []Message {
 	}
 	t.st.ExecutionState = state
 	t.st.TaskSummary = summary
+	t.st.EndedBy = by
 	t.st.EndedAt = now
 	var out []Message
 	for _, id := range t.st.TaskGroup {
 		text := t.sys.text("task_finished_notice", map[string]any{
 			"TaskID": t.st.TaskID, "TaskName": t.st.TaskName, "State": state, "Summary": summary,
 		})
-		out = append(out, t.sys.instruction(t.st.TaskID, NoRelative, id, text, &Instruction{
+		out = append(out, t.sys.instruction("", t.st.TaskID, NoRelative, id, text, &Instruction{
 			FinishTask: &TaskRef{TaskID: t.st.TaskID},
 		}))
 	}
@@ -342,10 +371,10 @@ func oneLine(s string) string {
 }
 
 // newStage builds a stage in init state.
-func newStage(taskID, intention string, alloc map[string]string) StageState {
+func newStage(id, taskID, intention string, alloc map[string]string) StageState {
 	return StageState{
 		TaskID:            taskID,
-		StageID:           newID(),
+		StageID:           id,
 		StageIntention:    intention,
 		AgentAllocation:   maps.Clone(alloc),
 		ExecutionState:    StateInit,

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -32,6 +33,13 @@ func (s *System) AddTask(actorID string, req AddTaskRequest) (string, error) {
 // ID is checked against the state first; an error names the field and the
 // problem and changes nothing. The result says what was done (IDs created).
 func (s *System) TaskInstruction(actorID string, ti TaskInstruction) (map[string]any, error) {
+	return s.taskInstruction(actorID, ti, "")
+}
+
+// taskInstruction is TaskInstruction issued by a step (origin): what it
+// creates gets IDs derived from the step, and carrying it out again (the
+// step re-run after a restart) changes nothing more.
+func (s *System) taskInstruction(actorID string, ti TaskInstruction, origin string) (map[string]any, error) {
 	actor, err := s.actor(actorID, SkillTaskManager)
 	if err != nil {
 		return nil, err
@@ -39,7 +47,7 @@ func (s *System) TaskInstruction(actorID string, ti TaskInstruction) (map[string
 	human := actor.kind == KindHuman
 	action := strings.TrimSpace(ti.Action)
 	if action == ActionAddTask {
-		return s.addTask(actor, ti)
+		return s.addTask(actor, ti, origin)
 	}
 	t, ok := s.task(ti.TaskID)
 	if !ok {
@@ -50,15 +58,15 @@ func (s *System) TaskInstruction(actorID string, ti TaskInstruction) (map[string
 	}
 	switch action {
 	case ActionAddStage:
-		return s.addStages(t, actorID, human, ti.Stages)
+		return s.addStages(t, actorID, human, ti.Stages, origin)
 	case ActionFinishStage:
-		return s.finishStage(t, actorID, human, ti.StageID)
+		return s.finishStage(t, actorID, human, ti.StageID, by(origin, actorID))
 	case ActionRetryStage:
-		return s.retryStage(t, actorID, human, ti)
+		return s.retryStage(t, actorID, human, ti, origin)
 	case ActionFinishTask:
-		return s.endTask(t, actorID, human, StateFinished, ti.Summary)
+		return s.endTask(t, actorID, human, StateFinished, ti.Summary, by(origin, actorID))
 	case ActionCancelTask:
-		return s.endTask(t, actorID, human, StateFailed, ti.Summary)
+		return s.endTask(t, actorID, human, StateFailed, ti.Summary, by(origin, actorID))
 	case "":
 		return nil, errf(ErrInvalid, "action: is empty; one of add_task, add_stage, finish_stage, retry_stage, finish_task")
 	default:
@@ -66,7 +74,19 @@ func (s *System) TaskInstruction(actorID string, ti TaskInstruction) (map[string
 	}
 }
 
-func (s *System) addTask(actor *agent, ti TaskInstruction) (map[string]any, error) {
+// by is who ends a stage or task: the step when a step does, else the actor.
+func by(origin, actorID string) string {
+	if origin != "" {
+		return origin
+	}
+	return actorID
+}
+
+func (s *System) addTask(actor *agent, ti TaskInstruction, origin string) (map[string]any, error) {
+	id := derivedID(origin, "task")
+	if t, ok := s.task(id); ok {
+		return map[string]any{"task_id": id, "task_manager": t.brief().TaskManager}, nil
+	}
 	name := strings.TrimSpace(ti.TaskName)
 	intention := strings.TrimSpace(ti.TaskIntention)
 	switch {
@@ -99,7 +119,7 @@ func (s *System) addTask(actor *agent, ti TaskInstruction) (map[string]any, erro
 		group = append(group, operator)
 	}
 	t := &task{sys: s, st: TaskState{
-		TaskID:                 newID(),
+		TaskID:                 id,
 		TaskName:               name,
 		TaskIntention:          intention,
 		TaskManager:            manager,
@@ -114,15 +134,14 @@ func (s *System) addTask(actor *agent, ti TaskInstruction) (map[string]any, erro
 		UpdatedAt:              now,
 	}}
 	s.registerTask(t)
-	id := t.st.TaskID
 	var msgs []Message
 	for _, member := range group {
-		msgs = append(msgs, s.instruction(id, "", member, "", &Instruction{UpdateWorkingMemory: &StageRef{TaskID: id}}))
+		msgs = append(msgs, s.instruction("", id, "", member, "", &Instruction{UpdateWorkingMemory: &StageRef{TaskID: id}}))
 	}
 	if manager != actor.id {
 		// Someone else handed the task over: its manager plans staffing and
 		// stages (the manager's own add_task continues its own plan).
-		msgs = append(msgs, s.instruction(id, "", manager, "", &Instruction{StartTask: &TaskRef{TaskID: id}}))
+		msgs = append(msgs, s.instruction("", id, "", manager, "", &Instruction{StartTask: &TaskRef{TaskID: id}}))
 	}
 	s.deliver(msgs...)
 	s.log.Info("task added", "task", id, "name", name, "manager", manager, "by", actor.id)
@@ -184,7 +203,7 @@ func (s *System) checkAllocation(field string, t *task, alloc map[string]string,
 	return missing, nil
 }
 
-func (s *System) addStages(t *task, actorID string, human bool, specs []StageSpec) (map[string]any, error) {
+func (s *System) addStages(t *task, actorID string, human bool, specs []StageSpec, origin string) (map[string]any, error) {
 	if len(specs) == 0 {
 		return nil, errf(ErrInvalid, "stages: is empty")
 	}
@@ -206,8 +225,18 @@ func (s *System) addStages(t *task, actorID string, human bool, specs []StageSpe
 		return nil, errf(ErrEnded, "task_id %q: stages cannot be added to a task that has ended or to the base task", t.st.TaskID)
 	}
 	var ids []string
-	for _, sp := range specs {
-		st := newStage(t.st.TaskID, strings.TrimSpace(sp.StageIntention), sp.AgentAllocation)
+	if origin != "" {
+		if st, _ := t.stageLocked(derivedID(origin, "stage", "0")); st != nil {
+			// Added already by this step (re-run after a restart).
+			for i := range specs {
+				ids = append(ids, derivedID(origin, "stage", strconv.Itoa(i)))
+			}
+			t.mu.Unlock()
+			return map[string]any{"task_id": t.st.TaskID, "stage_ids": ids}, nil
+		}
+	}
+	for i, sp := range specs {
+		st := newStage(derivedID(origin, "stage", strconv.Itoa(i)), t.st.TaskID, strings.TrimSpace(sp.StageIntention), sp.AgentAllocation)
 		t.st.StageList = append(t.st.StageList, st)
 		ids = append(ids, st.StageID)
 	}
@@ -218,7 +247,7 @@ func (s *System) addStages(t *task, actorID string, human bool, specs []StageSpe
 	return map[string]any{"task_id": t.st.TaskID, "stage_ids": ids}, nil
 }
 
-func (s *System) finishStage(t *task, actorID string, human bool, stageID string) (map[string]any, error) {
+func (s *System) finishStage(t *task, actorID string, human bool, stageID, by string) (map[string]any, error) {
 	t.mu.Lock()
 	if err := mayManage(t, actorID, human); err != nil {
 		t.mu.Unlock()
@@ -226,6 +255,10 @@ func (s *System) finishStage(t *task, actorID string, human bool, stageID string
 	}
 	st, _ := t.stageLocked(stageID)
 	switch {
+	case st != nil && st.ExecutionState == StateFinished && st.EndedBy == by && by != actorID:
+		// Finished by this very step already (re-run after a restart).
+		t.mu.Unlock()
+		return map[string]any{"task_id": t.st.TaskID, "finished_stage": stageID}, nil
 	case stageID == "":
 		t.mu.Unlock()
 		return nil, errf(ErrInvalid, "stage_id: is empty")
@@ -239,7 +272,7 @@ func (s *System) finishStage(t *task, actorID string, human bool, stageID string
 		t.mu.Unlock()
 		return nil, errf(ErrInvalid, "stage_id %q: is %s, not running", stageID, st.ExecutionState)
 	}
-	msgs := t.endStageLocked(st, StateFinished)
+	msgs := t.endStageLocked(st, StateFinished, by)
 	next := t.startNextStageLocked()
 	msgs = append(msgs, next...)
 	result := map[string]any{"task_id": t.st.TaskID, "finished_stage": stageID}
@@ -247,7 +280,7 @@ func (s *System) finishStage(t *task, actorID string, human bool, stageID string
 		result["next_stage"] = rs.StageID
 	} else {
 		// No stage left: the manager judges the whole task (spec §2.1.1).
-		msgs = append(msgs, t.judgeLocked())
+		msgs = append(msgs, t.judgeLocked(stageID))
 		result["next_stage"] = nil
 	}
 	t.mu.Unlock()
@@ -260,7 +293,11 @@ func (s *System) finishStage(t *task, actorID string, human bool, stageID string
 
 // retryStage inserts a corrected stage after the failed one and runs it at
 // once (spec §2.2.2).
-func (s *System) retryStage(t *task, actorID string, human bool, ti TaskInstruction) (map[string]any, error) {
+func (s *System) retryStage(t *task, actorID string, human bool, ti TaskInstruction, origin string) (map[string]any, error) {
+	newStageID := derivedID(origin, "retry")
+	if _, done := t.stageOf(newStageID); done {
+		return map[string]any{"task_id": t.st.TaskID, "failed_stage": ti.OldStageID, "new_stage": newStageID}, nil
+	}
 	if strings.TrimSpace(ti.NewStageIntention) == "" {
 		return nil, errf(ErrInvalid, "new_stage_intention: is empty")
 	}
@@ -296,18 +333,18 @@ func (s *System) retryStage(t *task, actorID string, human bool, ti TaskInstruct
 		return nil, errf(ErrInvalid, "old_stage_id %q: a later stage has run since; only the running stage (or the last ended one) can be retried", ti.OldStageID)
 	}
 	// 1. the new stage, right after the old one; its agents join the group.
-	ns := newStage(t.st.TaskID, strings.TrimSpace(ti.NewStageIntention), ti.NewAgentAllocation)
+	ns := newStage(newStageID, t.st.TaskID, strings.TrimSpace(ti.NewStageIntention), ti.NewAgentAllocation)
 	ns.RetryOf = old.StageID
 	t.st.StageList = slices.Insert(t.st.StageList, at+1, ns)
 	t.st.TaskGroup = append(t.st.TaskGroup, missing...)
 	old = &t.st.StageList[at]
 	var msgs []Message
 	for _, id := range missing {
-		msgs = append(msgs, s.instruction(t.st.TaskID, "", id, "", &Instruction{UpdateWorkingMemory: &StageRef{TaskID: t.st.TaskID}}))
+		msgs = append(msgs, s.instruction("", t.st.TaskID, "", id, "", &Instruction{UpdateWorkingMemory: &StageRef{TaskID: t.st.TaskID}}))
 	}
 	// 2. the old stage fails; its agents are told to finish it.
 	if old.ExecutionState == StateRunning {
-		msgs = append(msgs, t.endStageLocked(old, StateFailed)...)
+		msgs = append(msgs, t.endStageLocked(old, StateFailed, by(origin, actorID))...)
 	} else {
 		old.ExecutionState = StateFailed
 	}
@@ -319,13 +356,18 @@ func (s *System) retryStage(t *task, actorID string, human bool, ti TaskInstruct
 	return map[string]any{"task_id": t.st.TaskID, "failed_stage": ti.OldStageID, "new_stage": ns.StageID}, nil
 }
 
-func (s *System) endTask(t *task, actorID string, human bool, state, summary string) (map[string]any, error) {
+func (s *System) endTask(t *task, actorID string, human bool, state, summary, by string) (map[string]any, error) {
 	t.mu.Lock()
 	if err := mayManage(t, actorID, human); err != nil {
 		t.mu.Unlock()
 		return nil, err
 	}
 	switch {
+	case t.endedLocked() && t.st.EndedBy == by && by != actorID && t.st.ExecutionState == state:
+		// Ended by this very step already (re-run after a restart).
+		id := t.st.TaskID
+		t.mu.Unlock()
+		return map[string]any{"task_id": id, "execution_state": state}, nil
 	case t.st.Base:
 		t.mu.Unlock()
 		return nil, errf(ErrInvalid, "task_id %q: the base task never ends", t.st.TaskID)
@@ -336,7 +378,7 @@ func (s *System) endTask(t *task, actorID string, human bool, state, summary str
 		t.mu.Unlock()
 		return nil, errf(ErrInvalid, "summary: is empty; finish_task needs the task's summary")
 	}
-	msgs := t.endTaskLocked(state, strings.TrimSpace(summary))
+	msgs := t.endTaskLocked(state, strings.TrimSpace(summary), by)
 	id := t.st.TaskID
 	t.mu.Unlock()
 	s.deliver(msgs...)

@@ -302,7 +302,7 @@ func (b *testbed) inject(agentID, taskID, stageID string, next bool, specs ...St
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.addStepsLocked(taskID, stageID, specs, next)
+	return a.addStepsLocked(taskID, stageID, specs, next, "")
 }
 
 func (b *testbed) agent(id string) AgentState {

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net"
@@ -118,16 +117,28 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", s.guard(streamable))
 	mux.Handle("/sse", s.guard(sse))
+	// The web monitor: its API checks tokens or bound sessions itself.
+	mux.Handle("/api/", s.perimeter(s.apiHandler()))
+	mux.Handle("/", s.perimeter(s.pageHandler()))
 	return mux
 }
 
-// guard applies, in order: Host and Origin allowlists (403), the protocol
-// version header (400), the body limit (413) and the bearer token (401).
+// guard is the MCP endpoints' perimeter plus the protocol version header
+// (400) and the bearer token (401).
 func (s *Server) guard(next http.Handler) http.Handler {
 	cfg := s.cfg.HTTP
+	inner := next
+	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if v := r.Header.Get("Mcp-Protocol-Version"); v != "" && !slices.Contains(mcp.SupportedProtocolVersions(), v) {
+			http.Error(w, fmt.Sprintf("unsupported MCP protocol version %q (supported: %s)", v,
+				strings.Join(mcp.SupportedProtocolVersions(), ", ")), http.StatusBadRequest)
+			return
+		}
+		inner.ServeHTTP(w, r)
+	})
 	if len(cfg.Tokens) > 0 {
-		authed := auth.RequireBearerToken(s.verifyToken, &auth.RequireBearerTokenOptions{})(next)
-		next = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		authed := auth.RequireBearerToken(s.verifyToken, &auth.RequireBearerTokenOptions{})(h)
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			// RFC 6750 §3: a 401 says how to authenticate. The SDK adds
 			// the header only with OAuth metadata, which we do not use.
 			challenge := `Bearer realm="mas-mcp"`
@@ -138,6 +149,13 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			authed.ServeHTTP(w, r)
 		})
 	}
+	return s.perimeter(h)
+}
+
+// perimeter applies, in order: the Host and Origin allowlists (403) and the
+// body limit (413).
+func (s *Server) perimeter(next http.Handler) http.Handler {
+	cfg := s.cfg.HTTP
 	listenHost, _, _ := net.SplitHostPort(cfg.Addr)
 	hosts := cfg.AllowedHosts
 	if len(hosts) == 0 && isLoopback(listenHost) {
@@ -150,11 +168,6 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		}
 		if o := r.Header.Get("Origin"); o != "" && !s.originAllowed(o, r.Host) {
 			http.Error(w, fmt.Sprintf("origin %q is not allowed", o), http.StatusForbidden)
-			return
-		}
-		if v := r.Header.Get("Mcp-Protocol-Version"); v != "" && !slices.Contains(mcp.SupportedProtocolVersions(), v) {
-			http.Error(w, fmt.Sprintf("unsupported MCP protocol version %q (supported: %s)", v,
-				strings.Join(mcp.SupportedProtocolVersions(), ", ")), http.StatusBadRequest)
 			return
 		}
 		if r.ContentLength > cfg.MaxBodyBytes {
@@ -187,10 +200,8 @@ func hostOnly(h string) string {
 
 // verifyToken maps a bearer token to its operator (constant-time compare).
 func (s *Server) verifyToken(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
-	for tok, op := range s.cfg.HTTP.Tokens {
-		if subtle.ConstantTimeCompare([]byte(tok), []byte(token)) == 1 {
-			return &auth.TokenInfo{UserID: op, Expiration: time.Now().Add(24 * time.Hour)}, nil
-		}
+	if op, ok := s.tokenOperator(token); ok {
+		return &auth.TokenInfo{UserID: op, Expiration: time.Now().Add(24 * time.Hour)}, nil
 	}
 	return nil, fmt.Errorf("%w: unknown bearer token", auth.ErrInvalidToken)
 }

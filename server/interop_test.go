@@ -127,7 +127,8 @@ func TestInterop(t *testing.T) {
 // over transport, and checks from the Go side that alice read the answer.
 func (in *interop) operatorFlow(t *testing.T, transport string) {
 	team, llm := fakeTeam(t)
-	env := llmEnv(llm.BaseURL())
+	// Each binary keeps its durable state in its own directory.
+	env := append(llmEnv(llm.BaseURL()), "MAS_DATA_DIR="+t.TempDir())
 	args := []string{filepath.Join(in.dir, "operator.mjs"),
 		"--timeout", fmt.Sprint(operatorTimeout.Seconds()),
 		"--question", scripted.OperatorQuestion, "--summary", scripted.TaskSummary, "--answer", interopAnswer,
@@ -198,7 +199,7 @@ func (in *interop) operatorFlow(t *testing.T, transport string) {
 func (in *interop) inspect(t *testing.T, out any, method ...string) {
 	_, llm := fakeTeam(t)
 	args := []string{"--no-install", "mcp-inspector", "--cli", "--format", "json"}
-	for _, kv := range llmEnv(llm.BaseURL()) {
+	for _, kv := range append(llmEnv(llm.BaseURL()), "MAS_DATA_DIR="+t.TempDir()) {
 		args = append(args, "-e", kv)
 	}
 	args = append(args, method...)

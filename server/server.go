@@ -49,7 +49,8 @@ type Server struct {
 	log *slog.Logger
 	mcp *mcp.Server
 
-	updates *updates
+	updates  *updates
+	sessions apiSessions // the web monitor's bound operators
 
 	ctx    context.Context
 	cancel context.CancelFunc

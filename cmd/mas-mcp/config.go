@@ -26,6 +26,17 @@ type Config struct {
 
 	LLM LLMConfig `yaml:"llm"`
 
+	// DataDir holds the durable state (the embedded NATS server's files).
+	DataDir string `yaml:"data_dir"`
+	// NATSURL uses an existing NATS server or cluster instead of the
+	// embedded one.
+	NATSURL string `yaml:"nats_url"`
+	// SyncInterval, when positive, fsyncs every interval instead of on
+	// every write (an OS crash may then lose up to that interval).
+	SyncInterval time.Duration `yaml:"sync_interval"`
+	// Memory keeps state in memory only (nothing survives a restart).
+	Memory bool `yaml:"memory"`
+
 	// MCPConfig is the downstream MCP servers file, in the mcpServers shape
 	// hosts such as Claude Desktop use.
 	MCPConfig string `yaml:"mcp_config"`
@@ -130,6 +141,10 @@ func loadConfig(args []string, getenv func(string) string) (Config, error) {
 	wait := fs.Duration("wait-timeout", 0, "how long an agent waits for a reply before carrying on")
 	steps := fs.Int("stage-step-budget", 0, "steps an agent may run in one stage before it must summarise")
 	refl := fs.Int("stage-reflection-budget", 0, "reflections an agent may run in one stage before it must summarise")
+	dataDir := fs.String("data-dir", "", "directory of the durable state (env MAS_DATA_DIR; default: the user's config directory/mas-mcp)")
+	natsURL := fs.String("nats-url", "", "use this NATS server or cluster for the durable state instead of the embedded one (env MAS_NATS_URL)")
+	syncInterval := fs.Duration("sync-interval", 0, "fsync every interval instead of on every write (an OS crash may lose up to the interval)")
+	memory := fs.Bool("memory", false, "keep state in memory only: nothing survives a restart")
 	mcpConfig := fs.String("mcp-config", "", "downstream MCP servers file ({\"mcpServers\": …}, as Claude Desktop's) (env MAS_MCP_CONFIG)")
 	confirm := fs.Duration("confirm-timeout", 0, "how long a risky tool call waits for the operator's approval")
 	stdio := fs.Bool("stdio", false, "serve MCP over stdin/stdout (for hosts such as Claude Desktop) instead of HTTP")
@@ -167,6 +182,12 @@ func loadConfig(args []string, getenv func(string) string) (Config, error) {
 	if v := getenv("MAS_MCP_CONFIG"); v != "" {
 		cfg.MCPConfig = v
 	}
+	if v := getenv("MAS_DATA_DIR"); v != "" {
+		cfg.DataDir = v
+	}
+	if v := getenv("MAS_NATS_URL"); v != "" {
+		cfg.NATSURL = v
+	}
 	cfg.apiKey = getenv("OPENAI_API_KEY")
 
 	setStr := func(dst *string, v string) {
@@ -182,6 +203,14 @@ func loadConfig(args []string, getenv func(string) string) (Config, error) {
 	setStr(&cfg.LogFormat, *logFormat)
 	setStr(&cfg.HTTP.Addr, *httpAddr)
 	setStr(&cfg.MCPConfig, *mcpConfig)
+	setStr(&cfg.DataDir, *dataDir)
+	setStr(&cfg.NATSURL, *natsURL)
+	if *syncInterval != 0 {
+		cfg.SyncInterval = *syncInterval
+	}
+	if *memory {
+		cfg.Memory = true
+	}
 	if *confirm != 0 {
 		cfg.ConfirmTimeout = *confirm
 	}
@@ -227,6 +256,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("llm.max_retries %d: must not be negative", c.LLM.MaxRetries)
 	case c.LLM.Concurrency <= 0:
 		return fmt.Errorf("llm.concurrency %d: must be positive", c.LLM.Concurrency)
+	case c.SyncInterval < 0:
+		return fmt.Errorf("sync_interval %s: must not be negative", c.SyncInterval)
+	case c.Memory && (c.NATSURL != "" || c.DataDir != ""):
+		return errors.New("memory: keeps nothing on disk; leave out data_dir and nats_url")
 	case c.ConfirmTimeout <= 0:
 		return fmt.Errorf("confirm_timeout %s: must be positive", c.ConfirmTimeout)
 	case c.WaitTimeout <= 0:

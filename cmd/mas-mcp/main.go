@@ -25,6 +25,7 @@ import (
 	"github.com/mas-mcp/mas-mcp/prompts"
 	"github.com/mas-mcp/mas-mcp/server"
 	"github.com/mas-mcp/mas-mcp/skills"
+	"github.com/mas-mcp/mas-mcp/store"
 )
 
 func main() {
@@ -47,12 +48,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	log := newLogger(cfg, stderr)
-	sys, pool, err := build(cfg, log)
+	st, img, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	if st != nil {
+		defer st.Close() // last: after the MAS wrote its final state
+	}
+	sys, pool, err := build(cfg, log, st)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := sys.Start(); err != nil {
+	if err := sys.StartFrom(img); err != nil {
 		return err
 	}
 	defer closeWithin(sys, log, 5*time.Second)
@@ -91,6 +99,31 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	return nil
+}
+
+// openStore opens the durable store (nil with --memory) and loads what it
+// holds (an empty image on a first start).
+func openStore(ctx context.Context, cfg Config, log *slog.Logger) (*store.Store, *engine.Image, error) {
+	if cfg.Memory {
+		log.Warn("state is kept in memory only (--memory): nothing survives a restart")
+		return nil, &engine.Image{}, nil
+	}
+	st, err := store.Open(ctx, store.Options{
+		DataDir: cfg.DataDir, NATSURL: cfg.NATSURL, SyncInterval: cfg.SyncInterval, Logger: log.With("component", "store"),
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if st.Role() == store.RoleClient {
+		st.Close()
+		return nil, nil, fmt.Errorf("the data directory %s is in use by another running mas-mcp: give this one its own --data-dir, or connect your MCP client to the running one", cfg.DataDir)
+	}
+	img, err := st.Load(ctx)
+	if err != nil {
+		st.Close()
+		return nil, nil, err
+	}
+	return st, img, nil
 }
 
 // version is set at build time (-ldflags "-X main.version=…").
@@ -160,7 +193,7 @@ func operatorTokens(cfg Config, sys *engine.System, getenv func(string) string) 
 // build wires prompts, the LLM client, the downstream MCP servers, the
 // skills, the tool executor and the engine. The returned pool must be
 // closed after the engine (it stops the servers' processes).
-func build(cfg Config, log *slog.Logger) (*engine.System, *downstream.Pool, error) {
+func build(cfg Config, log *slog.Logger, st engine.Store) (*engine.System, *downstream.Pool, error) {
 	set, err := prompts.Load(cfg.Lang, cfg.PromptsDir)
 	if err != nil {
 		return nil, nil, err
@@ -196,6 +229,7 @@ func build(cfg Config, log *slog.Logger) (*engine.System, *downstream.Pool, erro
 		WaitTimeout:           cfg.WaitTimeout,
 		StageStepBudget:       cfg.StageStepBudget,
 		StageReflectionBudget: cfg.StageReflectionBudget,
+		Store:                 st,
 		Logger:                log.With("component", "engine"),
 	})
 	if err != nil {

@@ -79,7 +79,7 @@ func TestRunStartsAndStops(t *testing.T) {
 	done := make(chan error, 1)
 	w := &lockedWriter{w: &stderr}
 	go func() {
-		done <- run(ctx, []string{"--log-format", "json", "--http", "127.0.0.1:0"}, env(map[string]string{"OPENAI_API_KEY": "sk-SENTINEL-main"}), w)
+		done <- run(ctx, []string{"--log-format", "json", "--http", "127.0.0.1:0", "--data-dir", t.TempDir()}, env(map[string]string{"OPENAI_API_KEY": "sk-SENTINEL-main"}), w)
 	}()
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.Contains(w.String(), "mas-mcp ready") {
@@ -119,7 +119,7 @@ func TestOperatorTokensAndPasswords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sys, pool, err := build(cfg, newLogger(cfg, io.Discard))
+	sys, pool, err := build(cfg, newLogger(cfg, io.Discard), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,11 +19,13 @@ const module = "github.com/mas-mcp/mas-mcp/"
 // files must not use.
 var forbidden = map[string][]string{
 	"engine": {
-		module + "server", module + "downstream", module + "skills", module + "cmd",
+		module + "server", module + "downstream", module + "skills", module + "cmd", module + "store",
 		"github.com/modelcontextprotocol/", "github.com/mark3labs/",
 	},
 	"skills":  {module + "server", module + "downstream", module + "cmd", module + "store"},
 	"llm":     {module},
+	"store":   {module + "server", module + "downstream", module + "skills", module + "cmd"},
+	"server":  {module + "downstream", module + "skills", module + "store", module + "cmd"},
 	"prompts": {module},
 }
 

@@ -39,6 +39,10 @@ type Stack struct {
 	// Log is the logger the stack writes to Logs; give it to layers built
 	// on top (the MCP server) so their lines land there too.
 	Log *slog.Logger
+
+	// newSystem builds a System on the same LLM, prompts and store.
+	newSystem func() *engine.System
+	opts      Options
 }
 
 // Options tune a Stack; zero values mean the engine's defaults.
@@ -95,35 +99,57 @@ func New(t testing.TB, o Options) *Stack {
 		t.Fatal(err)
 	}
 	store := engine.NewMemoryStore()
-	sys, err := engine.New(engine.Config{
-		Texts:                 set,
-		Skills:                execs,
-		SkillGuides:           set.SkillGuides(),
-		Templates:             skills.Templates(set),
-		WaitTimeout:           o.WaitTimeout,
-		StageStepBudget:       o.StepBudget,
-		StageReflectionBudget: o.ReflBudget,
-		Store:                 store,
-		Logger:                log,
-		Tools:                 o.Tools,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.ToolExecutor != nil {
-		if err := sys.SetToolExecutor(o.ToolExecutor(sys)); err != nil {
+	newSystem := func() *engine.System {
+		sys, err := engine.New(engine.Config{
+			Texts:                 set,
+			Skills:                execs,
+			SkillGuides:           set.SkillGuides(),
+			Templates:             skills.Templates(set),
+			WaitTimeout:           o.WaitTimeout,
+			StageStepBudget:       o.StepBudget,
+			StageReflectionBudget: o.ReflBudget,
+			Store:                 store,
+			Logger:                log,
+			Tools:                 o.Tools,
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
+		if o.ToolExecutor != nil {
+			if err := sys.SetToolExecutor(o.ToolExecutor(sys)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return sys
 	}
-	s := &Stack{T: t, Logs: logs, Log: log, Sys: sys, LLM: srv, Store: store, Sub: sys.Subscribe(1 << 14)}
+	sys := newSystem()
+	s := &Stack{T: t, Logs: logs, Log: log, Sys: sys, LLM: srv, Store: store, Sub: sys.Subscribe(1 << 14), newSystem: newSystem, opts: o}
 	if err := sys.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		s.Sub.Close()
-		_ = sys.Close()
+		_ = s.Sys.Close()
 	})
 	return s
+}
+
+// Restart closes the MAS (a step in flight stays "running", as after a
+// crash) and starts a new one from what the store holds, on the same fake
+// LLM; Sys and Sub then refer to the new one.
+func (s *Stack) Restart() {
+	s.T.Helper()
+	s.Sub.Close()
+	_ = s.Sys.Close()
+	img, err := s.Store.Image()
+	if err != nil {
+		s.T.Fatal(err)
+	}
+	s.Sys = s.newSystem()
+	s.Sub = s.Sys.Subscribe(1 << 14)
+	if err := s.Sys.StartFrom(img); err != nil {
+		s.T.Fatal(err)
+	}
 }
 
 // SyncBuffer is a log sink safe for concurrent writers.

@@ -1,0 +1,191 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Rerunner is implemented by a tool executor that can tell whether a tool
+// step interrupted by a crash may simply run again (its tool declares
+// readOnlyHint or idempotentHint). Without it, interrupted tool steps fail.
+type Rerunner interface {
+	SafeToRerun(step StepState) bool
+}
+
+// StartFrom starts the MAS from a store's image: a first start (empty image)
+// is Start; otherwise every task and agent comes back as it was stored and
+// the agents carry on (ARCHITECTURE.md "Crash semantics"):
+//   - a step found running is run again when it is an LLM skill (what it
+//     creates has IDs derived from the step, so its effects apply once); a
+//     tool step only when the tool executor says it is safe (Rerunner),
+//     else it fails with a reason the agent's next reflection sees;
+//   - step locks keep their deadlines; the wait graph is rebuilt;
+//   - messages a receiver has not taken yet are delivered again (receivers
+//     take each message once, by its ID);
+//   - the tasks' conversations are rebuilt from the stored messages.
+func (s *System) StartFrom(img *Image) error {
+	if img.Empty() {
+		return s.Start()
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	if s.started {
+		s.mu.Unlock()
+		return errors.New("engine: already started")
+	}
+	s.started = true
+	s.mu.Unlock()
+
+	var base *TaskState
+	for i := range img.Tasks {
+		if img.Tasks[i].Base {
+			base = &img.Tasks[i]
+		}
+	}
+	if base == nil || len(base.StageList) == 0 {
+		return errors.New("engine: restore: the stored state has no base task")
+	}
+	s.baseTaskID, s.baseStageID = base.TaskID, base.StageList[0].StageID
+	s.managerID, s.operatorID = base.TaskManager, base.Operator
+
+	// Tasks, with their conversations rebuilt from the messages.
+	pools := map[string][]Message{}
+	for _, m := range img.Messages {
+		pools[m.TaskID] = append(pools[m.TaskID], m)
+	}
+	for _, ts := range img.Tasks {
+		st := ts.clone()
+		st.SharedConversationPool = dedupMessages(pools[st.TaskID])
+		if st.Base && len(st.SharedConversationPool) > baseLogLimit {
+			st.SharedConversationPool = slices.Clone(st.SharedConversationPool[len(st.SharedConversationPool)-baseLogLimit:])
+		}
+		if st.SharedInfoPool == nil {
+			st.SharedInfoPool = []SharedInfo{}
+		}
+		if st.CommunicationQueue == nil {
+			st.CommunicationQueue = []Message{}
+		}
+		s.registerTask(&task{sys: s, st: st})
+	}
+
+	// Agents: interrupted steps first, then the owners (LLM agents start).
+	rerun, _ := s.cfg.Tool.(Rerunner)
+	var restored []*agent
+	for _, as := range img.Agents {
+		st := as.clone()
+		if st.WorkingMemory == nil {
+			st.WorkingMemory = map[string]map[string][]string{}
+		}
+		if st.PersistentMemory == nil {
+			st.PersistentMemory = map[string]string{}
+		}
+		a := newAgentOwner(s, st)
+		a.recoverStepsLocked(rerun)
+		restored = append(restored, a)
+	}
+	for _, a := range restored {
+		if err := s.register(a); err != nil {
+			return fmt.Errorf("engine: restore agent %s: %w", a.id, err)
+		}
+	}
+	for _, a := range restored {
+		a.mu.Lock()
+		for _, w := range a.st.Waits {
+			if w.For != SystemSender {
+				s.waits.add(a.id, w.For)
+			}
+		}
+		a.armTimerLocked()
+		a.mu.Unlock()
+		a.signal()
+	}
+
+	// Messages some receiver has not taken: deliver them to it now.
+	redelivered := 0
+	for _, m := range img.Messages {
+		for _, r := range m.Receiver {
+			a, ok := s.agent(r)
+			if !ok || a.hasReceived(m.MessageID) || !a.awaits(m, img.Messages) {
+				continue
+			}
+			a.receive(m)
+			redelivered++
+		}
+	}
+	s.log.Info("mas restored", "tasks", len(img.Tasks), "agents", len(img.Agents),
+		"messages", len(img.Messages), "redelivered", redelivered, "base_task", s.baseTaskID)
+	return nil
+}
+
+// recoverStepsLocked deals with the steps a crash caught running. Called
+// before the agent's goroutine starts.
+func (a *agent) recoverStepsLocked(rerun Rerunner) {
+	for i := range a.st.AgentStep.StepList {
+		step := &a.st.AgentStep.StepList[i]
+		if step.ExecutionState != StateRunning {
+			continue
+		}
+		if step.Type == StepTool && (rerun == nil || !rerun.SafeToRerun(*step)) {
+			step.ExecutionState = StateFailed
+			step.FinishedAt = a.sys.now()
+			step.ExecuteResult = map[string]any{"error": fmt.Sprintf(
+				"interrupted by a restart while calling %s: the call may or may not have taken effect, and the tool is not declared safe to repeat (readOnlyHint or idempotentHint); check its effect before calling it again", step.Executor)}
+			continue
+		}
+		// Run it again, next.
+		step.ExecutionState = StateInit
+		step.StartedAt = time.Time{}
+		a.st.AgentStep.TodoList = slices.Insert(slices.DeleteFunc(a.st.AgentStep.TodoList, func(id string) bool { return id == step.StepID }), 0, step.StepID)
+	}
+}
+
+// hasReceived reports whether the agent took the message already.
+func (a *agent) hasReceived(id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Contains(a.st.Received, id)
+}
+
+// awaits reports whether a message not in the agent's received list is
+// still to be delivered to it: the list keeps only the newest IDs, so a
+// message older than the oldest one it remembers was taken long ago.
+func (a *agent) awaits(m Message, all []Message) bool {
+	a.mu.Lock()
+	oldest := ""
+	if len(a.st.Received) > 0 {
+		oldest = a.st.Received[0]
+	}
+	full := len(a.st.Received) >= receivedKept
+	a.mu.Unlock()
+	if oldest == "" || !full {
+		return true // it remembers everything it ever took
+	}
+	for _, x := range all {
+		switch x.MessageID {
+		case m.MessageID:
+			return false // m comes before the oldest remembered message: taken
+		case oldest:
+			return true // m comes after it and is not remembered: not taken
+		}
+	}
+	return true
+}
+
+// dedupMessages keeps the first of messages with the same ID.
+func dedupMessages(ms []Message) []Message {
+	seen := map[string]bool{}
+	out := make([]Message, 0, len(ms))
+	for _, m := range ms {
+		if seen[m.MessageID] {
+			continue
+		}
+		seen[m.MessageID] = true
+		out = append(out, m)
+	}
+	return out
+}

@@ -1,0 +1,362 @@
+package server
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mas-mcp/mas-mcp/engine"
+)
+
+// The state monitor's JSON API (spec §8.5, §7.4.1), served beside /mcp with
+// the same Host, Origin and token rules:
+//
+//	GET  /api/states?type=task|stage|agent|step  {id: state, …} (spec §8.5)
+//	GET  /api/events                             server-sent events, one per change
+//	POST /api/bind_human_agent                   {token} or {human_agent_id, password}
+//	POST /api/send_message                       spec §7.4.1's body
+//	GET  /api/inbox                              the operator's inbox
+//	GET  /api/whoami                             the operator the page acts as
+//
+// A page binds to an operator with bind_human_agent and gets an HttpOnly
+// session cookie (EventSource cannot send headers); programs may send the
+// bearer token instead. Without configured tokens (loopback only) every
+// request acts as the default operator unless it bound another one.
+
+const sessionCookie = "mas_session"
+
+// apiSessions maps session cookies to the operators they are bound to.
+type apiSessions struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func (a *apiSessions) bind(op string) string {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	id := hex.EncodeToString(b)
+	a.mu.Lock()
+	if a.m == nil {
+		a.m = map[string]string{}
+	}
+	a.m[id] = op
+	a.mu.Unlock()
+	return id
+}
+
+func (a *apiSessions) lookup(id string) (string, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	op, ok := a.m[id]
+	return op, ok
+}
+
+// apiHandler serves /api/.
+func (s *Server) apiHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/states", s.apiStates)
+	mux.HandleFunc("GET /api/events", s.apiEvents)
+	mux.HandleFunc("POST /api/bind_human_agent", s.apiBind)
+	mux.HandleFunc("POST /api/send_message", s.apiSendMessage)
+	mux.HandleFunc("GET /api/inbox", s.apiInbox)
+	mux.HandleFunc("GET /api/whoami", s.apiWhoami)
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		// The mux's own 405 never happens: this catch-all matches first.
+		if methods, ok := apiMethods[r.URL.Path]; ok {
+			w.Header().Set("Allow", methods)
+			apiError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s: %s takes %s", r.Method, r.URL.Path, methods))
+			return
+		}
+		apiError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
+	})
+	return mux
+}
+
+// apiMethods is what each endpoint takes (for 405 answers).
+var apiMethods = map[string]string{
+	"/api/states": "GET, HEAD", "/api/events": "GET, HEAD", "/api/inbox": "GET, HEAD", "/api/whoami": "GET, HEAD",
+	"/api/bind_human_agent": "POST", "/api/send_message": "POST",
+}
+
+// apiOperator is the operator an API request acts as: its bearer token's,
+// its bound session's, or (without configured tokens) the default one.
+func (s *Server) apiOperator(r *http.Request) (string, bool) {
+	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
+		if op, ok := s.tokenOperator(strings.TrimPrefix(h, "Bearer ")); ok {
+			return op, true
+		}
+		return "", false
+	}
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		if op, ok := s.sessions.lookup(c.Value); ok {
+			return op, true
+		}
+	}
+	if len(s.cfg.HTTP.Tokens) == 0 {
+		return s.sys.OperatorID(), true
+	}
+	return "", false
+}
+
+// tokenOperator maps a bearer token to its operator (constant time).
+func (s *Server) tokenOperator(token string) (string, bool) {
+	for tok, op := range s.cfg.HTTP.Tokens {
+		if subtle.ConstantTimeCompare([]byte(tok), []byte(token)) == 1 {
+			return op, true
+		}
+	}
+	return "", false
+}
+
+// authed wraps an API handler that needs an operator.
+func (s *Server) authed(w http.ResponseWriter, r *http.Request) (string, bool) {
+	op, ok := s.apiOperator(r)
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="mas-mcp"`)
+		apiError(w, http.StatusUnauthorized, "bind an operator first (POST /api/bind_human_agent) or send its bearer token")
+	}
+	return op, ok
+}
+
+func apiJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// apiError answers {"success": false, "message": …} (spec §7.4.1's shape).
+func apiError(w http.ResponseWriter, status int, msg string) {
+	apiJSON(w, status, map[string]any{"success": false, "message": msg})
+}
+
+// decodeBody reads a JSON body strictly; errors name the problem.
+func decodeBody(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return fmt.Errorf("body: larger than %d bytes", mbe.Limit)
+		}
+		return fmt.Errorf("body: %v", err)
+	}
+	return nil
+}
+
+// apiStates serves spec §8.5's GET /api/states?type=….
+func (s *Server) apiStates(w http.ResponseWriter, r *http.Request) {
+	op, ok := s.authed(w, r)
+	if !ok {
+		return
+	}
+	out := map[string]any{}
+	switch typ := r.URL.Query().Get("type"); typ {
+	case "task":
+		for _, t := range s.sys.Tasks() {
+			out[t.TaskID] = t
+		}
+	case "stage":
+		for _, t := range s.sys.Tasks() {
+			for _, st := range t.StageList {
+				out[st.StageID] = st
+			}
+		}
+	case "agent":
+		for _, a := range s.sys.Agents() {
+			if a.Kind == engine.KindHuman && a.AgentID != op {
+				a.ConversationPool = nil // an operator's conversations are its own
+				a.AgentStep.StepList = nil
+			}
+			out[a.AgentID] = a
+		}
+	case "step":
+		for _, a := range s.sys.Agents() {
+			if a.Kind == engine.KindHuman && a.AgentID != op {
+				continue
+			}
+			for _, st := range a.AgentStep.StepList {
+				out[st.StepID] = st
+			}
+		}
+	default:
+		apiError(w, http.StatusBadRequest, fmt.Sprintf("type %q: must be task, stage, agent or step", typ))
+		return
+	}
+	apiJSON(w, http.StatusOK, out)
+}
+
+// apiEvents streams the MAS's change events as server-sent events, each as
+// it happens. A client that fell behind gets an "resync" event (re-read the
+// states); ": ping" comments keep idle connections open through proxies.
+func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.authed(w, r); !ok {
+		return
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		apiError(w, http.StatusInternalServerError, "streaming is not supported by this connection")
+		return
+	}
+	sub := s.sys.Subscribe(1024)
+	defer sub.Close()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprintf(w, "retry: 2000\nevent: hello\ndata: {\"seq\":%d}\n\n", s.sys.EventSeq())
+	flusher.Flush()
+	ping := time.NewTicker(15 * time.Second)
+	defer ping.Stop()
+	var dropped uint64
+	for {
+		select {
+		case ev, ok := <-sub.C:
+			if !ok {
+				return
+			}
+			if d := sub.Dropped(); d != dropped {
+				dropped = d
+				fmt.Fprint(w, "event: resync\ndata: {}\n\n")
+			}
+			b, _ := json.Marshal(ev)
+			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Kind, b)
+			// Send what is queued together, then flush once.
+			for len(sub.C) > 0 {
+				ev = <-sub.C
+				b, _ = json.Marshal(ev)
+				fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Kind, b)
+			}
+			flusher.Flush()
+		case <-ping.C:
+			fmt.Fprint(w, ": ping\n\n")
+			flusher.Flush()
+		case <-r.Context().Done():
+			return
+		case <-s.draining:
+			return
+		}
+	}
+}
+
+// bindRequest is POST /api/bind_human_agent's body: a token, or the spec's
+// human_agent_id and password.
+type bindRequest struct {
+	Token        string `json:"token,omitempty"`
+	HumanAgentID string `json:"human_agent_id,omitempty"`
+	Password     string `json:"password,omitempty"`
+}
+
+func (s *Server) apiBind(w http.ResponseWriter, r *http.Request) {
+	var req bindRequest
+	if err := decodeBody(r, &req); err != nil {
+		apiError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	var op string
+	switch {
+	case req.Token != "":
+		var ok bool
+		if op, ok = s.tokenOperator(req.Token); !ok {
+			apiError(w, http.StatusUnauthorized, "token: not a token of this server")
+			return
+		}
+	case req.HumanAgentID != "":
+		if !s.sys.CheckOperatorPassword(req.HumanAgentID, req.Password) {
+			apiError(w, http.StatusUnauthorized, "human_agent_id and password: no operator with this password")
+			return
+		}
+		op = req.HumanAgentID
+	case len(s.cfg.HTTP.Tokens) == 0:
+		// Loopback without tokens: binding needs nothing (the default operator).
+		op = s.sys.OperatorID()
+	default:
+		apiError(w, http.StatusBadRequest, "token, or human_agent_id and password: one is required")
+		return
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name: sessionCookie, Value: s.sessions.bind(op), Path: "/api/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+	})
+	apiJSON(w, http.StatusOK, map[string]any{"success": true, "human_agent_id": op, "message": "bound to operator " + op})
+}
+
+// sendRequest is spec §7.4.1's POST /api/send_message body.
+type sendRequest struct {
+	HumanAgentID  string   `json:"human_agent_id"`
+	TaskID        string   `json:"task_id"`
+	Receiver      []string `json:"receiver"`
+	Content       string   `json:"content"`
+	StageRelative string   `json:"stage_relative,omitempty"`
+	NeedReply     *bool    `json:"need_reply,omitempty"`
+	Waiting       bool     `json:"waiting,omitempty"`
+	ReplyTo       string   `json:"reply_to,omitempty"`
+}
+
+func (s *Server) apiSendMessage(w http.ResponseWriter, r *http.Request) {
+	op, ok := s.authed(w, r)
+	if !ok {
+		return
+	}
+	var req sendRequest
+	if err := decodeBody(r, &req); err != nil {
+		apiError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if req.HumanAgentID != "" && req.HumanAgentID != op {
+		apiError(w, http.StatusForbidden, fmt.Sprintf("human_agent_id %q: this session acts as operator %s", req.HumanAgentID, op))
+		return
+	}
+	in := SendMessageIn{TaskID: req.TaskID, Receiver: req.Receiver, Content: req.Content,
+		StageRelative: req.StageRelative, NeedReply: req.NeedReply, Waiting: req.Waiting, ReplyTo: req.ReplyTo}
+	msgs, err := s.sys.HumanSend(op, engine.HumanMessage{
+		TaskID: in.TaskID, Receiver: in.Receiver, Content: in.Content, StageRelative: in.StageRelative,
+		NeedReply: s.defaultNeedReply(op, in), Waiting: in.Waiting, ReplyTo: in.ReplyTo,
+	})
+	if err != nil {
+		status := http.StatusBadRequest
+		if errors.Is(err, engine.ErrNotFound) {
+			status = http.StatusNotFound
+		} else if errors.Is(err, engine.ErrForbidden) {
+			status = http.StatusForbidden
+		}
+		apiError(w, status, err.Error())
+		return
+	}
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.MessageID
+	}
+	apiJSON(w, http.StatusOK, map[string]any{"success": true, "message": "message sent", "message_ids": ids})
+}
+
+func (s *Server) apiInbox(w http.ResponseWriter, r *http.Request) {
+	op, ok := s.authed(w, r)
+	if !ok {
+		return
+	}
+	entries, err := s.sys.Inbox(op)
+	if err != nil {
+		apiError(w, http.StatusNotFound, err.Error())
+		return
+	}
+	apiJSON(w, http.StatusOK, InboxDocument{OperatorID: op, Messages: entries})
+}
+
+func (s *Server) apiWhoami(w http.ResponseWriter, r *http.Request) {
+	op, ok := s.authed(w, r)
+	if !ok {
+		return
+	}
+	b, _ := s.sys.AgentBrief(op)
+	apiJSON(w, http.StatusOK, map[string]any{"human_agent_id": op, "name": b.Name, "tokens_required": len(s.cfg.HTTP.Tokens) > 0})
+}

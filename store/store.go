@@ -1,0 +1,453 @@
+// Package store keeps the MAS durable on NATS JetStream (ARCHITECTURE.md
+// "Durability"): task and agent documents in KV buckets, updated by
+// revision so a conflicting writer is detected; every message in a stream,
+// published with Nats-Msg-Id before it is delivered. By default the NATS
+// server is embedded, with file storage in the data directory and fsync on
+// every write; --nats-url points at an existing server or cluster instead.
+//
+// It implements engine.Store, and Load gives the engine.Image a restart
+// rebuilds the MAS from.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mas-mcp/mas-mcp/engine"
+)
+
+// SchemaVersion is the version of the documents this build writes. A
+// document of a later version is refused, never misread.
+const SchemaVersion = 1
+
+// Names of the JetStream assets.
+const (
+	bucketTasks  = "mas_tasks"
+	bucketAgents = "mas_agents"
+	streamMsgs   = "MAS_MESSAGES"
+	subjectMsgs  = "mas.msg."
+)
+
+// Roles a Store can have.
+const (
+	// RoleOwner embeds the NATS server of the data directory.
+	RoleOwner = "owner"
+	// RoleClient found the data directory owned by another process and
+	// connected to that process's server.
+	RoleClient = "client"
+	// RoleExternal uses an external NATS server or cluster (--nats-url).
+	RoleExternal = "external"
+)
+
+// Options configure Open. Zero values mean defaults.
+type Options struct {
+	// DataDir holds the embedded server's files and the owner lock.
+	// Default: the user's data directory (os.UserConfigDir()/mas-mcp).
+	DataDir string
+	// NATSURL uses an existing NATS server or cluster instead of the
+	// embedded one.
+	NATSURL string
+	// SyncInterval, when positive, replaces fsync-on-every-write with an
+	// fsync every interval: faster, but an OS crash (not a process crash)
+	// may lose the writes of the last interval.
+	SyncInterval time.Duration
+	// Replicas of the streams on an external cluster (default 1).
+	Replicas int
+	Logger   *slog.Logger
+}
+
+// Store is the durable engine.Store.
+type Store struct {
+	opts Options
+	log  *slog.Logger
+	role string
+
+	srv  *server.Server // embedded server (owner only)
+	lock *os.File       // the data directory's lock (owner only)
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	kvT  jetstream.KeyValue
+	kvA  jetstream.KeyValue
+
+	mu   sync.Mutex        // guards revs
+	revs map[string]uint64 // last revision written or read, per KV key
+}
+
+// DefaultDataDir is where the embedded server keeps its files by default.
+func DefaultDataDir() (string, error) {
+	base, err := os.UserConfigDir()
+	if err != nil {
+		return "", fmt.Errorf("store: no user data directory (set --data-dir): %w", err)
+	}
+	return filepath.Join(base, "mas-mcp"), nil
+}
+
+// Open connects to (or starts) NATS and makes sure the buckets and the
+// stream exist. With a data directory owned by another running mas-mcp, it
+// connects to that process's server (RoleClient).
+func Open(ctx context.Context, o Options) (*Store, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Replicas <= 0 {
+		o.Replicas = 1
+	}
+	s := &Store{opts: o, log: o.Logger, revs: map[string]uint64{}}
+	var err error
+	switch {
+	case o.NATSURL != "":
+		s.role = RoleExternal
+		s.nc, err = nats.Connect(o.NATSURL, nats.Name("mas-mcp"), nats.MaxReconnects(-1))
+		if err != nil {
+			return nil, fmt.Errorf("store: connect to %s: %w", redactURL(o.NATSURL), err)
+		}
+	default:
+		if err := s.openDataDir(); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.setup(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.log.Info("store ready", "role", s.role, "data_dir", s.opts.DataDir)
+	return s, nil
+}
+
+// openDataDir takes the data directory's lock and embeds its server, or,
+// when another process holds the lock, connects to that process's server.
+func (s *Store) openDataDir() error {
+	if s.opts.DataDir == "" {
+		d, err := DefaultDataDir()
+		if err != nil {
+			return err
+		}
+		s.opts.DataDir = d
+	}
+	dir := s.opts.DataDir
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("store: data directory %s: %w", dir, err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "mas.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("store: lock file: %w", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return s.joinOwner()
+	}
+	s.lock, s.role = lock, RoleOwner
+	opts := &server.Options{
+		ServerName: "mas-mcp",
+		Host:       "127.0.0.1",
+		Port:       server.RANDOM_PORT,
+		JetStream:  true,
+		StoreDir:   filepath.Join(dir, "jetstream"),
+		SyncAlways: s.opts.SyncInterval <= 0,
+		NoSigs:     true,
+		NoLog:      true,
+	}
+	if s.opts.SyncInterval > 0 {
+		opts.SyncInterval = s.opts.SyncInterval
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return fmt.Errorf("store: embedded nats server: %w", err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return errors.New("store: embedded nats server did not start within 10s")
+	}
+	s.srv = srv
+	// Other processes on this data directory find the server here.
+	if err := os.WriteFile(filepath.Join(dir, "nats.url"), []byte(srv.ClientURL()), 0o600); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	s.nc, err = nats.Connect(srv.ClientURL(), nats.InProcessServer(srv), nats.Name("mas-mcp-owner"))
+	if err != nil {
+		return fmt.Errorf("store: connect to the embedded server: %w", err)
+	}
+	return nil
+}
+
+// joinOwner connects to the server of the process that owns the data
+// directory.
+func (s *Store) joinOwner() error {
+	b, err := os.ReadFile(filepath.Join(s.opts.DataDir, "nats.url"))
+	if err != nil {
+		return fmt.Errorf("store: the data directory %s is in use by another process, whose address is unreadable: %w", s.opts.DataDir, err)
+	}
+	url := strings.TrimSpace(string(b))
+	s.nc, err = nats.Connect(url, nats.Name("mas-mcp-client"))
+	if err != nil {
+		return fmt.Errorf("store: the data directory %s is in use by another process; connecting to it at %s: %w", s.opts.DataDir, url, err)
+	}
+	s.role = RoleClient
+	return nil
+}
+
+// setup creates the buckets and the stream if missing.
+func (s *Store) setup(ctx context.Context) error {
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		return fmt.Errorf("store: jetstream: %w", err)
+	}
+	s.js = js
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	kv := func(name, desc string) (jetstream.KeyValue, error) {
+		b, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: name, Description: desc, History: 1, Storage: jetstream.FileStorage, Replicas: s.opts.Replicas,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("store: bucket %s: %w", name, err)
+		}
+		return b, nil
+	}
+	if s.kvT, err = kv(bucketTasks, "mas-mcp task documents"); err != nil {
+		return err
+	}
+	if s.kvA, err = kv(bucketAgents, "mas-mcp agent documents"); err != nil {
+		return err
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        streamMsgs,
+		Description: "mas-mcp messages, in delivery order",
+		Subjects:    []string{subjectMsgs + ">"},
+		Storage:     jetstream.FileStorage,
+		Replicas:    s.opts.Replicas,
+		Duplicates:  10 * time.Minute,
+		MaxAge:      90 * 24 * time.Hour,
+	}); err != nil {
+		return fmt.Errorf("store: stream %s: %w", streamMsgs, err)
+	}
+	return nil
+}
+
+// Role says how the store reaches NATS (RoleOwner, RoleClient, RoleExternal).
+func (s *Store) Role() string { return s.role }
+
+// Close disconnects; the owner stops its embedded server (after flushing)
+// and releases the data directory.
+func (s *Store) Close() error {
+	if s.nc != nil {
+		_ = s.nc.Drain()
+		s.nc.Close()
+	}
+	if s.srv != nil {
+		s.srv.Shutdown()
+		s.srv.WaitForShutdown()
+	}
+	if s.lock != nil {
+		_ = syscall.Flock(int(s.lock.Fd()), syscall.LOCK_UN)
+		s.lock.Close()
+	}
+	return nil
+}
+
+// envelope is every stored document: its schema version and one payload.
+type envelope struct {
+	Schema  int                `json:"schema"`
+	Task    *engine.TaskState  `json:"task,omitempty"`
+	Agent   *engine.AgentState `json:"agent,omitempty"`
+	Message *engine.Message    `json:"message,omitempty"`
+}
+
+func decode(b []byte, what string) (*envelope, error) {
+	var e envelope
+	if err := json.Unmarshal(b, &e); err != nil {
+		return nil, fmt.Errorf("store: %s: %w", what, err)
+	}
+	if e.Schema > SchemaVersion {
+		return nil, fmt.Errorf("store: %s was written by a newer mas-mcp (document schema %d, this build reads up to %d): upgrade mas-mcp", what, e.Schema, SchemaVersion)
+	}
+	if e.Schema < 1 {
+		return nil, fmt.Errorf("store: %s has no schema version", what)
+	}
+	return &e, nil
+}
+
+// PutTask writes a task document (without its conversation, which is the
+// message stream) by revision.
+func (s *Store) PutTask(ctx context.Context, t *engine.TaskState) error {
+	doc := *t
+	doc.SharedConversationPool = nil
+	return s.put(ctx, s.kvT, "task "+t.TaskID, t.TaskID, envelope{Schema: SchemaVersion, Task: &doc})
+}
+
+// PutAgent writes an agent document by revision.
+func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
+	return s.put(ctx, s.kvA, "agent "+a.AgentID, a.AgentID, envelope{Schema: SchemaVersion, Agent: a})
+}
+
+// ErrConflict means another writer changed a document since this store
+// last wrote or read it: the write was refused, not applied over theirs.
+var ErrConflict = errors.New("written meanwhile by another writer")
+
+func (s *Store) put(ctx context.Context, kv jetstream.KeyValue, what, key string, e envelope) error {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("store: %s: %w", what, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rev, known := s.revs[kv.Bucket()+"/"+key]
+	var n uint64
+	if known {
+		n, err = kv.Update(ctx, key, b, rev)
+	} else {
+		n, err = kv.Create(ctx, key, b)
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("store: %s: %w (revision %d): refusing to overwrite", what, ErrConflict, rev)
+	}
+	if err != nil {
+		return fmt.Errorf("store: %s: %w", what, err)
+	}
+	s.revs[kv.Bucket()+"/"+key] = n
+	return nil
+}
+
+// PutMessage publishes a message (deduplicated by its ID) and waits for the
+// stream's acknowledgement.
+func (s *Store) PutMessage(ctx context.Context, m *engine.Message) error {
+	b, err := json.Marshal(envelope{Schema: SchemaVersion, Message: m})
+	if err != nil {
+		return fmt.Errorf("store: message %s: %w", m.MessageID, err)
+	}
+	if _, err := s.js.Publish(ctx, subjectMsgs+m.TaskID, b, jetstream.WithMsgID(m.MessageID)); err != nil {
+		return fmt.Errorf("store: message %s: %w", m.MessageID, err)
+	}
+	return nil
+}
+
+// Load reads every document and message: the image a restart rebuilds the
+// MAS from. It remembers the documents' revisions for the writes to come.
+func (s *Store) Load(ctx context.Context) (*engine.Image, error) {
+	img := &engine.Image{}
+	readAll := func(kv jetstream.KeyValue, kind string, keep func(*envelope)) error {
+		keys, err := kv.ListKeys(ctx)
+		if err != nil {
+			return fmt.Errorf("store: list %s: %w", kind, err)
+		}
+		var names []string
+		for k := range keys.Keys() {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		for _, k := range names {
+			entry, err := kv.Get(ctx, k)
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("store: get %s %s: %w", kind, k, err)
+			}
+			e, err := decode(entry.Value(), kind+" "+k)
+			if err != nil {
+				return err
+			}
+			s.mu.Lock()
+			s.revs[kv.Bucket()+"/"+k] = entry.Revision()
+			s.mu.Unlock()
+			keep(e)
+		}
+		return nil
+	}
+	if err := readAll(s.kvT, "task", func(e *envelope) {
+		if e.Task != nil {
+			img.Tasks = append(img.Tasks, *e.Task)
+		}
+	}); err != nil {
+		return nil, err
+	}
+	if err := readAll(s.kvA, "agent", func(e *envelope) {
+		if e.Agent != nil {
+			img.Agents = append(img.Agents, *e.Agent)
+		}
+	}); err != nil {
+		return nil, err
+	}
+	sort.SliceStable(img.Tasks, func(i, j int) bool { return img.Tasks[i].CreatedAt.Before(img.Tasks[j].CreatedAt) })
+	sort.SliceStable(img.Agents, func(i, j int) bool { return img.Agents[i].CreatedAt.Before(img.Agents[j].CreatedAt) })
+
+	msgs, err := s.loadMessages(ctx)
+	if err != nil {
+		return nil, err
+	}
+	img.Messages = msgs
+	return img, nil
+}
+
+// loadMessages reads the whole message stream in order.
+func (s *Store) loadMessages(ctx context.Context) ([]engine.Message, error) {
+	stream, err := s.js.Stream(ctx, streamMsgs)
+	if err != nil {
+		return nil, fmt.Errorf("store: stream: %w", err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("store: stream info: %w", err)
+	}
+	if info.State.Msgs == 0 {
+		return nil, nil
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
+	if err != nil {
+		return nil, fmt.Errorf("store: read messages: %w", err)
+	}
+	var out []engine.Message
+	for uint64(len(out)) < info.State.Msgs {
+		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("store: read messages: %w", err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			e, err := decode(m.Data(), "message")
+			if err != nil {
+				return nil, err
+			}
+			if e.Message != nil {
+				out = append(out, *e.Message)
+			}
+			if md, err := m.Metadata(); err == nil && md.Sequence.Stream >= info.State.LastSeq {
+				return out, nil
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return nil, fmt.Errorf("store: read messages: %w", err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	return out, nil
+}
+
+// redactURL hides credentials in a NATS URL for messages.
+func redactURL(u string) string {
+	if i := strings.Index(u, "@"); i >= 0 {
+		if j := strings.Index(u, "://"); j >= 0 && j < i {
+			return u[:j+3] + "…@" + u[i+1:]
+		}
+	}
+	return u
+}
