@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -32,6 +33,11 @@ type ToolDesc struct {
 	InputSchema  any                  `json:"input_schema,omitempty"`
 	OutputSchema any                  `json:"output_schema,omitempty"`
 	Annotations  *mcp.ToolAnnotations `json:"annotations,omitempty"`
+
+	// schema is InputSchema resolved once, when the capabilities are
+	// listed (nil: no schema, or one we cannot read — the server's
+	// business, the call goes on).
+	schema *jsonschema.Resolved
 }
 
 // ResourceDesc describes one resource.
@@ -78,7 +84,7 @@ func (p *Pool) Describe(ctx context.Context, server string) (*Capabilities, erro
 	}
 	c.mu.Unlock()
 	var caps *Capabilities
-	err = p.do(ctx, server, func(ctx context.Context, s *mcp.ClientSession) error {
+	err = p.do(ctx, server, true, func(ctx context.Context, s *mcp.ClientSession) error {
 		var err error
 		caps, err = describe(ctx, s)
 		return err
@@ -105,7 +111,7 @@ func describe(ctx context.Context, s *mcp.ClientSession) (*Capabilities, error) 
 				return nil, fmt.Errorf("tools/list: %w", err)
 			}
 			caps.Tools[t.Name] = ToolDesc{Description: t.Description, Title: t.Title, InputSchema: t.InputSchema,
-				OutputSchema: t.OutputSchema, Annotations: t.Annotations}
+				OutputSchema: t.OutputSchema, Annotations: t.Annotations, schema: resolveSchema(t.InputSchema)}
 		}
 	}
 	if caps.Capabilities.Resources {

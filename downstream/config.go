@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"slices"
@@ -76,6 +77,38 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// decodeStrict decodes exactly one JSON value with no unknown fields.
+func decodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("unexpected data after the configuration's JSON object (offset %d)", dec.InputOffset())
+	}
+	return nil
+}
+
+// decodeServer decodes one server's entry; the timeout is decoded on its
+// own so that its error names the field.
+func decodeServer(raw json.RawMessage) (ServerConfig, error) {
+	var entry struct {
+		ServerConfig
+		Timeout json.RawMessage `json:"timeout"`
+	}
+	if err := decodeStrict(raw, &entry); err != nil {
+		return ServerConfig{}, err
+	}
+	sc := entry.ServerConfig
+	if len(entry.Timeout) > 0 && string(entry.Timeout) != "null" {
+		if err := json.Unmarshal(entry.Timeout, &sc.Timeout); err != nil {
+			return ServerConfig{}, fmt.Errorf("timeout %s: %w", entry.Timeout, err)
+		}
+	}
+	return sc, nil
+}
+
 // MarshalJSON writes the duration as a string.
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
 
@@ -97,11 +130,22 @@ func LoadConfig(path string) (*Config, error) {
 // ParseConfig parses and checks a configuration; errors name the source,
 // the server and the field.
 func ParseConfig(data []byte, source string) (*Config, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var cfg Config
-	if err := dec.Decode(&cfg); err != nil {
+	var file struct {
+		Servers map[string]json.RawMessage `json:"mcpServers"`
+	}
+	if err := decodeStrict(data, &file); err != nil {
 		return nil, fmt.Errorf("mcp servers config %s: %w", source, err)
+	}
+	var cfg Config
+	if file.Servers != nil {
+		cfg.Servers = make(map[string]ServerConfig, len(file.Servers))
+	}
+	for name, raw := range file.Servers {
+		sc, err := decodeServer(raw)
+		if err != nil {
+			return nil, fmt.Errorf("mcp servers config %s: server %q: %w", source, name, err)
+		}
+		cfg.Servers[name] = sc
 	}
 	if cfg.Servers == nil {
 		return nil, fmt.Errorf("mcp servers config %s: no \"mcpServers\" object", source)

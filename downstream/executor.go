@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -111,7 +112,7 @@ func (e *Executor) Execute(ctx context.Context, in *engine.ExecInput) *engine.Ou
 			return &engine.Output{Err: errors.New(`instruction_content.arguments.uri: is empty; a resource call needs {"uri": …}`)}
 		}
 		var res *mcp.ReadResourceResult
-		err := e.cfg.Pool.do(ctx, server, func(ctx context.Context, s *mcp.ClientSession) error {
+		err := e.cfg.Pool.do(ctx, server, true, func(ctx context.Context, s *mcp.ClientSession) error {
 			var err error
 			res, err = s.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
 			return err
@@ -131,7 +132,7 @@ func (e *Executor) Execute(ctx context.Context, in *engine.ExecInput) *engine.Ou
 			}
 		}
 		var res *mcp.GetPromptResult
-		err := e.cfg.Pool.do(ctx, server, func(ctx context.Context, s *mcp.ClientSession) error {
+		err := e.cfg.Pool.do(ctx, server, true, func(ctx context.Context, s *mcp.ClientSession) error {
 			var err error
 			res, err = s.GetPrompt(ctx, &mcp.GetPromptParams{Name: ins.PromptName, Arguments: args})
 			return err
@@ -162,7 +163,7 @@ func (e *Executor) callTool(ctx context.Context, in *engine.ExecInput, server st
 	if ins.Arguments == nil {
 		ins.Arguments = map[string]any{}
 	}
-	if err := checkArguments(tool.InputSchema, ins.Arguments); err != nil {
+	if err := checkArguments(tool.schema, ins.Arguments); err != nil {
 		return &engine.Output{Err: fmt.Errorf("arguments of %s.%s: %v", server, ins.ToolName, err)}
 	}
 	result := map[string]any{}
@@ -174,7 +175,8 @@ func (e *Executor) callTool(ctx context.Context, in *engine.ExecInput, server st
 		}
 	}
 	var res *mcp.CallToolResult
-	err = e.cfg.Pool.do(ctx, server, func(ctx context.Context, s *mcp.ClientSession) error {
+	safe := tool.Annotations != nil && (tool.Annotations.ReadOnlyHint || tool.Annotations.IdempotentHint)
+	err = e.cfg.Pool.do(ctx, server, safe, func(ctx context.Context, s *mcp.ClientSession) error {
 		var err error
 		res, err = s.CallTool(ctx, &mcp.CallToolParams{Name: ins.ToolName, Arguments: ins.Arguments})
 		return err
@@ -190,8 +192,9 @@ func (e *Executor) callTool(ctx context.Context, in *engine.ExecInput, server st
 	return &engine.Output{Result: result, NeedToolDecision: next}
 }
 
-// checkArguments validates a call's arguments against the tool's input schema.
-func checkArguments(schema any, args map[string]any) error {
+// resolveSchema reads a tool's input schema; nil when there is none or it
+// cannot be read (a schema we cannot read is the server's business).
+func resolveSchema(schema any) *jsonschema.Resolved {
 	if schema == nil {
 		return nil
 	}
@@ -201,18 +204,27 @@ func checkArguments(schema any, args map[string]any) error {
 	}
 	var s jsonschema.Schema
 	if err := json.Unmarshal(b, &s); err != nil {
-		return nil // a schema we cannot read is the server's business
+		return nil
 	}
 	resolved, err := s.Resolve(nil)
 	if err != nil {
 		return nil
 	}
-	return resolved.Validate(args)
+	return resolved
+}
+
+// checkArguments validates a call's arguments against the tool's input schema.
+func checkArguments(schema *jsonschema.Resolved, args map[string]any) error {
+	if schema == nil {
+		return nil
+	}
+	return schema.Validate(args)
 }
 
 // risky reports whether a call waits for the operator: a high-risk server,
-// or a tool that declares itself destructive and not read-only (spec 001's
-// risk grading); autoApprove names tools that never wait.
+// or a tool that is not read-only and does not declare itself
+// non-destructive (spec 001's risk grading, with MCP's annotation
+// defaults); autoApprove names tools that never wait.
 func (e *Executor) risky(server, tool string, desc ToolDesc) bool {
 	sc, _ := e.cfg.Pool.Server(server)
 	if slices.Contains(sc.AutoApprove, tool) {
@@ -221,8 +233,10 @@ func (e *Executor) risky(server, tool string, desc ToolDesc) bool {
 	if sc.Risk == RiskHigh {
 		return true
 	}
+	// MCP's defaults: a tool that does not say otherwise may modify its
+	// world (readOnlyHint false) destructively (destructiveHint true).
 	a := desc.Annotations
-	return a != nil && !a.ReadOnlyHint && a.DestructiveHint != nil && *a.DestructiveHint
+	return a == nil || (!a.ReadOnlyHint && (a.DestructiveHint == nil || *a.DestructiveHint))
 }
 
 // confirm asks the task's operator to approve the call and waits.
@@ -250,26 +264,27 @@ func (e *Executor) confirm(ctx context.Context, in *engine.ExecInput, server str
 }
 
 // approves reads an operator's answer: it approves when it starts with a
-// yes-word, in English or Chinese; anything else refuses.
+// yes-word, in English or Chinese, standing alone — the whole reply, or
+// followed by a space or punctuation. "yesterday", "好像不行" (seems not),
+// "可以吗？" (may it?) and "确认一下参数再说" (let me check first) refuse;
+// so does anything else.
 func approves(reply string) bool {
 	r := strings.ToLower(strings.TrimSpace(reply))
 	for _, w := range []string{"yes", "y", "ok", "okay", "approve", "approved", "allow", "go ahead", "sure", "confirm",
-		"是", "好", "同意", "可以", "批准", "确认", "允许"} {
-		if r == w || strings.HasPrefix(r, w+" ") || strings.HasPrefix(r, w+",") || strings.HasPrefix(r, w+".") ||
-			strings.HasPrefix(r, w+"!") || (len(w) > 1 && !isASCII(w) && strings.HasPrefix(r, w)) {
+		"是的", "是", "好的", "好", "同意", "可以", "批准", "确认", "允许"} {
+		rest, ok := strings.CutPrefix(r, w)
+		if !ok {
+			continue
+		}
+		if rest == "" {
+			return true
+		}
+		next, _ := utf8.DecodeRuneInString(rest)
+		if unicode.IsSpace(next) || (unicode.IsPunct(next) && !strings.ContainsRune("?？'’", next)) {
 			return true
 		}
 	}
 	return false
-}
-
-func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x80 {
-			return false
-		}
-	}
-	return true
 }
 
 // contentText joins a result's text blocks, cut at max runes.
@@ -288,53 +303,108 @@ func contentText(cs []mcp.Content, max int) string {
 }
 
 // bounded returns a result as plain JSON data (content blocks kept as
-// structured data: text, images, embedded resources, resource links), with
-// long strings cut so the whole stays near MaxResultBytes, and a note
-// saying what was cut.
+// structured data: text, images, embedded resources, resource links), kept
+// near MaxResultBytes: long strings are cut, each time shorter, and when
+// that is not enough (a listing of very many entries) trailing list items
+// are dropped; a note says what was cut.
 func (e *Executor) bounded(v any) any {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return map[string]any{"error": "unreadable result: " + err.Error()}
 	}
-	var data any
-	if err := json.Unmarshal(b, &data); err != nil {
-		return map[string]any{"error": "unreadable result: " + err.Error()}
-	}
-	if len(b) <= e.cfg.MaxResultBytes {
+	fresh := func() any {
+		var data any
+		if err := json.Unmarshal(b, &data); err != nil {
+			return map[string]any{"error": "unreadable result: " + err.Error()}
+		}
 		return data
 	}
-	cut := 0
-	limit := e.cfg.MaxResultBytes / 4
-	var walk func(any) any
-	walk = func(v any) any {
-		switch x := v.(type) {
-		case map[string]any:
-			for k, vv := range x {
-				x[k] = walk(vv)
-			}
-			return x
-		case []any:
-			for i := range x {
-				x[i] = walk(x[i])
-			}
-			return x
-		case string:
-			if len(x) > limit {
-				end := limit
-				for end > 0 && !utf8.RuneStart(x[end]) {
-					end--
-				}
-				cut += len(x) - end
-				return x[:end] + fmt.Sprintf("…[truncated %d bytes]", len(x)-end)
+	bound := e.cfg.MaxResultBytes
+	if len(b) <= bound {
+		return fresh()
+	}
+	fits := func(data any) bool {
+		out, err := json.Marshal(data)
+		return err == nil && len(out) <= bound
+	}
+	const minString = 64
+	var data any
+	var cut, dropped int
+	for limit := bound / 4; ; limit /= 2 {
+		limit = max(limit, minString)
+		data, cut = fresh(), 0
+		data = cutStrings(data, limit, &cut)
+		if fits(data) || limit == minString {
+			break
+		}
+	}
+	if !fits(data) {
+		// Strings are as short as they go: keep fewer items of each list.
+		for keep := 64; keep >= 1; keep /= 2 {
+			trial, c, d := fresh(), 0, 0
+			trial = cutStrings(trial, minString, &c)
+			trial = keepItems(trial, keep, &d)
+			data, cut, dropped = trial, c, d
+			if fits(data) {
+				break
 			}
 		}
-		return v
 	}
-	data = walk(data)
+	note := fmt.Sprintf("the result was %d bytes; %d bytes of long strings were cut", len(b), cut)
+	if dropped > 0 {
+		note += fmt.Sprintf(" and %d more list items were left out", dropped)
+	}
 	if m, ok := data.(map[string]any); ok {
-		m["_truncated"] = fmt.Sprintf("the result was %d bytes; %d bytes of long strings were cut", len(b), cut)
+		m["_truncated"] = note
+		return data
 	}
-	return data
+	return map[string]any{"result": data, "_truncated": note}
+}
+
+// cutStrings cuts every string of v longer than limit bytes (on a rune
+// boundary, with a note), adding the bytes cut to *cut.
+func cutStrings(v any, limit int, cut *int) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, vv := range x {
+			x[k] = cutStrings(vv, limit, cut)
+		}
+	case []any:
+		for i := range x {
+			x[i] = cutStrings(x[i], limit, cut)
+		}
+	case string:
+		if len(x) > limit {
+			end := limit
+			for end > 0 && !utf8.RuneStart(x[end]) {
+				end--
+			}
+			*cut += len(x) - end
+			return x[:end] + fmt.Sprintf("…[truncated %d bytes]", len(x)-end)
+		}
+	}
+	return v
+}
+
+// keepItems keeps the first keep items of every list of v, adding the
+// number left out to *dropped.
+func keepItems(v any, keep int, dropped *int) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, vv := range x {
+			x[k] = keepItems(vv, keep, dropped)
+		}
+	case []any:
+		if len(x) > keep {
+			*dropped += len(x) - keep
+			x = x[:keep]
+		}
+		for i := range x {
+			x[i] = keepItems(x[i], keep, dropped)
+		}
+		return x
+	}
+	return v
 }
 
 // SafeToRerun implements engine.Rerunner: a tool step interrupted by a

@@ -2,7 +2,6 @@ package downstream
 
 import (
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -10,14 +9,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
-
-// skipBug skips a test that shows a known bug, unless MAS_BUG_TESTS=1.
-func skipBug(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("MAS_BUG_TESTS") != "1" {
-		t.Skip(why)
-	}
-}
 
 func TestApproves(t *testing.T) {
 	yes := []string{"yes", "Yes", "  YES  ", "y", "Y", "ok", "OK", "ok.", "okay", "Okay, go on", "approve", "approved",
@@ -41,9 +32,6 @@ func TestApproves(t *testing.T) {
 // TestApprovesChineseNotYes: replies that start with a yes-character but
 // do not say yes.
 func TestApprovesChineseNotYes(t *testing.T) {
-	skipBug(t, "BUG: approves() takes any reply that starts with 是/好/可以/确认 as a yes, "+
-		"so \"好像不行\" (seems not OK), \"是不是有风险？\" (isn't it risky?), \"可以吗？\" (is it OK?) "+
-		"and \"确认一下参数再说\" (check the arguments first) approve a destructive call")
 	for _, r := range []string{"好像不行", "是不是有风险？", "是否安全？", "可以吗？", "确认一下参数再说"} {
 		if approves(r) {
 			t.Errorf("approves(%q) = true, want false", r)
@@ -84,8 +72,6 @@ func TestRisky(t *testing.T) {
 // TestRiskyUnannotated: MCP's defaults (readOnlyHint false, destructiveHint
 // true) make a tool that says nothing a possibly destructive one.
 func TestRiskyUnannotated(t *testing.T) {
-	skipBug(t, "BUG (spec deviation): risky() lets a tool without annotations, or with readOnlyHint false and no "+
-		"destructiveHint, run without the operator, although MCP's defaults say such a tool may be destructive")
 	pool := NewPool(&Config{Servers: map[string]ServerConfig{"low": {Command: "x"}}}, nil)
 	e := &Executor{cfg: ExecutorConfig{Pool: pool}}
 	for _, ann := range []*mcp.ToolAnnotations{nil, {}, {Title: "Delete everything", OpenWorldHint: new(true)}} {
@@ -153,8 +139,6 @@ func TestBoundedCutsLongStrings(t *testing.T) {
 // TestBoundedManyStrings: a result made of many strings (a directory
 // listing, a search) must stay near MaxResultBytes too.
 func TestBoundedManyStrings(t *testing.T) {
-	skipBug(t, "BUG: bounded() only cuts each string to MaxResultBytes/4, so a result of many "+
-		"long strings (or very many short ones) is kept whole: 200 blocks of 2 KB with a 4 KB bound keep ~200 KB")
 	const max = 4000
 	e := &Executor{cfg: ExecutorConfig{MaxResultBytes: max}}
 	for _, size := range []int{2000, 100} {
@@ -201,7 +185,7 @@ func TestCheckArguments(t *testing.T) {
 		{"unreadable schema", map[string]any{"type": 5}, map[string]any{"a": 1}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkArguments(tc.schema, tc.args)
+			err := checkArguments(resolveSchema(tc.schema), tc.args)
 			if tc.wantErr == nil {
 				if err != nil {
 					t.Errorf("checkArguments: %v, want nil", err)
@@ -234,7 +218,7 @@ func BenchmarkCheckArguments(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		for range n {
-			if err := checkArguments(schema, args); err != nil {
+			if err := checkArguments(resolveSchema(schema), args); err != nil {
 				b.Fatal(err)
 			}
 		}

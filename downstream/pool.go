@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -38,7 +39,8 @@ type conn struct {
 
 	mu      sync.Mutex // guards the fields below; held while connecting
 	session *mcp.ClientSession
-	cmd     *exec.Cmd // the stdio server's process, if any
+	cancel  context.CancelFunc // ends the session's lifetime context
+	cmd     *exec.Cmd          // the stdio server's process, if any
 	caps    *Capabilities
 	gen     int // connection generation, to reconnect once per break
 }
@@ -149,9 +151,10 @@ func (c *conn) reconnect(ctx context.Context, gen int) (*mcp.ClientSession, int,
 
 func (c *conn) connectLocked(ctx context.Context) error {
 	client := mcp.NewClient(&mcp.Implementation{Name: "mas-mcp", Version: "dev"}, &mcp.ClientOptions{
-		// No roots, sampling or elicitation: a server that asks gets a
-		// clean "method not found" instead of a request that would hang a
-		// step (the operator is reached through the risk gate instead).
+		// No sampling or elicitation: a server that asks gets a clean
+		// "method not found" instead of a request that would hang a step
+		// (the operator is reached through the risk gate instead); a roots
+		// request is answered by the SDK with an empty list.
 		Capabilities: &mcp.ClientCapabilities{},
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
 			c.mu.Lock()
@@ -178,15 +181,23 @@ func (c *conn) connectLocked(ctx context.Context) error {
 	default:
 		transport = &mcp.StreamableClientTransport{Endpoint: c.sc.URL, HTTPClient: headerClient(c.sc.Headers), MaxRetries: 1}
 	}
-	cctx, cancel := context.WithTimeout(ctx, c.sc.timeout())
-	defer cancel()
+	// The session lives as long as the connection, not as the step that
+	// first needed it (the SSE transport ties its stream to this context);
+	// only the handshake is bounded by the timeout.
+	life, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	handshake := time.AfterFunc(c.sc.timeout(), cancel)
 	start := time.Now()
-	session, err := client.Connect(cctx, transport, nil)
+	session, err := client.Connect(life, transport, nil)
+	if !handshake.Stop() && err == nil {
+		err = fmt.Errorf("no answer within %s", c.sc.timeout())
+		_ = session.Close()
+	}
 	if err != nil {
+		cancel()
 		c.killLocked()
 		return fmt.Errorf("mcp server %q (%s): connect: %w", c.name, c.sc.describe(), err)
 	}
-	c.session = session
+	c.session, c.cancel = session, cancel
 	c.caps = nil
 	c.gen++
 	c.log.Info("mcp server connected", "server", c.sc.describe(), "ms", time.Since(start).Milliseconds())
@@ -198,6 +209,10 @@ func (c *conn) disconnectLocked() {
 	if c.session != nil {
 		_ = c.session.Close()
 		c.session = nil
+	}
+	if c.cancel != nil {
+		c.cancel()
+		c.cancel = nil
 	}
 	c.killLocked()
 	c.caps = nil
@@ -217,8 +232,9 @@ func (c *conn) killLocked() {
 // broken reports whether err means the transport broke (the server died or
 // the connection dropped), as opposed to an error answer.
 func broken(err error) bool {
-	if err == nil {
-		return false
+	var werr *jsonrpc.Error
+	if err == nil || errors.As(err, &werr) {
+		return false // the server answered: the transport works
 	}
 	if errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, io.ErrClosedPipe) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) ||
@@ -226,7 +242,7 @@ func broken(err error) bool {
 		return true
 	}
 	msg := err.Error()
-	for _, s := range []string{"connection closed", "broken pipe", "connection reset", "connection refused", "client is closing", "EOF"} {
+	for _, s := range []string{"connection closed", "broken pipe", "connection reset", "connection refused", "client is closing"} {
 		if strings.Contains(msg, s) {
 			return true
 		}
@@ -234,9 +250,11 @@ func broken(err error) bool {
 	return false
 }
 
-// do runs f on the server's session with the server's timeout, reconnecting
-// once if the transport is broken.
-func (p *Pool) do(ctx context.Context, server string, f func(context.Context, *mcp.ClientSession) error) error {
+// do runs f on the server's session with the server's timeout. When the
+// transport is broken it reconnects once; it runs f again only when retry
+// says it is safe (reads, tools declared read-only or idempotent): a call
+// that may have reached the server is not made twice.
+func (p *Pool) do(ctx context.Context, server string, retry bool, f func(context.Context, *mcp.ClientSession) error) error {
 	c, err := p.conn(server)
 	if err != nil {
 		return err
@@ -261,6 +279,9 @@ func (p *Pool) do(ctx context.Context, server string, f func(context.Context, *m
 	session, _, rerr := c.reconnect(ctx, gen)
 	if rerr != nil {
 		return fmt.Errorf("%w (and reconnecting failed: %v)", err, rerr)
+	}
+	if !retry {
+		return fmt.Errorf("the connection to mcp server %q broke during the call, which may have taken effect; it was not repeated (reconnected for the next call): %w", server, err)
 	}
 	return call(session)
 }

@@ -52,9 +52,6 @@ func TestBroken(t *testing.T) {
 // TestBrokenServerErrorMentioningEOF: a JSON-RPC error is an answer, whatever
 // its text says.
 func TestBrokenServerErrorMentioningEOF(t *testing.T) {
-	skipBug(t, "BUG: broken() matches error texts, so a server's JSON-RPC error answer that mentions "+
-		"\"EOF\" or \"connection refused\" (a fetch tool failing to reach a site, a parser at end of input) "+
-		"counts as a broken transport: the pool kills and restarts the server and makes the call again")
 	for _, err := range []error{
 		&jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "fetch https://example.com: dial tcp: connection refused"},
 		fmt.Errorf("calling tools/call: %w", &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "parse config: unexpected EOF"}),

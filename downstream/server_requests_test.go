@@ -238,8 +238,6 @@ func TestServerRequests(t *testing.T) {
 // with a JSON-RPC error mentioning "connection refused" is not restarted,
 // and the call is not made twice.
 func TestServerErrorAnswerIsNotABrokenTransport(t *testing.T) {
-	skipBug(t, "BUG: broken() matches error texts, so a JSON-RPC error answer saying \"connection refused\" "+
-		"makes the pool reconnect and call the tool a second time")
 	f := newFixture(t, false)
 	s := newFixtureStack(t, f, 3*time.Second, []scripted.Call{{Server: "fixture", Tool: "fail-protocol", Args: map[string]any{}}})
 	w := s.runWorker(t, "fixture")
@@ -257,8 +255,6 @@ func TestServerErrorAnswerIsNotABrokenTransport(t *testing.T) {
 // call of a tool that is neither read-only nor idempotent, the call may
 // have taken effect: it must not be made a second time on the new session.
 func TestCallInterruptedIsNotMadeAgain(t *testing.T) {
-	skipBug(t, "BUG: Pool.do makes a call again after reconnecting even when the request had reached the server, "+
-		"so a non-idempotent tool (send a message, charge a card) runs twice when the connection drops mid-call")
 	f := newFixture(t, false)
 	cfg := &downstream.Config{Servers: map[string]downstream.ServerConfig{
 		"fixture": {URL: f.URL + "/mcp", Timeout: downstream.Duration(15 * time.Second), AutoApprove: []string{"send"}},

@@ -21,15 +21,6 @@ import (
 // The real MCP servers of the tests, and what the tests need to watch their
 // processes.
 
-// skipBug skips a test that shows a known bug of non-test code, unless
-// MAS_BUG_TESTS=1 (to check a fix: MAS_BUG_TESTS=1 go test ./downstream/).
-func skipBug(t testing.TB, why string) {
-	t.Helper()
-	if os.Getenv("MAS_BUG_TESTS") != "1" {
-		t.Skip(why)
-	}
-}
-
 // everythingStdio is @modelcontextprotocol/server-everything over stdio.
 func everythingStdio(t testing.TB) downstream.ServerConfig {
 	return downstream.ServerConfig{Command: serverBin(t, "mcp-server-everything"), Args: []string{"stdio"},

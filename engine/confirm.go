@@ -62,14 +62,21 @@ func (s *System) AskOperator(ctx context.Context, q OperatorQuestion) (string, e
 
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
+	var err error
 	select {
 	case a := <-answer:
 		return a, nil
 	case <-timer.C:
-		return "", ErrNoAnswer
+		err = ErrNoAnswer
 	case <-ctx.Done():
-		return "", ctx.Err()
+		err = ctx.Err()
 	}
+	// Nobody waits any more: the question leaves the operator's list of
+	// messages awaiting a reply.
+	if h, ok := s.agent(op); ok && h.kind == KindHuman {
+		h.expirePrivate(q.AgentID, m.MessageID)
+	}
+	return "", err
 }
 
 // answered hands a reply to the AskOperator call waiting on its waiting ID,

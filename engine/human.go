@@ -208,6 +208,20 @@ func (s *System) HumanSend(humanID string, hm HumanMessage) ([]Message, error) {
 	return sent, nil
 }
 
+// expirePrivate marks a message from peer as no longer awaiting a reply.
+func (a *agent) expirePrivate(peer, messageID string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	msgs := a.st.ConversationPool.ConversationPrivates[peer]
+	for i := range msgs {
+		if msgs[i].MessageID == messageID && !msgs[i].Replied && !msgs[i].Expired {
+			msgs[i].Expired = true
+			a.changedLocked(Event{TaskID: msgs[i].TaskID, MessageID: messageID, Detail: "expired"})
+			return
+		}
+	}
+}
+
 // hasPrivate reports whether a message is in the HumanAgent's conversations.
 func (a *agent) hasPrivate(messageID string) bool {
 	a.mu.Lock()
@@ -227,7 +241,7 @@ func (a *agent) answerLocked(peer, taskID, replyTo string) string {
 	pick := -1
 	for i := range msgs {
 		p := &msgs[i]
-		if p.SenderID != peer || !p.NeedReply || p.Replied || p.TaskID != taskID {
+		if p.SenderID != peer || !p.NeedReply || p.Replied || p.Expired || p.TaskID != taskID {
 			continue
 		}
 		if replyTo != "" {
@@ -267,7 +281,7 @@ func (s *System) Inbox(humanID string) ([]InboxEntry, error) {
 	for peer, msgs := range h.st.ConversationPool.ConversationPrivates {
 		for _, p := range msgs {
 			if p.SenderID == peer {
-				out = append(out, InboxEntry{PrivateMessage: p, AwaitingReply: p.NeedReply && !p.Replied})
+				out = append(out, InboxEntry{PrivateMessage: p, AwaitingReply: p.NeedReply && !p.Replied && !p.Expired})
 			}
 		}
 	}

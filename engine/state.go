@@ -258,6 +258,9 @@ type PrivateMessage struct {
 	MessageID string `json:"message_id"`
 	// Replied is set once the operator answered a message that needed a reply.
 	Replied bool `json:"replied,omitempty"`
+	// Expired is set when the sender stopped waiting for the reply (an
+	// approval question whose time ran out): it no longer awaits one.
+	Expired bool `json:"expired,omitempty"`
 }
 
 // clone returns a deep copy of the task.

@@ -1,0 +1,105 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// askInBackground runs AskOperator and returns a channel with its outcome.
+func askInBackground(b *testbed, ctx context.Context, q OperatorQuestion) <-chan [2]any {
+	done := make(chan [2]any, 1)
+	go func() {
+		reply, err := b.sys.AskOperator(ctx, q)
+		done <- [2]any{reply, err}
+	}()
+	return done
+}
+
+// inboxEntry finds the operator's inbox entry with the given content.
+func inboxEntry(b *testbed, op, content string) (InboxEntry, bool) {
+	b.t.Helper()
+	in, err := b.sys.Inbox(op)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	for _, e := range in {
+		if e.Content == content {
+			return e, true
+		}
+	}
+	return InboxEntry{}, false
+}
+
+func TestAskOperatorAnswered(t *testing.T) {
+	b := newTestbed(t, nil)
+	op, base := b.op(), b.sys.BaseTaskID()
+	alice := b.newAgent("alice")
+	b.join(base, alice)
+	done := askInBackground(b, t.Context(), OperatorQuestion{TaskID: base, AgentID: alice, Question: "delete /tmp/x?", Timeout: time.Minute})
+	b.waitFor("the question in the inbox", func() bool { _, ok := inboxEntry(b, op, "delete /tmp/x?"); return ok })
+	if e, _ := inboxEntry(b, op, "delete /tmp/x?"); !e.AwaitingReply || !e.Waiting || e.SenderID != alice {
+		t.Errorf("inbox entry %+v, want a waiting question from alice awaiting a reply", e)
+	}
+	if _, err := b.sys.HumanSend(op, HumanMessage{TaskID: base, Receiver: []string{alice}, Content: "yes"}); err != nil {
+		t.Fatal(err)
+	}
+	got := <-done
+	if got[0] != "yes" || got[1] != nil {
+		t.Fatalf("AskOperator = %q, %v; want \"yes\", nil", got[0], got[1])
+	}
+	if e, _ := inboxEntry(b, op, "delete /tmp/x?"); e.AwaitingReply || !e.Replied {
+		t.Errorf("inbox entry %+v, want replied", e)
+	}
+}
+
+// TestAskOperatorExpires: once nobody waits for the answer (timeout, or the
+// asking step ends), the question no longer awaits a reply, and a later
+// message of the operator is not taken for its answer.
+func TestAskOperatorExpires(t *testing.T) {
+	for _, how := range []string{"timeout", "cancel"} {
+		t.Run(how, func(t *testing.T) {
+			b := newTestbed(t, nil)
+			op, base := b.op(), b.sys.BaseTaskID()
+			alice := b.newAgent("alice")
+			b.join(base, alice)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			timeout := 50 * time.Millisecond
+			if how == "cancel" {
+				timeout = time.Minute
+			}
+			done := askInBackground(b, ctx, OperatorQuestion{TaskID: base, AgentID: alice, Question: "rm -rf?", Timeout: timeout})
+			b.waitFor("the question in the inbox", func() bool { _, ok := inboxEntry(b, op, "rm -rf?"); return ok })
+			if how == "cancel" {
+				cancel()
+			}
+			got := <-done
+			want := ErrNoAnswer
+			if how == "cancel" {
+				want = context.Canceled
+			}
+			if err, _ := got[1].(error); !errors.Is(err, want) {
+				t.Fatalf("AskOperator error = %v, want %v", got[1], want)
+			}
+			e, _ := inboxEntry(b, op, "rm -rf?")
+			if e.AwaitingReply || !e.Expired || e.Replied {
+				t.Errorf("inbox entry %+v, want expired, not awaiting a reply", e)
+			}
+			sent, err := b.sys.HumanSend(op, HumanMessage{TaskID: base, Receiver: []string{alice}, Content: "yes, go"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sent[0].ReturnWaitingID != "" {
+				t.Errorf("a later message carries return_waiting_id %q for the expired question", sent[0].ReturnWaitingID)
+			}
+		})
+	}
+}
+
+func TestAskOperatorErrors(t *testing.T) {
+	b := newTestbed(t, nil)
+	_, err := b.sys.AskOperator(t.Context(), OperatorQuestion{TaskID: "nope", AgentID: "x", Question: "?"})
+	isErr(t, err, ErrNotFound, "task_id")
+}
