@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -66,6 +67,10 @@ type Options struct {
 	// fsync every interval: faster, but an OS crash (not a process crash)
 	// may lose the writes of the last interval.
 	SyncInterval time.Duration
+	// JoinOwner, when the data directory is owned by another process,
+	// connects to that process's NATS server (RoleClient) instead of
+	// failing with an *InUseError.
+	JoinOwner bool
 	// Replicas of the streams on an external cluster (default 1).
 	Replicas int
 	Logger   *slog.Logger
@@ -149,7 +154,15 @@ func (s *Store) openDataDir() error {
 	}
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		lock.Close()
+		if !s.opts.JoinOwner {
+			pid, _ := os.ReadFile(filepath.Join(dir, "mas.lock"))
+			return &InUseError{Dir: dir, Owner: strings.TrimSpace(string(pid))}
+		}
 		return s.joinOwner()
+	}
+	// The lock file says who owns the directory, for messages.
+	if err := lock.Truncate(0); err == nil {
+		_, _ = lock.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	s.lock, s.role = lock, RoleOwner
 	opts := &server.Options{
@@ -185,6 +198,24 @@ func (s *Store) openDataDir() error {
 	}
 	return nil
 }
+
+// InUseError says the data directory belongs to another running process.
+type InUseError struct {
+	Dir   string
+	Owner string // the owner's process ID, when known
+}
+
+func (e *InUseError) Error() string {
+	who := "another process"
+	if e.Owner != "" {
+		who = "process " + e.Owner
+	}
+	return fmt.Sprintf("store: the data directory %s is in use by %s", e.Dir, who)
+}
+
+// SocketPath is where the owner of a data directory accepts local MCP
+// sessions from other mas-mcp processes started on the same directory.
+func SocketPath(dataDir string) string { return filepath.Join(dataDir, "mas.sock") }
 
 // joinOwner connects to the server of the process that owns the data
 // directory.
@@ -238,6 +269,14 @@ func (s *Store) setup(ctx context.Context) error {
 		return fmt.Errorf("store: stream %s: %w", streamMsgs, err)
 	}
 	return nil
+}
+
+// DataDir is the data directory in use ("" with an external server).
+func (s *Store) DataDir() string {
+	if s.role == RoleExternal {
+		return ""
+	}
+	return s.opts.DataDir
 }
 
 // Role says how the store reaches NATS (RoleOwner, RoleClient, RoleExternal).

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -101,7 +103,10 @@ func TestConflictingWriterDetected(t *testing.T) {
 	owner := open(t, dir)
 	defer owner.Close()
 	// A second process on the same directory connects to the owner.
-	other := open(t, dir)
+	other, err := Open(ctx, Options{DataDir: dir, JoinOwner: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer other.Close()
 	if other.Role() != RoleClient {
 		t.Fatalf("second store on the directory: role %s, want client", other.Role())
@@ -121,7 +126,7 @@ func TestConflictingWriterDetected(t *testing.T) {
 		t.Fatal(err)
 	}
 	tk.TaskSummary = "by the owner, unaware"
-	err := owner.PutTask(ctx, &tk)
+	err = owner.PutTask(ctx, &tk)
 	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "task t") {
 		t.Errorf("stale writer: %v, want ErrConflict naming the task", err)
 	}
@@ -145,5 +150,22 @@ func TestNewerSchemaRefused(t *testing.T) {
 func TestRedactURL(t *testing.T) {
 	if got := redactURL("nats://user:secret@host:4222"); strings.Contains(got, "secret") {
 		t.Errorf("redactURL kept the password: %s", got)
+	}
+}
+
+func TestSecondOwnerRefused(t *testing.T) {
+	dir := t.TempDir()
+	owner := open(t, dir)
+	_, err := Open(context.Background(), Options{DataDir: dir})
+	var inUse *InUseError
+	if !errors.As(err, &inUse) || inUse.Dir != dir || inUse.Owner != strconv.Itoa(os.Getpid()) {
+		t.Fatalf("second Open on %s: %v, want an InUseError naming this process", dir, err)
+	}
+	// Released on Close: the next process owns the directory.
+	owner.Close()
+	next := open(t, dir)
+	defer next.Close()
+	if next.Role() != RoleOwner {
+		t.Errorf("after the owner closed: role %s, want owner", next.Role())
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -41,64 +42,153 @@ func main() {
 }
 
 // run starts the MAS and its MCP server and blocks until ctx is done or the
-// stdio client disconnects, then shuts both down.
+// stdio client disconnects, then shuts both down. When another mas-mcp owns
+// the data directory, a stdio run relays its host's session to that one
+// (and takes over if it stops).
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	cfg, err := loadConfig(args, getenv)
 	if err != nil {
 		return err
 	}
 	log := newLogger(cfg, stderr)
-	st, img, err := openStore(ctx, cfg, log)
+	inst, err := start(ctx, cfg, log, getenv)
+	var inUse *store.InUseError
+	if errors.As(err, &inUse) {
+		if !cfg.Stdio {
+			return fmt.Errorf("%w: serving HTTP needs a data directory of its own (--data-dir); "+
+				"or point your MCP client at the running mas-mcp (a --stdio mas-mcp on this directory joins it)", err)
+		}
+		return relayStdio(ctx, cfg, log, getenv, inUse, os.Stdin, os.Stdout)
+	}
 	if err != nil {
 		return err
 	}
-	if st != nil {
-		defer st.Close() // last: after the MAS wrote its final state
-	}
-	sys, pool, err := build(cfg, log, st)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if err := sys.StartFrom(img); err != nil {
-		return err
-	}
-	defer closeWithin(sys, log, 5*time.Second)
-
-	tokens, err := operatorTokens(cfg, sys, getenv)
-	if err != nil {
-		return err
-	}
-	srv, err := server.New(server.Config{
-		System: sys, Version: version, Logger: log.With("component", "server"),
-		HTTP: server.HTTPConfig{
-			Addr: cfg.HTTP.Addr, Tokens: tokens, AllowedOrigins: cfg.HTTP.AllowedOrigins,
-			AllowedHosts: cfg.HTTP.AllowedHosts, MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
-			SessionTimeout: cfg.HTTP.SessionTimeout,
-		},
-	})
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
+	defer inst.close()
 
 	ready := func(transport, where string) {
 		log.Info("mas-mcp ready",
 			"transport", transport, "listen", where, "lang", cfg.Lang, "model", cfg.LLM.Model, "llm", cfg.LLM.BaseURL,
-			"api_key_set", cfg.apiKey != "", "operators", len(tokens), "mcp_servers", len(pool.ToolGuides()), "base_task", sys.BaseTaskID(),
-			"manager", sys.ManagerID(), "operator", sys.OperatorID())
+			"api_key_set", cfg.apiKey != "", "operators", len(inst.tokens), "mcp_servers", len(inst.pool.ToolGuides()),
+			"base_task", inst.sys.BaseTaskID(), "manager", inst.sys.ManagerID(), "operator", inst.sys.OperatorID())
 	}
 	if cfg.Stdio {
 		ready("stdio", "stdin/stdout")
-		err = srv.ServeStdio(ctx)
+		err = inst.srv.ServeStdio(ctx)
 	} else {
-		err = srv.ServeHTTP(ctx, func(addr string) { ready("http", "http://"+addr+"/mcp (SSE: /sse)") })
+		err = inst.srv.ServeHTTP(ctx, func(addr string) { ready("http", "http://"+addr+"/mcp (SSE: /sse)") })
 	}
 	log.Info("shutting down")
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
+}
+
+// instance is a running MAS: its store, engine, downstream pool and MCP
+// server, and (when it owns a data directory) the local socket other
+// mas-mcp processes on that directory join through.
+type instance struct {
+	log    *slog.Logger
+	st     *store.Store
+	sys    *engine.System
+	pool   *downstream.Pool
+	srv    *server.Server
+	tokens map[string]string
+
+	stopLocal context.CancelFunc
+	localDone chan struct{}
+}
+
+// start opens the store, restores the MAS from it and builds the MCP
+// server. With a data directory owned by another process it fails with a
+// *store.InUseError.
+func start(ctx context.Context, cfg Config, log *slog.Logger, getenv func(string) string) (inst *instance, err error) {
+	inst = &instance{log: log}
+	defer func() {
+		if err != nil {
+			inst.close()
+			inst = nil
+		}
+	}()
+	var img *engine.Image
+	if inst.st, img, err = openStore(ctx, cfg, log); err != nil {
+		return inst, err
+	}
+	var st engine.Store
+	if inst.st != nil {
+		st = inst.st
+	}
+	if inst.sys, inst.pool, err = build(cfg, log, st); err != nil {
+		return inst, err
+	}
+	if err = inst.sys.StartFrom(img); err != nil {
+		return inst, err
+	}
+	if inst.tokens, err = operatorTokens(cfg, inst.sys, getenv); err != nil {
+		return inst, err
+	}
+	inst.srv, err = server.New(server.Config{
+		System: inst.sys, Version: version, Logger: log.With("component", "server"),
+		HTTP: server.HTTPConfig{
+			Addr: cfg.HTTP.Addr, Tokens: inst.tokens, AllowedOrigins: cfg.HTTP.AllowedOrigins,
+			AllowedHosts: cfg.HTTP.AllowedHosts, MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
+			SessionTimeout: cfg.HTTP.SessionTimeout,
+		},
+	})
+	if err != nil {
+		return inst, err
+	}
+	if inst.st != nil && inst.st.Role() == store.RoleOwner {
+		inst.serveLocal(store.SocketPath(inst.st.DataDir()))
+	}
+	return inst, nil
+}
+
+// serveLocal accepts other mas-mcp processes of the data directory on a
+// unix socket only this user can open. Without it (a path too long for a
+// socket, say) they cannot join: that is logged, not fatal.
+func (in *instance) serveLocal(path string) {
+	_ = os.Remove(path) // a stale socket of a previous owner; we hold the lock
+	ln, err := net.Listen("unix", path)
+	if err == nil {
+		err = os.Chmod(path, 0o600)
+	}
+	if err != nil {
+		in.log.Warn("other mas-mcp processes on this data directory cannot join this one", "socket", path, "err", err)
+		if ln != nil {
+			ln.Close()
+		}
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	in.stopLocal, in.localDone = cancel, make(chan struct{})
+	go func() {
+		defer close(in.localDone)
+		if err := in.srv.ServeListener(ctx, ln); err != nil {
+			in.log.Warn("local socket", "err", err)
+		}
+	}()
+}
+
+// close stops what start started, in order: the local socket and the MCP
+// server, the MAS (its last writes), the downstream servers, the store.
+func (in *instance) close() {
+	if in.stopLocal != nil {
+		in.stopLocal()
+		<-in.localDone
+	}
+	if in.srv != nil {
+		_ = in.srv.Close()
+	}
+	if in.sys != nil {
+		closeWithin(in.sys, in.log, 5*time.Second)
+	}
+	if in.pool != nil {
+		_ = in.pool.Close()
+	}
+	if in.st != nil {
+		_ = in.st.Close()
+	}
 }
 
 // openStore opens the durable store (nil with --memory) and loads what it
@@ -113,10 +203,6 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (*store.Store,
 	})
 	if err != nil {
 		return nil, nil, err
-	}
-	if st.Role() == store.RoleClient {
-		st.Close()
-		return nil, nil, fmt.Errorf("the data directory %s is in use by another running mas-mcp: give this one its own --data-dir, or connect your MCP client to the running one", cfg.DataDir)
 	}
 	img, err := st.Load(ctx)
 	if err != nil {

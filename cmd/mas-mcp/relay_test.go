@@ -1,0 +1,421 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mas-mcp/mas-mcp/internal/fakellm"
+	"github.com/mas-mcp/mas-mcp/internal/scripted"
+	"github.com/mas-mcp/mas-mcp/internal/teststack"
+	"github.com/mas-mcp/mas-mcp/server"
+)
+
+// relayBinary is the mas-mcp binary the relay tests run, built once.
+var relayBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "mas-relay-bin-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "mas-mcp")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func needRelayBinary(t *testing.T) string {
+	t.Helper()
+	bin, err := relayBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// stdioClient is an MCP client session with a mas-mcp --stdio process.
+type stdioClient struct {
+	cs      *mcp.ClientSession
+	cmd     *exec.Cmd
+	stderr  *teststack.SyncBuffer
+	updates atomic.Int64 // resources/updated notifications received
+	changed atomic.Int64 // resources/list_changed notifications received
+}
+
+func startStdio(t *testing.T, bin string, env []string, args ...string) *stdioClient {
+	t.Helper()
+	c := &stdioClient{stderr: &teststack.SyncBuffer{}}
+	c.cmd = exec.Command(bin, append([]string{"--stdio", "--log-level", "debug"}, args...)...)
+	c.cmd.Env = env
+	c.cmd.Stderr = c.stderr
+	client := mcp.NewClient(&mcp.Implementation{Name: "relay-test", Version: "1"}, &mcp.ClientOptions{
+		ResourceUpdatedHandler:     func(context.Context, *mcp.ResourceUpdatedNotificationRequest) { c.updates.Add(1) },
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { c.changed.Add(1) },
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: c.cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect to mas-mcp --stdio: %v\nstderr:\n%s", err, c.stderr.String())
+	}
+	c.cs = cs
+	t.Cleanup(func() {
+		_ = cs.Close()
+		if t.Failed() {
+			t.Logf("stdio mas-mcp (%v) stderr:\n%s", args, lastLogLines(c.stderr.String(), 150))
+		}
+	})
+	return c
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func lastLogLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// call calls a tool and decodes its structured result into out; a tool
+// error fails the test.
+func (c *stdioClient) call(t *testing.T, tool string, args, out any) {
+	t.Helper()
+	res, err := c.callErr(tool, args, out)
+	if err != nil {
+		t.Fatalf("%s: %v", tool, err)
+	}
+	if res.IsError {
+		t.Fatalf("%s: tool error: %s", tool, textOf(res))
+	}
+}
+
+func (c *stdioClient) callErr(tool string, args, out any) (*mcp.CallToolResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := c.cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		return nil, err
+	}
+	if out != nil && res.StructuredContent != nil {
+		b, _ := json.Marshal(res.StructuredContent)
+		if err := json.Unmarshal(b, out); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func textOf(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if t, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(t.Text)
+		}
+	}
+	return b.String()
+}
+
+// taskState reads a task's execution_state through its resource.
+func (c *stdioClient) taskState(t *testing.T, taskID string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := c.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "mas://tasks/" + taskID})
+	if err != nil {
+		t.Fatalf("read task %s: %v", taskID, err)
+	}
+	var doc struct {
+		ExecutionState string `json:"execution_state"`
+	}
+	if err := json.Unmarshal([]byte(res.Contents[0].Text), &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc.ExecutionState
+}
+
+func waitUntil(t *testing.T, what string, d time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// relayEnv is the environment of the processes: the fake LLM, the
+// sentinel key, and the data directory; nothing of the developer's.
+func relayEnv(llm *fakellm.Server, dataDir string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "OPENAI_") && !strings.HasPrefix(kv, "MAS_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "OPENAI_BASE_URL="+llm.BaseURL(), "OPENAI_API_KEY="+teststack.SentinelKey, "MAS_MODEL=fake", "MAS_DATA_DIR="+dataDir)
+}
+
+// TestSecondProcessJoinsAndTakesOver: two mas-mcp --stdio processes on one
+// data directory (two hosts) see and drive the same tasks; when the owner
+// is killed (-9), the other takes over within seconds, loses no
+// acknowledged write, keeps its host's session and subscriptions, and the
+// task finishes.
+func TestSecondProcessJoinsAndTakesOver(t *testing.T) {
+	bin := needRelayBinary(t)
+	team := scripted.NewTeam()
+	team.AskOperator = true
+	llm := fakellm.New(t)
+	llm.Handle(team.Handle)
+	dir := t.TempDir()
+	env := relayEnv(llm, dir)
+
+	owner := startStdio(t, bin, env)
+	joined := startStdio(t, bin, env)
+	if !strings.Contains(joined.stderr.String(), `took_over=false`) {
+		t.Fatalf("the second process did not join the first; its stderr:\n%s", joined.stderr.String())
+	}
+
+	// A task handed over through the second process is the first's.
+	var added server.AddTaskOut
+	joined.call(t, "add_task", map[string]any{"task_name": "report", "task_intention": "write the report"}, &added)
+	if got := owner.taskState(t, added.TaskID); got == "" {
+		t.Fatalf("the owner does not know task %s", added.TaskID)
+	}
+	ctx := context.Background()
+	if err := joined.cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "mas://tasks/" + added.TaskID}); err != nil {
+		t.Fatal(err)
+	}
+	// Both hosts act as the same default operator: alice's question
+	// reaches the inbox read through either.
+	var inbox server.GetInboxOut
+	waitUntil(t, "alice's question in the inbox", 60*time.Second, func() bool {
+		joined.call(t, "get_inbox", map[string]any{}, &inbox)
+		return inbox.AwaitingReply > 0
+	})
+	var ownInbox server.GetInboxOut
+	owner.call(t, "get_inbox", map[string]any{}, &ownInbox)
+	if ownInbox.AwaitingReply != inbox.AwaitingReply || ownInbox.OperatorID != inbox.OperatorID {
+		t.Errorf("the owner's inbox %+v differs from the joined one %+v", ownInbox, inbox)
+	}
+	// An acknowledged write just before the owner dies.
+	var probe server.AddTaskOut
+	joined.call(t, "add_task", map[string]any{"task_name": "probe", "task_intention": "acknowledged before the crash"}, &probe)
+
+	if err := owner.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	reaped := make(chan struct{})
+	go func() {
+		_, _ = owner.cmd.Process.Wait()
+		close(reaped)
+	}()
+	select {
+	case <-reaped:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the owner (pid %d) is still there 15s after kill -9", owner.cmd.Process.Pid)
+	}
+	updatesBefore := joined.updates.Load()
+
+	// The joined process takes over: its host's next call is answered.
+	var info struct {
+		Data []struct {
+			TaskID string `json:"task_id"`
+		} `json:"data"`
+	}
+	joined.call(t, "ask_info", map[string]any{"type": "tasks"}, &info)
+	took := time.Since(killed)
+	t.Logf("took over in %s", took.Round(time.Millisecond))
+	if took > 20*time.Second {
+		t.Errorf("taking over took %s, want a few seconds", took)
+	}
+	if !strings.Contains(joined.stderr.String(), "took over the data directory") {
+		t.Errorf("the joined process does not say it took over")
+	}
+	found := map[string]bool{}
+	for _, tk := range info.Data {
+		found[tk.TaskID] = true
+	}
+	if !found[added.TaskID] || !found[probe.TaskID] {
+		t.Fatalf("after the takeover, tasks %v lack %s or %s", found, added.TaskID, probe.TaskID)
+	}
+	if joined.changed.Load() == 0 {
+		t.Errorf("the host was not told that resources changed after the takeover")
+	}
+
+	// The host answers alice through the new owner; the task finishes and
+	// the subscription still reports its changes.
+	joined.call(t, "get_inbox", map[string]any{}, &inbox)
+	if inbox.AwaitingReply == 0 {
+		t.Fatalf("alice's question no longer awaits a reply after the takeover: %+v", inbox)
+	}
+	q := inbox.Messages[0]
+	joined.call(t, "send_message", map[string]any{"task_id": q.TaskID, "receiver": []string{q.SenderID}, "content": "Use markdown."}, nil)
+	waitUntil(t, "the task to finish after the takeover", 90*time.Second, func() bool {
+		return joined.taskState(t, added.TaskID) == "finished"
+	})
+	if joined.updates.Load() <= updatesBefore {
+		t.Errorf("no resources/updated for the subscribed task after the takeover")
+	}
+	t.Logf("resources/updated: %d before the kill, %d at the end", updatesBefore, joined.updates.Load())
+	if got := team.OperatorAnswers(); len(got) == 0 || !strings.Contains(got[len(got)-1], "Use markdown.") {
+		t.Errorf("alice read %q from the operator, want the answer sent after the takeover", got)
+	}
+}
+
+// TestRelayFailsCallsInFlight: a call the owner never answered (it died)
+// gets an answer saying so, as a tool error for tools/call and a JSON-RPC
+// error otherwise; the relay's own requests' answers never reach the host.
+func TestRelayFailsCallsInFlight(t *testing.T) {
+	var out bytes.Buffer
+	r := newRelay(discardLogger(), &out)
+	r.note([]byte(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"add_task"}}`))
+	r.note([]byte(`{"jsonrpc":"2.0","id":"r","method":"resources/read","params":{"uri":"mas://tasks"}}`))
+	r.note([]byte(`{"jsonrpc":"2.0","id":8,"method":"ping"}`))
+	// 9 never reached the owner (the write failed): the next owner gets it.
+	unsent := []byte(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"ask_info"}}`)
+	r.note(unsent)
+	r.unsent = append(r.unsent, unsent)
+	// A subscription stream stays open for the next owner.
+	r.note([]byte(`{"jsonrpc":"2.0","id":10,"method":"subscriptions/listen","params":{"notifications":{"resourceSubscriptions":["mas://tasks"]}}}`))
+	// The owner answered 8, and a request of the relay itself.
+	r.fromOwner(bufio.NewReader(strings.NewReader(`{"jsonrpc":"2.0","id":8,"result":{}}` + "\n" +
+		`{"jsonrpc":"2.0","id":"` + relayPrefix + `1","result":{}}` + "\n")))
+	r.failInflight()
+	got := map[string]map[string]any{}
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("relay wrote %q: %v", sc.Text(), err)
+		}
+		got[fmt.Sprint(m["id"])] = m
+	}
+	if len(got) != 3 {
+		t.Fatalf("relay wrote %v, want answers to 7, r and 8 only", got)
+	}
+	if _, ok := r.inflight["9"]; !ok {
+		t.Errorf("the unsent request 9 is no longer awaited: %v", r.inflight)
+	}
+	if _, ok := r.listens["10"]; !ok {
+		t.Errorf("the subscription stream 10 was dropped: %v", r.listens)
+	}
+	if res, _ := got["7"]["result"].(map[string]any); res == nil || res["isError"] != true {
+		t.Errorf("tools/call in flight answered %v, want a tool error", got["7"])
+	}
+	if e, _ := got["r"]["error"].(map[string]any); e == nil || !strings.Contains(fmt.Sprint(e["message"]), "may or may not have taken effect") {
+		t.Errorf("resources/read in flight answered %v, want a JSON-RPC error with the reason", got["r"])
+	}
+	if got["8"]["result"] == nil {
+		t.Errorf("the owner's answer to 8 was not relayed: %v", got["8"])
+	}
+}
+
+// TestRelayNotesSession: what a new owner must be told follows the host's
+// messages: its initialize, log level and current subscriptions.
+func TestRelayNotesSession(t *testing.T) {
+	r := newRelay(discardLogger(), io.Discard)
+	for _, l := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18"}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}}`,
+		`{"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{"uri":"mas://tasks"}}`,
+		`{"jsonrpc":"2.0","id":4,"method":"resources/subscribe","params":{"uri":"mas://agents"}}`,
+		`{"jsonrpc":"2.0","id":5,"method":"resources/unsubscribe","params":{"uri":"mas://tasks"}}`,
+		`[{"jsonrpc":"2.0","id":6,"method":"ping"}]`,
+		`not json`,
+	} {
+		r.note([]byte(l))
+	}
+	if r.init == nil || r.init.Method != "initialize" || r.inited == nil || r.level == nil {
+		t.Errorf("init %v, initialized %q, level %v: want all noted", r.init, r.inited, r.level)
+	}
+	if len(r.subs) != 1 || r.subs["mas://agents"] == nil {
+		t.Errorf("subscriptions %v, want mas://agents only", r.subs)
+	}
+	if len(r.inflight) != 5 {
+		t.Errorf("in flight %v, want the 5 requests", r.inflight)
+	}
+}
+
+// TestRelayResumeOlderHost: for a host of an older protocol the new owner
+// gets initialize, initialized, the log level and the subscriptions again
+// (each answered, the answers kept from the host), then what the stopped
+// owner never received; the host hears that resources changed.
+func TestRelayResumeOlderHost(t *testing.T) {
+	var host bytes.Buffer
+	r := newRelay(discardLogger(), &host)
+	for _, l := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18"}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}}`,
+		`{"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{"uri":"mas://tasks"}}`,
+	} {
+		r.note([]byte(l))
+	}
+	r.unsent = [][]byte{[]byte(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"get_inbox"}}`)}
+	relaySide, ownerSide := net.Pipe()
+	defer relaySide.Close()
+	var seen []string
+	ownerDone := make(chan struct{})
+	go func() {
+		defer close(ownerDone)
+		br := bufio.NewReader(ownerSide)
+		for len(seen) < 5 {
+			line, err := br.ReadBytes('\n')
+			if err != nil {
+				return
+			}
+			var f frame
+			if err := json.Unmarshal(line, &f); err != nil {
+				return
+			}
+			seen = append(seen, f.Method+" "+string(f.ID))
+			if f.isRequest() && f.Method != "tools/call" {
+				// A notification first, then the answer.
+				fmt.Fprintf(ownerSide, `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}`+"\n")
+				fmt.Fprintf(ownerSide, `{"jsonrpc":"2.0","id":%s,"result":{}}`+"\n", f.ID)
+			}
+		}
+	}()
+	if err := r.resume(relaySide, bufio.NewReader(relaySide)); err != nil {
+		t.Fatal(err)
+	}
+	<-ownerDone
+	want := []string{`initialize "mas-relay-1"`, "notifications/initialized ", `logging/setLevel "mas-relay-2"`,
+		`resources/subscribe "mas-relay-3"`, "tools/call 4"}
+	if strings.Join(seen, "|") != strings.Join(want, "|") {
+		t.Errorf("the new owner got %q, want %q", seen, want)
+	}
+	out := host.String()
+	if strings.Contains(out, "mas-relay-") {
+		t.Errorf("answers to the relay's requests reached the host:\n%s", out)
+	}
+	for _, w := range []string{`"notifications/message"`, `"notifications/resources/list_changed"`, `"notifications/resources/updated"`, `"uri":"mas://tasks"`} {
+		if !strings.Contains(out, w) {
+			t.Errorf("the host did not get %s:\n%s", w, out)
+		}
+	}
+	if len(r.unsent) != 0 {
+		t.Errorf("unsent %q after the resume, want none", r.unsent)
+	}
+}
