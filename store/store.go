@@ -40,6 +40,8 @@ const SchemaVersion = 1
 const (
 	bucketTasks  = "mas_tasks"
 	bucketAgents = "mas_agents"
+	bucketLease  = "mas_owner"
+	leaseKey     = "owner"
 	streamMsgs   = "MAS_MESSAGES"
 	subjectMsgs  = "mas.msg."
 )
@@ -71,6 +73,13 @@ type Options struct {
 	// connects to that process's NATS server (RoleClient) instead of
 	// failing with an *InUseError.
 	JoinOwner bool
+	// LeaseTTL is how long the lease an external NATS server's owner holds
+	// outlives that owner's crash (default 10s; renewed every third of it).
+	LeaseTTL time.Duration
+	// OnLeaseLost is called if another process took the lease over (this
+	// one was cut off from NATS for longer than LeaseTTL): the caller
+	// must stop, or two engines would run the same agents.
+	OnLeaseLost func()
 	// Replicas of the streams on an external cluster (default 1).
 	Replicas int
 	Logger   *slog.Logger
@@ -91,6 +100,10 @@ type Store struct {
 
 	mu   sync.Mutex        // guards revs
 	revs map[string]uint64 // last revision written or read, per KV key
+
+	lease     jetstream.KeyValue // external NATS: the owner's lease
+	stopLease context.CancelFunc
+	leaseDone chan struct{}
 }
 
 // DefaultDataDir is where the embedded server keeps its files by default.
@@ -129,6 +142,12 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if err := s.setup(ctx); err != nil {
 		s.Close()
 		return nil, err
+	}
+	if s.role == RoleExternal {
+		if err := s.takeLease(ctx); err != nil {
+			s.Close()
+			return nil, err
+		}
 	}
 	s.log.Info("store ready", "role", s.role, "data_dir", s.opts.DataDir)
 	return s, nil
@@ -285,6 +304,14 @@ func (s *Store) Role() string { return s.role }
 // Close disconnects; the owner stops its embedded server (after flushing)
 // and releases the data directory.
 func (s *Store) Close() error {
+	if s.stopLease != nil {
+		s.stopLease()
+		<-s.leaseDone
+		// Gone cleanly: the next owner need not wait for the lease to expire.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = s.lease.Delete(ctx, leaseKey)
+		cancel()
+	}
 	if s.nc != nil {
 		_ = s.nc.Drain()
 		s.nc.Close()
@@ -298,6 +325,96 @@ func (s *Store) Close() error {
 		s.lock.Close()
 	}
 	return nil
+}
+
+// takeLease makes this process the one owner of the state on an external
+// NATS server: a key with a TTL, renewed while the process lives. A lease
+// another process renews means that process runs the MAS: refused with an
+// *InUseError. A lease nobody renews (its owner crashed) is waited out.
+func (s *Store) takeLease(ctx context.Context) error {
+	ttl := s.opts.LeaseTTL
+	if ttl <= 0 {
+		ttl = 10 * time.Second
+	}
+	kv, err := s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: bucketLease, Description: "mas-mcp: which process runs the MAS", History: 1,
+		TTL: ttl, Storage: jetstream.FileStorage, Replicas: s.opts.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("store: bucket %s: %w", bucketLease, err)
+	}
+	s.lease = kv
+	host, _ := os.Hostname()
+	me, _ := json.Marshal(map[string]any{"pid": os.Getpid(), "host": host, "since": time.Now().UTC()})
+	var seenRev uint64
+	var seenAt time.Time
+	for {
+		rev, err := kv.Create(ctx, leaseKey, me)
+		if err == nil {
+			s.renewLease(rev, ttl)
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("store: take the lease: %w", err)
+		}
+		entry, err := kv.Get(ctx, leaseKey)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // expired or released meanwhile
+		}
+		if err != nil {
+			return fmt.Errorf("store: read the lease: %w", err)
+		}
+		switch {
+		case seenRev == 0:
+			seenRev, seenAt = entry.Revision(), time.Now()
+			s.log.Warn("the state on this NATS server has an owner; waiting to see whether it is alive", "owner", string(entry.Value()), "up_to", ttl)
+		case entry.Revision() != seenRev || time.Since(seenAt) > 2*ttl:
+			// Renewed: the owner lives.
+			return &InUseError{Dir: "NATS " + redactURL(s.opts.NATSURL), Owner: string(entry.Value())}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(ttl / 10):
+		}
+	}
+}
+
+// renewLease keeps the lease while the store is open.
+func (s *Store) renewLease(rev uint64, ttl time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopLease, s.leaseDone = cancel, make(chan struct{})
+	go func() {
+		defer close(s.leaseDone)
+		t := time.NewTicker(ttl / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			entry, err := s.lease.Get(ctx, leaseKey)
+			if err == nil && entry.Revision() == rev {
+				var n uint64
+				if n, err = s.lease.Update(ctx, leaseKey, entry.Value(), rev); err == nil {
+					rev = n
+					continue
+				}
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			if err == nil || errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyExists) {
+				s.log.Error("store: another process took the lease over: stopping", "err", err)
+				if s.opts.OnLeaseLost != nil {
+					s.opts.OnLeaseLost()
+				}
+				return
+			}
+			s.log.Warn("store: renewing the lease", "err", err) // NATS unreachable: try again
+		}
+	}()
 }
 
 // envelope is every stored document: its schema version and one payload.

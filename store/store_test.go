@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	natsserver "github.com/nats-io/nats-server/v2/server"
 
 	"github.com/mas-mcp/mas-mcp/engine"
 )
@@ -167,5 +169,79 @@ func TestSecondOwnerRefused(t *testing.T) {
 	defer next.Close()
 	if next.Role() != RoleOwner {
 		t.Errorf("after the owner closed: role %s, want owner", next.Role())
+	}
+}
+
+// externalNATS starts a NATS server with JetStream, as --nats-url users run.
+func externalNATS(t *testing.T) string {
+	t.Helper()
+	srv, err := natsserver.NewServer(&natsserver.Options{
+		Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server did not start")
+	}
+	t.Cleanup(srv.Shutdown)
+	return srv.ClientURL()
+}
+
+// TestExternalLease: on an external NATS server one process runs the MAS;
+// a second is refused while the first renews its lease, gets it at once
+// after a clean close, and after a crash once the lease expired.
+func TestExternalLease(t *testing.T) {
+	url := externalNATS(t)
+	ctx := context.Background()
+	opts := Options{NATSURL: url, LeaseTTL: 300 * time.Millisecond}
+	first, err := Open(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(ctx, opts)
+	var inUse *InUseError
+	if !errors.As(err, &inUse) || !strings.Contains(inUse.Owner, fmt.Sprint(os.Getpid())) {
+		t.Fatalf("second Open while the first lives: %v, want an InUseError naming the owner", err)
+	}
+	first.Close()
+	second, err := Open(ctx, opts)
+	if err != nil {
+		t.Fatalf("Open after a clean close: %v", err)
+	}
+	// A crash: the lease is neither renewed nor released.
+	second.stopLease()
+	<-second.leaseDone
+	second.stopLease = nil
+	second.Close()
+	third, err := Open(ctx, opts)
+	if err != nil {
+		t.Fatalf("Open after the owner crashed: %v", err)
+	}
+	defer third.Close()
+}
+
+// TestExternalLeaseLost: an owner whose lease another process took stops.
+func TestExternalLeaseLost(t *testing.T) {
+	url := externalNATS(t)
+	ctx := context.Background()
+	lost := make(chan struct{})
+	owner, err := Open(ctx, Options{NATSURL: url, LeaseTTL: 300 * time.Millisecond, OnLeaseLost: func() { close(lost) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close()
+	// Another process, cut off for longer than the TTL, found it expired.
+	if err := owner.lease.Delete(ctx, leaseKey); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.lease.Create(ctx, leaseKey, []byte(`{"pid":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lost:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the owner did not notice that its lease was taken")
 	}
 }

@@ -51,9 +51,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	log := newLogger(cfg, stderr)
-	inst, err := start(ctx, cfg, log, getenv)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	inst, err := start(ctx, cfg, log, getenv, cancel)
 	var inUse *store.InUseError
 	if errors.As(err, &inUse) {
+		if cfg.NATSURL != "" {
+			return fmt.Errorf("%w: one mas-mcp runs the MAS of a NATS server; connect your MCP client to that one", err)
+		}
 		if !cfg.Stdio {
 			return fmt.Errorf("%w: serving HTTP needs a data directory of its own (--data-dir); "+
 				"or point your MCP client at the running mas-mcp (a --stdio mas-mcp on this directory joins it)", err)
@@ -100,9 +105,10 @@ type instance struct {
 }
 
 // start opens the store, restores the MAS from it and builds the MCP
-// server. With a data directory owned by another process it fails with a
-// *store.InUseError.
-func start(ctx context.Context, cfg Config, log *slog.Logger, getenv func(string) string) (inst *instance, err error) {
+// server. With a data directory (or external NATS state) owned by another
+// process it fails with a *store.InUseError. stop is called should another
+// process take the external NATS state over.
+func start(ctx context.Context, cfg Config, log *slog.Logger, getenv func(string) string, stop func()) (inst *instance, err error) {
 	inst = &instance{log: log}
 	defer func() {
 		if err != nil {
@@ -111,7 +117,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, getenv func(string
 		}
 	}()
 	var img *engine.Image
-	if inst.st, img, err = openStore(ctx, cfg, log); err != nil {
+	if inst.st, img, err = openStore(ctx, cfg, log, stop); err != nil {
 		return inst, err
 	}
 	var st engine.Store
@@ -193,13 +199,14 @@ func (in *instance) close() {
 
 // openStore opens the durable store (nil with --memory) and loads what it
 // holds (an empty image on a first start).
-func openStore(ctx context.Context, cfg Config, log *slog.Logger) (*store.Store, *engine.Image, error) {
+func openStore(ctx context.Context, cfg Config, log *slog.Logger, stop func()) (*store.Store, *engine.Image, error) {
 	if cfg.Memory {
 		log.Warn("state is kept in memory only (--memory): nothing survives a restart")
 		return nil, &engine.Image{}, nil
 	}
 	st, err := store.Open(ctx, store.Options{
 		DataDir: cfg.DataDir, NATSURL: cfg.NATSURL, SyncInterval: cfg.SyncInterval, Logger: log.With("component", "store"),
+		OnLeaseLost: stop,
 	})
 	if err != nil {
 		return nil, nil, err

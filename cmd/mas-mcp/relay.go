@@ -82,6 +82,8 @@ func (w *lineWriter) line(b []byte) error {
 // directory, taking over when the owner stops. It returns when the host
 // disconnects or ctx is done.
 func relayStdio(ctx context.Context, cfg Config, log *slog.Logger, getenv func(string) string, inUse *store.InUseError, in io.Reader, out io.Writer) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	r := newRelay(log, out)
 	socket := store.SocketPath(inUse.Dir)
 	hostLines := make(chan []byte)
@@ -111,7 +113,7 @@ func relayStdio(ctx context.Context, cfg Config, log *slog.Logger, getenv func(s
 		}
 	}()
 	for first := true; ; first = false {
-		conn, owned, err := r.connect(ctx, cfg, log, getenv, socket)
+		conn, owned, err := r.connect(ctx, cfg, log, getenv, socket, cancel)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -151,13 +153,13 @@ func relayStdio(ctx context.Context, cfg Config, log *slog.Logger, getenv func(s
 
 // connect reaches the owner's socket or, when nobody owns the directory
 // any more, becomes the owner and talks to its own server through a pipe.
-func (r *relay) connect(ctx context.Context, cfg Config, log *slog.Logger, getenv func(string) string, socket string) (net.Conn, *instance, error) {
+func (r *relay) connect(ctx context.Context, cfg Config, log *slog.Logger, getenv func(string) string, socket string, stop func()) (net.Conn, *instance, error) {
 	wait := 50 * time.Millisecond
 	for warned := time.Now(); ; {
 		if c, err := net.DialTimeout("unix", socket, 2*time.Second); err == nil {
 			return c, nil, nil
 		}
-		inst, err := start(ctx, cfg, log, getenv)
+		inst, err := start(ctx, cfg, log, getenv, stop)
 		var inUse *store.InUseError
 		switch {
 		case err == nil:
