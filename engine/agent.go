@@ -89,7 +89,7 @@ func (a *agent) announceLocked(ev Event) {
 func (a *agent) changedLocked(ev Event) {
 	a.st.UpdatedAt = a.sys.now()
 	if st := a.sys.cfg.Store; st != nil {
-		if err := st.PutAgent(a.sys.ctx, &a.st); err != nil {
+		if err := st.PutAgent(a.sys.storeCtx, &a.st); err != nil {
 			a.sys.log.Error("store: put agent", "agent", a.id, "err", err)
 		}
 	}

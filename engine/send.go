@@ -62,7 +62,7 @@ func (s *System) deliver(msgs ...Message) {
 		if st := s.cfg.Store; st != nil {
 			// Durable before anyone sees it: a restart delivers what a
 			// crash interrupted (receivers take each message once).
-			if err := st.PutMessage(s.ctx, &m); err != nil {
+			if err := st.PutMessage(s.storeCtx, &m); err != nil {
 				s.log.Error("store: put message", "message", m.MessageID, "err", err)
 			}
 		}

@@ -126,7 +126,11 @@ type System struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// storeCtx is for store writes: not cancelled by Close, so the writes
+	// of the steps Close interrupts still land (the store is closed after
+	// the System; its client bounds each call).
+	storeCtx context.Context
+	wg       sync.WaitGroup
 
 	waits waitGraph
 
@@ -150,12 +154,13 @@ func New(cfg Config) (*System, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &System{
-		cfg:    c,
-		log:    c.Logger,
-		ctx:    ctx,
-		cancel: cancel,
-		tasks:  map[string]*task{},
-		agents: map[string]*agent{},
+		cfg:      c,
+		log:      c.Logger,
+		ctx:      ctx,
+		cancel:   cancel,
+		storeCtx: context.WithoutCancel(ctx),
+		tasks:    map[string]*task{},
+		agents:   map[string]*agent{},
 	}, nil
 }
 
