@@ -190,12 +190,14 @@ func (s *System) askFromAgent(a *agent, step *StepState, q AskInfoQuery) error {
 	}
 	waitID := derivedID(step.StepID, "ask_wait")
 	now := s.now()
-	a.mu.Lock()
-	a.addWaitsLocked([]Wait{{
-		WaitingID: waitID, For: SystemSender, TaskID: step.TaskID, StageID: step.StageID,
-		Since: now, Deadline: now.Add(s.cfg.WaitTimeout),
-	}})
-	a.mu.Unlock()
+	if !s.engagedOrAnswered(a, step.TaskID, []string{waitID})[waitID] {
+		a.mu.Lock()
+		a.addWaitsLocked([]Wait{{
+			WaitingID: waitID, For: SystemSender, TaskID: step.TaskID, StageID: step.StageID,
+			Since: now, Deadline: now.Add(s.cfg.WaitTimeout),
+		}})
+		a.mu.Unlock()
+	}
 	// The answer belongs to the asking step's stage (the spec says
 	// no_relative), so the stage's later steps see it in their history.
 	m := s.newMessage(derivedID(step.StepID, "ask_answer"), step.TaskID, SystemSender, []string{a.id}, res.Markdown, step.StageID)

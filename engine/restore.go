@@ -18,12 +18,15 @@ type Rerunner interface {
 // is Start; otherwise every task and agent comes back as it was stored and
 // the agents carry on (ARCHITECTURE.md "Crash semantics"):
 //   - a step found running is run again when it is an LLM skill (what it
-//     creates has IDs derived from the step, so its effects apply once); a
+//     creates has IDs derived from the step, so its effects apply once;
+//     a wait it engaged on a message the crash lost is dropped); a
 //     tool step only when the tool executor says it is safe (Rerunner),
 //     else it fails with a reason the agent's next reflection sees;
 //   - step locks keep their deadlines; the wait graph is rebuilt;
 //   - messages a receiver has not taken yet are delivered again (receivers
 //     take each message once, by its ID);
+//   - instructions and notices a task's stored state implies, lost by a
+//     crash between the task's write and theirs, are sent again;
 //   - the tasks' conversations are rebuilt from the stored messages.
 func (s *System) StartFrom(img *Image) error {
 	if img.Empty() {
@@ -73,6 +76,11 @@ func (s *System) StartFrom(img *Image) error {
 		s.registerTask(&task{sys: s, st: st})
 	}
 
+	stored := make(map[string]bool, len(img.Messages))
+	for _, m := range img.Messages {
+		stored[m.MessageID] = true
+	}
+
 	// Agents: interrupted steps first, then the owners (LLM agents start).
 	rerun, _ := s.cfg.Tool.(Rerunner)
 	var restored []*agent
@@ -85,7 +93,7 @@ func (s *System) StartFrom(img *Image) error {
 			st.PersistentMemory = map[string]string{}
 		}
 		a := newAgentOwner(s, st)
-		a.recoverStepsLocked(rerun)
+		a.recoverStepsLocked(rerun, stored)
 		restored = append(restored, a)
 	}
 	for _, a := range restored {
@@ -117,14 +125,29 @@ func (s *System) StartFrom(img *Image) error {
 			redelivered++
 		}
 	}
+	// Instructions and notices a stored task implies but the store lacks:
+	// a crash came between the task's write and theirs. Delivered now,
+	// with the IDs they had, they are taken once.
+	var missing []Message
+	for _, ts := range img.Tasks {
+		if t, ok := s.task(ts.TaskID); ok {
+			for _, m := range t.implied() {
+				if !stored[m.MessageID] {
+					missing = append(missing, m)
+				}
+			}
+		}
+	}
+	s.deliver(missing...)
 	s.log.Info("mas restored", "tasks", len(img.Tasks), "agents", len(img.Agents),
-		"messages", len(img.Messages), "redelivered", redelivered, "base_task", s.baseTaskID)
+		"messages", len(img.Messages), "redelivered", redelivered, "recreated", len(missing), "base_task", s.baseTaskID)
 	return nil
 }
 
-// recoverStepsLocked deals with the steps a crash caught running. Called
-// before the agent's goroutine starts.
-func (a *agent) recoverStepsLocked(rerun Rerunner) {
+// recoverStepsLocked deals with the steps a crash caught running; stored
+// holds the IDs of the messages the store has. Called before the agent's
+// goroutine starts.
+func (a *agent) recoverStepsLocked(rerun Rerunner, stored map[string]bool) {
 	for i := range a.st.AgentStep.StepList {
 		step := &a.st.AgentStep.StepList[i]
 		if step.ExecutionState != StateRunning {
@@ -141,7 +164,28 @@ func (a *agent) recoverStepsLocked(rerun Rerunner) {
 		step.ExecutionState = StateInit
 		step.StartedAt = time.Time{}
 		a.st.AgentStep.TodoList = slices.Insert(slices.DeleteFunc(a.st.AgentStep.TodoList, func(id string) bool { return id == step.StepID }), 0, step.StepID)
+		a.dropLostWaitsLocked(step.StepID, stored)
 	}
+}
+
+// dropLostWaitsLocked releases the waits an interrupted step engaged on a
+// message the crash lost (its send_message's, or its ask_info's answer):
+// no answer can come, and the wait would block the step's own re-run,
+// which alone can send that message (and waits again). A wait on a stored
+// message stays: its answer comes, and the re-run after it does not wait
+// again (engagedOrAnswered). Called before the wait graph and the timers
+// are set up.
+func (a *agent) dropLostWaitsLocked(stepID string, stored map[string]bool) {
+	sent, ask, answer := derivedID(stepID, "send"), derivedID(stepID, "ask_wait"), derivedID(stepID, "ask_answer")
+	var kept []Wait
+	for _, w := range a.st.Waits {
+		if (w.MessageID == sent && !stored[sent]) || (w.WaitingID == ask && !stored[answer]) {
+			a.st.StepLock = slices.DeleteFunc(a.st.StepLock, func(id string) bool { return id == w.WaitingID })
+			continue
+		}
+		kept = append(kept, w)
+	}
+	a.st.Waits = kept
 }
 
 // hasReceived reports whether the agent took the message already.

@@ -70,7 +70,11 @@ func (s *System) engageWaits(a *agent, m *Message) string {
 	now := s.now()
 	var ws []Wait
 	var notes []string
+	settled := s.engagedOrAnswered(a, m.TaskID, m.Waiting)
 	for i, r := range m.Receiver {
+		if settled[m.Waiting[i]] {
+			continue
+		}
 		if cycle := s.waits.add(a.id, r); cycle != nil {
 			notes = append(notes, s.text("wait_cycle_text", map[string]any{
 				"PeerID": r, "Cycle": strings.Join(cycle, " → "),
@@ -87,6 +91,31 @@ func (s *System) engageWaits(a *agent, m *Message) string {
 	a.addWaitsLocked(ws)
 	a.mu.Unlock()
 	return strings.Join(notes, "\n")
+}
+
+// engagedOrAnswered returns which of the waiting IDs the agent holds
+// already, or got the answer to already. A step that engaged them and was
+// interrupted by a crash before it was marked finished runs again after
+// the restart (with the same, derived, waiting IDs): it must neither wait
+// twice (one answer releases one entry) nor wait again for an answer that
+// came (it is not sent again), or the agent stays blocked until the wait
+// times out. The agent is read before the task (an answer is recorded in
+// the task before it reaches the agent), each under its own mutex.
+func (s *System) engagedOrAnswered(a *agent, taskID string, ids []string) map[string]bool {
+	out := map[string]bool{}
+	a.mu.Lock()
+	for _, id := range ids {
+		if slices.Contains(a.st.StepLock, id) {
+			out[id] = true
+		}
+	}
+	a.mu.Unlock()
+	if t, ok := s.task(taskID); ok {
+		for _, id := range t.answered(a.id, ids) {
+			out[id] = true
+		}
+	}
+	return out
 }
 
 // addWaitsLocked engages step-lock entries and arms the timeout.

@@ -24,7 +24,7 @@ type task struct {
 func (t *task) changedLocked(ev Event) {
 	t.st.UpdatedAt = t.sys.now()
 	if st := t.sys.cfg.Store; st != nil {
-		if err := st.PutTask(t.sys.ctx, &t.st); err != nil {
+		if err := st.PutTask(t.sys.storeCtx, &t.st); err != nil {
 			t.sys.log.Error("store: put task", "task", t.st.TaskID, "err", err)
 		}
 	}
@@ -109,6 +109,23 @@ func (t *task) record(m Message) {
 	// itself did not change.
 	t.st.UpdatedAt = t.sys.now()
 	t.sys.bus.publish(Event{Kind: EventMessageDelivered, TaskID: t.st.TaskID, MessageID: m.MessageID, StageID: m.StageRelative, AgentID: m.SenderID})
+}
+
+// answered returns the waiting IDs, of ids, that a message to agent in the
+// conversation carries as its return_waiting_id: the waits it answered.
+func (t *task) answered(agent string, ids []string) []string {
+	if len(ids) == 0 {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for _, m := range t.st.SharedConversationPool {
+		if m.ReturnWaitingID != "" && slices.Contains(ids, m.ReturnWaitingID) && slices.Contains(m.Receiver, agent) {
+			out = append(out, m.ReturnWaitingID)
+		}
+	}
+	return out
 }
 
 // addUsage adds an LLM call's cost to the task's total.
@@ -238,16 +255,24 @@ func (t *task) startStageLocked(st *StageState) []Message {
 	if t.st.ExecutionState == StateInit {
 		t.st.ExecutionState = StateRunning
 	}
-	var out []Message
 	for _, id := range sortedKeys(st.AgentAllocation) {
 		st.EveryAgentState[id] = AgentIdle
+	}
+	t.changedLocked(Event{Kind: EventStageChanged, StageID: st.StageID, Detail: StateRunning})
+	return t.startStageNoticesLocked(st)
+}
+
+// startStageNoticesLocked builds the start_stage instructions of a stage
+// for its agents.
+func (t *task) startStageNoticesLocked(st *StageState) []Message {
+	var out []Message
+	for _, id := range sortedKeys(st.AgentAllocation) {
 		in := &StartStage{TaskID: t.st.TaskID, StageID: st.StageID, StageIntention: st.StageIntention, Goal: st.AgentAllocation[id]}
 		text := t.sys.text("stage_started_notice", map[string]any{
 			"TaskID": t.st.TaskID, "StageID": st.StageID, "StageIntention": st.StageIntention, "Goal": in.Goal,
 		})
 		out = append(out, t.sys.instruction("", t.st.TaskID, st.StageID, id, text, &Instruction{StartStage: in}))
 	}
-	t.changedLocked(Event{Kind: EventStageChanged, StageID: st.StageID, Detail: StateRunning})
 	return out
 }
 
@@ -258,18 +283,24 @@ func (t *task) endStageLocked(st *StageState, state, by string) []Message {
 	st.ExecutionState = state
 	st.EndedBy = by
 	st.EndedAt = now
+	t.changedLocked(Event{Kind: EventStageChanged, StageID: st.StageID, Detail: state})
+	return t.endStageNoticesLocked(st)
+}
+
+// endStageNoticesLocked builds the finish_stage instructions of an ended
+// stage for its agents and the task's manager.
+func (t *task) endStageNoticesLocked(st *StageState) []Message {
 	receivers := sortedKeys(st.AgentAllocation)
 	if !slices.Contains(receivers, t.st.TaskManager) {
 		receivers = append(receivers, t.st.TaskManager)
 	}
 	var out []Message
 	for _, id := range receivers {
-		text := t.sys.text("stage_finished_notice", map[string]any{"TaskID": t.st.TaskID, "StageID": st.StageID, "State": state})
+		text := t.sys.text("stage_finished_notice", map[string]any{"TaskID": t.st.TaskID, "StageID": st.StageID, "State": st.ExecutionState})
 		out = append(out, t.sys.instruction("", t.st.TaskID, st.StageID, id, text, &Instruction{
 			FinishStage: &StageRef{TaskID: t.st.TaskID, StageID: st.StageID},
 		}))
 	}
-	t.changedLocked(Event{Kind: EventStageChanged, StageID: st.StageID, Detail: state})
 	return out
 }
 
@@ -308,16 +339,62 @@ func (t *task) endTaskLocked(state, summary, by string) []Message {
 	t.st.TaskSummary = summary
 	t.st.EndedBy = by
 	t.st.EndedAt = now
+	t.changedLocked(Event{Detail: state})
+	return t.endTaskNoticesLocked()
+}
+
+// endTaskNoticesLocked builds the finish_task instructions of an ended task
+// for its group.
+func (t *task) endTaskNoticesLocked() []Message {
 	var out []Message
 	for _, id := range t.st.TaskGroup {
 		text := t.sys.text("task_finished_notice", map[string]any{
-			"TaskID": t.st.TaskID, "TaskName": t.st.TaskName, "State": state, "Summary": summary,
+			"TaskID": t.st.TaskID, "TaskName": t.st.TaskName, "State": t.st.ExecutionState, "Summary": t.st.TaskSummary,
 		})
 		out = append(out, t.sys.instruction("", t.st.TaskID, NoRelative, id, text, &Instruction{
 			FinishTask: &TaskRef{TaskID: t.st.TaskID},
 		}))
 	}
-	t.changedLocked(Event{Detail: state})
+	return out
+}
+
+// implied returns the engine's instructions and notices that the task's
+// state implies were sent, built as they were then (same derived IDs):
+// finish_task to the group of an ended task; otherwise start_stage to the
+// agents of the running stage, the manager's notice once all of them
+// submitted their summaries, finish_stage for each ended stage, and the
+// manager's judge notice once the last stage finished. The task's document
+// is written before these messages: a crash in between loses them, and a
+// restart delivers again those the store lacks. The base task has none.
+func (t *task) implied() []Message {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.st.Base {
+		return nil
+	}
+	if t.endedLocked() {
+		return t.endTaskNoticesLocked()
+	}
+	var out []Message
+	for i := range t.st.StageList {
+		st := &t.st.StageList[i]
+		switch st.ExecutionState {
+		case StateRunning:
+			out = append(out, t.startStageNoticesLocked(st)...)
+			if m, ok := t.stageCompleteLocked(st); ok {
+				out = append(out, m)
+			}
+		case StateFinished, StateFailed:
+			out = append(out, t.endStageNoticesLocked(st)...)
+		}
+	}
+	if n := len(t.st.StageList); n > 0 && t.st.StageList[n-1].ExecutionState == StateFinished &&
+		!slices.ContainsFunc(t.st.StageList, func(st StageState) bool {
+			return st.ExecutionState == StateInit || st.ExecutionState == StateRunning
+		}) {
+		// finishStage asked the manager to judge the task after its last stage.
+		out = append(out, t.judgeLocked(t.st.StageList[n-1].StageID))
+	}
 	return out
 }
 

@@ -11,9 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,29 +23,6 @@ import (
 	"github.com/mas-mcp/mas-mcp/internal/teststack"
 	"github.com/mas-mcp/mas-mcp/server"
 )
-
-// relayBinary is the mas-mcp binary the relay tests run, built once.
-var relayBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "mas-relay-bin-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "mas-mcp")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
-})
-
-func needRelayBinary(t *testing.T) string {
-	t.Helper()
-	bin, err := relayBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bin
-}
 
 // stdioClient is an MCP client session with a mas-mcp --stdio process.
 type stdioClient struct {
@@ -78,21 +53,13 @@ func startStdio(t *testing.T, bin string, env []string, args ...string) *stdioCl
 	t.Cleanup(func() {
 		_ = cs.Close()
 		if t.Failed() {
-			t.Logf("stdio mas-mcp (%v) stderr:\n%s", args, lastLogLines(c.stderr.String(), 150))
+			t.Logf("stdio mas-mcp (%v) stderr:\n%s", args, lastLines(c.stderr.String(), 150))
 		}
 	})
 	return c
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
-
-func lastLogLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
 
 // call calls a tool and decodes its structured result into out; a tool
 // error fails the test.
@@ -180,7 +147,7 @@ func relayEnv(llm *fakellm.Server, dataDir string) []string {
 // acknowledged write, keeps its host's session and subscriptions, and the
 // task finishes.
 func TestSecondProcessJoinsAndTakesOver(t *testing.T) {
-	bin := needRelayBinary(t)
+	bin, _, _ := binaries(t) // with the race detector
 	team := scripted.NewTeam()
 	team.AskOperator = true
 	llm := fakellm.New(t)
