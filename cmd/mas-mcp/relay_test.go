@@ -157,9 +157,10 @@ func TestSecondProcessJoinsAndTakesOver(t *testing.T) {
 
 	owner := startStdio(t, bin, env)
 	joined := startStdio(t, bin, env)
-	if !strings.Contains(joined.stderr.String(), `took_over=false`) {
-		t.Fatalf("the second process did not join the first; its stderr:\n%s", joined.stderr.String())
-	}
+	// Its stderr is copied from a pipe: the line may land a little later.
+	waitUntil(t, "the second process to say it joined the first", 10*time.Second, func() bool {
+		return strings.Contains(joined.stderr.String(), `took_over=false`)
+	})
 
 	// A task handed over through the second process is the first's.
 	var added server.AddTaskOut
@@ -215,9 +216,9 @@ func TestSecondProcessJoinsAndTakesOver(t *testing.T) {
 	if took > 20*time.Second {
 		t.Errorf("taking over took %s, want a few seconds", took)
 	}
-	if !strings.Contains(joined.stderr.String(), "took over the data directory") {
-		t.Errorf("the joined process does not say it took over")
-	}
+	waitUntil(t, "the joined process to say it took over", 10*time.Second, func() bool {
+		return strings.Contains(joined.stderr.String(), "took over the data directory")
+	})
 	found := map[string]bool{}
 	for _, tk := range info.Data {
 		found[tk.TaskID] = true
