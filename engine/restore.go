@@ -32,17 +32,9 @@ func (s *System) StartFrom(img *Image) error {
 	if img.Empty() {
 		return s.Start()
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return ErrClosed
+	if err := s.begin(); err != nil {
+		return err
 	}
-	if s.started {
-		s.mu.Unlock()
-		return errors.New("engine: already started")
-	}
-	s.started = true
-	s.mu.Unlock()
 
 	var base *TaskState
 	for i := range img.Tasks {

@@ -164,21 +164,27 @@ func New(cfg Config) (*System, error) {
 	}, nil
 }
 
+// begin marks the System started, once, unless it is closed.
+func (s *System) begin() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if s.started {
+		return errors.New("engine: already started")
+	}
+	s.started = true
+	return nil
+}
+
 // Start brings the MAS up (spec §1.3.1): the operator's HumanAgent, the first
 // manager agent from its template, and the base task that never ends.
 // Nothing in it calls an LLM: the manager acts when it gets work.
 func (s *System) Start() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return ErrClosed
+	if err := s.begin(); err != nil {
+		return err
 	}
-	if s.started {
-		s.mu.Unlock()
-		return errors.New("engine: already started")
-	}
-	s.started = true
-	s.mu.Unlock()
 
 	// The base task's IDs are fixed before any agent goroutine can read them.
 	s.baseTaskID, s.baseStageID = newID(), newID()

@@ -62,15 +62,9 @@ func TestCrashSIGTERMWhileWorking(t *testing.T)    { onBothStores(t, sigtermWhil
 // the LLM; after a restart the interrupted step runs again (same step ID)
 // and the task finishes with every effect once.
 func killDuringLLMCall(t *testing.T, natsURL string) {
-	team := scripted.NewTeam()
-	hold := holdFirst(func(c *fakellm.Call) bool { return c.AgentName == "bob" && c.Skill == "summary" })
-	llm := fakellm.New(t)
-	llm.Handle(hold.wrap(team.Handle))
-	m := newMAS(t, masOptions{LLMURL: llm.BaseURL(), NATSURL: natsURL})
-	m.start()
-	taskID := addTask(m)
+	h, llm, m, taskID := startHeldTeam(t, natsURL, func(c *fakellm.Call) bool { return c.AgentName == "bob" && c.Skill == "summary" })
 
-	held := hold.wait(t)
+	held := h.wait(t)
 	before := m.snapshot(taskID)
 	m.kill()
 
@@ -303,15 +297,9 @@ func killDuringToolCall(t *testing.T, natsURL string) {
 // restarted, it has everything it had, runs the interrupted step again and
 // finishes the task.
 func sigtermWhileWorking(t *testing.T, natsURL string) {
-	team := scripted.NewTeam()
-	hold := holdFirst(func(c *fakellm.Call) bool { return c.AgentName == "alice" && c.Skill == "think" })
-	llm := fakellm.New(t)
-	llm.Handle(hold.wrap(team.Handle))
-	m := newMAS(t, masOptions{LLMURL: llm.BaseURL(), NATSURL: natsURL})
-	m.start()
-	taskID := addTask(m)
+	h, llm, m, taskID := startHeldTeam(t, natsURL, func(c *fakellm.Call) bool { return c.AgentName == "alice" && c.Skill == "think" })
 
-	held := hold.wait(t)
+	held := h.wait(t)
 	before := m.snapshot(taskID)
 	if len(before.task.StageList) != 2 || len(before.task.TaskGroup) < 3 {
 		t.Fatalf("at the SIGTERM: %d stages, group %v; want the task staffed and staged", len(before.task.StageList), before.task.TaskGroup)
@@ -802,6 +790,18 @@ type hold struct {
 	match func(*fakellm.Call) bool
 	done  atomic.Bool
 	held  chan fakellm.Call
+}
+
+// startHeldTeam starts a MAS whose scripted team's first LLM request that
+// match accepts is held, and hands it the team's task.
+func startHeldTeam(t *testing.T, natsURL string, match func(*fakellm.Call) bool) (*hold, *fakellm.Server, *masInstance, string) {
+	team := scripted.NewTeam()
+	h := holdFirst(match)
+	llm := fakellm.New(t)
+	llm.Handle(h.wrap(team.Handle))
+	m := newMAS(t, masOptions{LLMURL: llm.BaseURL(), NATSURL: natsURL})
+	m.start()
+	return h, llm, m, addTask(m)
 }
 
 func holdFirst(match func(*fakellm.Call) bool) *hold {

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"os/exec"
 	"strings"
 	"sync/atomic"
@@ -132,13 +131,7 @@ func waitUntil(t *testing.T, what string, d time.Duration, ok func() bool) {
 // relayEnv is the environment of the processes: the fake LLM, the
 // sentinel key, and the data directory; nothing of the developer's.
 func relayEnv(llm *fakellm.Server, dataDir string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "OPENAI_") && !strings.HasPrefix(kv, "MAS_") {
-			env = append(env, kv)
-		}
-	}
-	return append(env, "OPENAI_BASE_URL="+llm.BaseURL(), "OPENAI_API_KEY="+teststack.SentinelKey, "MAS_MODEL=fake", "MAS_DATA_DIR="+dataDir)
+	return cleanEnv("OPENAI_BASE_URL="+llm.BaseURL(), "OPENAI_API_KEY="+teststack.SentinelKey, "MAS_MODEL=fake", "MAS_DATA_DIR="+dataDir)
 }
 
 // TestSecondProcessJoinsAndTakesOver: two mas-mcp --stdio processes on one
