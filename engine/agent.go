@@ -144,7 +144,7 @@ func (a *agent) loop() {
 func (a *agent) next() (context.Context, StepState, AgentState, bool) {
 	for {
 		a.mu.Lock()
-		if a.stopped {
+		if a.stopped || a.sys.ctx.Err() != nil {
 			a.mu.Unlock()
 			return nil, StepState{}, AgentState{}, false
 		}

@@ -137,9 +137,12 @@ func (s *System) StartFrom(img *Image) error {
 }
 
 // recoverStepsLocked deals with the steps a crash caught running; stored
-// holds the IDs of the messages the store has. Called before the agent's
-// goroutine starts.
+// holds the IDs of the messages the store has. Steps run again come first
+// in the todo list, in the order they ran (an agent runs one step at a
+// time, but a store written by an older mas-mcp may hold several).
+// Called before the agent's goroutine starts.
 func (a *agent) recoverStepsLocked(rerun Rerunner, stored map[string]bool) {
+	var again []string
 	for i := range a.st.AgentStep.StepList {
 		step := &a.st.AgentStep.StepList[i]
 		if step.ExecutionState != StateRunning {
@@ -155,8 +158,12 @@ func (a *agent) recoverStepsLocked(rerun Rerunner, stored map[string]bool) {
 		// Run it again, next.
 		step.ExecutionState = StateInit
 		step.StartedAt = time.Time{}
-		a.st.AgentStep.TodoList = slices.Insert(slices.DeleteFunc(a.st.AgentStep.TodoList, func(id string) bool { return id == step.StepID }), 0, step.StepID)
+		again = append(again, step.StepID)
 		a.dropLostWaitsLocked(step.StepID, stored)
+	}
+	if len(again) > 0 {
+		rest := slices.DeleteFunc(a.st.AgentStep.TodoList, func(id string) bool { return slices.Contains(again, id) })
+		a.st.AgentStep.TodoList = append(again, rest...)
 	}
 }
 

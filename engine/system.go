@@ -264,10 +264,13 @@ func (s *System) Close() error {
 		agents = append(agents, a)
 	}
 	s.mu.Unlock()
-	s.cancel()
+	// Agents stop before the MAS's context is cancelled: a loop that saw the
+	// cancelled context first would pop its next steps, fail to run them
+	// and leave them all "running", to be re-run at the next start.
 	for _, a := range agents {
 		a.stop()
 	}
+	s.cancel()
 	s.wg.Wait()
 	return nil
 }
