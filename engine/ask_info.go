@@ -202,7 +202,10 @@ func (s *System) askFromAgent(a *agent, step *StepState, q AskInfoQuery) error {
 	// no_relative), so the stage's later steps see it in their history.
 	m := s.newMessage(derivedID(step.StepID, "ask_answer"), step.TaskID, SystemSender, []string{a.id}, res.Markdown, step.StageID)
 	m.ReturnWaitingID = waitID
-	s.deliver(m)
+	if err := s.post(m); err != nil {
+		s.unwait(a, waitID)
+		return err
+	}
 	return nil
 }
 

@@ -58,7 +58,9 @@ func (s *System) AskOperator(ctx context.Context, q OperatorQuestion) (string, e
 		delete(s.confirms, m.Waiting[0])
 		s.confirmMu.Unlock()
 	}()
-	s.deliver(m)
+	if err := s.post(m); err != nil {
+		return "", err
+	}
 
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()

@@ -186,7 +186,19 @@ func (s *System) HumanSend(humanID string, hm HumanMessage) ([]Message, error) {
 			m.Waiting = []string{newID()}
 		}
 		h.mu.Lock()
-		m.ReturnWaitingID = h.answerLocked(r, hm.TaskID, hm.ReplyTo)
+		answered := h.answerLocked(r, hm.TaskID, hm.ReplyTo)
+		if answered != nil {
+			m.ReturnWaitingID = answered.ReturnWaitingID
+		}
+		// Stored before the operator's records change: a message the
+		// store refuses is neither sent nor recorded as sent.
+		if err := s.persist(&m); err != nil {
+			h.mu.Unlock()
+			return sent, err
+		}
+		if answered != nil {
+			answered.Replied = true
+		}
 		pool := h.st.ConversationPool
 		pool.ConversationPrivates[r] = append(pool.ConversationPrivates[r], PrivateMessage{
 			SenderID: humanID, Content: m.Message, StageRelative: stage, Timestamp: m.Timestamp,
@@ -202,7 +214,7 @@ func (s *System) HumanSend(humanID string, hm HumanMessage) ([]Message, error) {
 		h.st.AgentStep.TodoList = slices.DeleteFunc(h.st.AgentStep.TodoList, func(id string) bool { return id == ids[0] })
 		h.finishStepLocked(ids[0], StateFinished, map[string]any{"send_message": m.clone()})
 		h.mu.Unlock()
-		s.deliver(m)
+		s.hand(m)
 		sent = append(sent, m)
 	}
 	return sent, nil
@@ -234,9 +246,10 @@ func (a *agent) hasPrivate(messageID string) bool {
 	return false
 }
 
-// answerLocked marks the message a new operator message to peer answers and
-// returns its return_waiting_id, if any. a.mu must be held.
-func (a *agent) answerLocked(peer, taskID, replyTo string) string {
+// answerLocked finds the message from peer that a new operator message
+// answers (nil if none); the caller marks it replied once its answer is
+// stored. The pointer is valid while a.mu is held.
+func (a *agent) answerLocked(peer, taskID, replyTo string) *PrivateMessage {
 	msgs := a.st.ConversationPool.ConversationPrivates[peer]
 	pick := -1
 	for i := range msgs {
@@ -256,10 +269,9 @@ func (a *agent) answerLocked(peer, taskID, replyTo string) string {
 		}
 	}
 	if pick < 0 {
-		return ""
+		return nil
 	}
-	msgs[pick].Replied = true
-	return msgs[pick].ReturnWaitingID
+	return &msgs[pick]
 }
 
 // InboxEntry is a message to an operator.

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 )
@@ -54,18 +55,49 @@ func instructionKey(in *Instruction) string {
 	return ""
 }
 
-// deliver records each message in its task's conversation pool and hands it
-// to every receiver (spec §1.2, §8.4). Delivery is immediate: the receiver's
-// new step is queued before deliver returns.
+// persist makes a message durable (write-through): a restart delivers what
+// a crash interrupted, and receivers take each message once.
+func (s *System) persist(m *Message) error {
+	st := s.cfg.Store
+	if st == nil {
+		return nil
+	}
+	if err := st.PutMessage(s.storeCtx, m); err != nil {
+		return fmt.Errorf("message not sent, it could not be stored: %w", err)
+	}
+	return nil
+}
+
+// deliver stores and delivers the engine's own notices and instructions.
+// Each is derived from stored state with a fixed ID, so one the store
+// refused is delivered all the same (the MAS keeps moving) and sent again,
+// with the same ID, by the next start (StartFrom). Messages an agent or
+// operator wrote go through post instead.
 func (s *System) deliver(msgs ...Message) {
 	for _, m := range msgs {
-		if st := s.cfg.Store; st != nil {
-			// Durable before anyone sees it: a restart delivers what a
-			// crash interrupted (receivers take each message once).
-			if err := st.PutMessage(s.storeCtx, &m); err != nil {
-				s.log.Error("store: put message", "message", m.MessageID, "err", err)
-			}
+		if err := s.persist(&m); err != nil {
+			s.log.Error("store: put message", "message", m.MessageID, "err", err)
 		}
+		s.hand(m)
+	}
+}
+
+// post stores a message an agent or operator wrote and then delivers it.
+// One the store refuses is not delivered at all: nothing is seen that a
+// restart would lose. The error says so.
+func (s *System) post(m Message) error {
+	if err := s.persist(&m); err != nil {
+		return err
+	}
+	s.hand(m)
+	return nil
+}
+
+// hand records a stored message in its task's conversation pool and hands
+// it to every receiver (spec §1.2, §8.4). Delivery is immediate: the
+// receiver's new step is queued before hand returns.
+func (s *System) hand(msgs ...Message) {
+	for _, m := range msgs {
 		if t, ok := s.task(m.TaskID); ok {
 			t.record(m)
 		}
@@ -128,7 +160,10 @@ func (s *System) sendFromAgent(a *agent, step *StepState, om *OutgoingMessage) (
 		}
 		note = s.engageWaits(a, &m)
 	}
-	s.deliver(m)
+	if err := s.post(m); err != nil {
+		s.unwait(a, m.Waiting...)
+		return Message{}, "", err
+	}
 	return m, note, nil
 }
 

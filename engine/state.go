@@ -82,6 +82,9 @@ type TaskState struct {
 	// Operator is the HumanAgent the task reports to (the one who handed it
 	// over, or the base task's operator).
 	Operator string `json:"operator,omitempty"`
+	// HandedOver marks a task someone else handed to its manager (add_task
+	// by an operator): the manager was sent a start_task instruction.
+	HandedOver bool `json:"handed_over,omitempty"`
 	// EndedBy is the step (or agent) that ended the task.
 	EndedBy   string    `json:"ended_by,omitempty"`
 	Usage     llm.Usage `json:"usage"`

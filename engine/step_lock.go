@@ -221,20 +221,33 @@ func (a *agent) expireWaits() {
 // task or stage ended). The released agents carry on with their next step.
 func (s *System) releaseWaits(match func(Wait) bool) {
 	for _, a := range s.allAgents() {
-		a.mu.Lock()
-		var released []Wait
-		for _, w := range slices.Clone(a.st.Waits) {
-			if match(w) {
-				if rw, ok := a.releaseWaitLocked(w.WaitingID); ok {
-					released = append(released, rw)
-				}
+		s.releaseAgentWaits(a, match)
+	}
+}
+
+// unwait drops the waits an agent engaged for a message that was not sent
+// after all: no answer can come.
+func (s *System) unwait(a *agent, ids ...string) {
+	s.releaseAgentWaits(a, func(w Wait) bool { return slices.Contains(ids, w.WaitingID) })
+}
+
+// releaseAgentWaits releases the agent's waits that match.
+func (s *System) releaseAgentWaits(a *agent, match func(Wait) bool) {
+	a.mu.Lock()
+	var released []Wait
+	for _, w := range slices.Clone(a.st.Waits) {
+		if match(w) {
+			if rw, ok := a.releaseWaitLocked(w.WaitingID); ok {
+				released = append(released, rw)
 			}
 		}
-		if len(released) > 0 {
-			a.changedLocked(Event{Detail: "step_lock_released"})
-		}
-		a.mu.Unlock()
-		for _, w := range released {
+	}
+	if len(released) > 0 {
+		a.changedLocked(Event{Detail: "step_lock_released"})
+	}
+	a.mu.Unlock()
+	for _, w := range released {
+		if w.For != SystemSender {
 			s.waits.remove(a.id, w.For)
 		}
 	}

@@ -375,7 +375,7 @@ func (t *task) implied() []Message {
 	if t.endedLocked() {
 		return t.endTaskNoticesLocked()
 	}
-	var out []Message
+	out := t.startNoticesLocked()
 	for i := range t.st.StageList {
 		st := &t.st.StageList[i]
 		switch st.ExecutionState {
@@ -394,6 +394,21 @@ func (t *task) implied() []Message {
 		}) {
 		// finishStage asked the manager to judge the task after its last stage.
 		out = append(out, t.judgeLocked(t.st.StageList[n-1].StageID))
+	}
+	return out
+}
+
+// startNoticesLocked builds the instructions a new task sends: every member
+// of its group records it in working memory, and a manager it was handed to
+// is told to staff and stage it (until it has stages, which shows that it
+// got this). Restored, members who have them take them once, by their IDs.
+func (t *task) startNoticesLocked() []Message {
+	var out []Message
+	for _, member := range t.st.TaskGroup {
+		out = append(out, t.sys.instruction("", t.st.TaskID, "", member, "", &Instruction{UpdateWorkingMemory: &StageRef{TaskID: t.st.TaskID}}))
+	}
+	if t.st.HandedOver && len(t.st.StageList) == 0 {
+		out = append(out, t.sys.instruction("", t.st.TaskID, "", t.st.TaskManager, "", &Instruction{StartTask: &TaskRef{TaskID: t.st.TaskID}}))
 	}
 	return out
 }

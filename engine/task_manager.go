@@ -130,19 +130,16 @@ func (s *System) addTask(actor *agent, ti TaskInstruction, origin string) (map[s
 		StageList:              []StageState{},
 		ExecutionState:         StateInit,
 		Operator:               operator,
-		CreatedAt:              now,
-		UpdatedAt:              now,
+		// Someone else hands the task over: its manager plans staffing and
+		// stages (the manager's own add_task continues its own plan).
+		HandedOver: manager != actor.id,
+		CreatedAt:  now,
+		UpdatedAt:  now,
 	}}
 	s.registerTask(t)
-	var msgs []Message
-	for _, member := range group {
-		msgs = append(msgs, s.instruction("", id, "", member, "", &Instruction{UpdateWorkingMemory: &StageRef{TaskID: id}}))
-	}
-	if manager != actor.id {
-		// Someone else handed the task over: its manager plans staffing and
-		// stages (the manager's own add_task continues its own plan).
-		msgs = append(msgs, s.instruction("", id, "", manager, "", &Instruction{StartTask: &TaskRef{TaskID: id}}))
-	}
+	t.mu.Lock()
+	msgs := t.startNoticesLocked()
+	t.mu.Unlock()
 	s.deliver(msgs...)
 	s.log.Info("task added", "task", id, "name", name, "manager", manager, "by", actor.id)
 	return map[string]any{"task_id": id, "task_manager": manager}, nil

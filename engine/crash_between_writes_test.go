@@ -302,3 +302,26 @@ func TestRestoreSendsLostFinishTask(t *testing.T) {
 		}
 	}
 }
+
+// A crash after an operator's add_task stored the task but before any of
+// its instructions were: the restart sends them, so the manager staffs and
+// stages the task and every member knows it.
+func TestRestoreSendsLostStartTask(t *testing.T) {
+	b, store, restart := newFreezeBed(t)
+	base := b.sys.BaseTaskID()
+	store.freezeAt(nil, func(m *Message) bool { return m.Instruction != nil && m.TaskID != base })
+	task, err := b.sys.AddTask(b.op(), AddTaskRequest{TaskName: "lost start", TaskIntention: "Get going after a crash."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = restart()
+	b.waitFor("the manager to plan the task", func() bool {
+		return slices.Contains(b.agent(b.mgr()).Received, derivedID("start_task/"+task, b.mgr())) &&
+			len(b.steps(b.mgr(), func(s StepState) bool { return s.TaskID == task && s.Executor == SkillPlanning })) == 1
+	})
+	for _, id := range []string{b.mgr(), b.op()} {
+		if _, ok := b.agent(id).WorkingMemory[task]; !ok {
+			t.Errorf("agent %s's working memory lacks the task", id)
+		}
+	}
+}
