@@ -45,7 +45,7 @@ func (s *System) AskOperator(ctx context.Context, q OperatorQuestion) (string, e
 	}
 	m := s.newMessage("", q.TaskID, q.AgentID, []string{op}, q.Question, q.StageID)
 	m.NeedReply = true
-	m.Waiting = []string{newID()}
+	m.Waiting = []string{confirmWaitID(m.MessageID)}
 	answer := make(chan string, 1)
 	s.confirmMu.Lock()
 	if s.confirms == nil {
@@ -79,6 +79,29 @@ func (s *System) AskOperator(ctx context.Context, q OperatorQuestion) (string, e
 		h.expirePrivate(q.AgentID, m.MessageID)
 	}
 	return "", err
+}
+
+// confirmWaitID is the waiting ID of an AskOperator question: derived
+// from its message ID, so a restart can tell these questions apart (only
+// this process waited for their answers).
+func confirmWaitID(messageID string) string { return derivedID(messageID, "confirm") }
+
+// expireQuestionsLocked marks the operator's AskOperator questions still
+// awaiting a reply as expired: after a restart nobody waits for their
+// answers (the asking tool step failed, or runs again and asks anew).
+// Called at restore, before the HumanAgent is registered (which stores it).
+func (a *agent) expireQuestionsLocked() {
+	if a.st.ConversationPool == nil {
+		return
+	}
+	for _, msgs := range a.st.ConversationPool.ConversationPrivates {
+		for i := range msgs {
+			p := &msgs[i]
+			if p.NeedReply && !p.Replied && !p.Expired && p.ReturnWaitingID == confirmWaitID(p.MessageID) {
+				p.Expired = true
+			}
+		}
+	}
 }
 
 // answered hands a reply to the AskOperator call waiting on its waiting ID,

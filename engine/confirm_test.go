@@ -103,3 +103,40 @@ func TestAskOperatorErrors(t *testing.T) {
 	_, err := b.sys.AskOperator(t.Context(), OperatorQuestion{TaskID: "nope", AgentID: "x", Question: "?"})
 	isErr(t, err, ErrNotFound, "task_id")
 }
+
+// TestRestoreExpiresOpenQuestions: after a crash nobody waits for the
+// answer to an approval question that was open (the tool step that asked
+// fails or asks anew), so the restored inbox no longer shows it awaiting a
+// reply; a waiting question from an agent keeps awaiting one.
+func TestRestoreExpiresOpenQuestions(t *testing.T) {
+	st := NewMemoryStore()
+	var cfg Config
+	b := newTestbed(t, func(c *Config) { c.Store = st; cfg = *c })
+	op, base := b.op(), b.sys.BaseTaskID()
+	alice := b.newAgent("alice")
+	b.join(base, alice)
+	sayTo(b, "ask op", op, "which format?", true, true)
+	runSteps(b, alice, "ask op")
+	askInBackground(b, t.Context(), OperatorQuestion{TaskID: base, AgentID: alice, Question: "delete /tmp/x?", Timeout: time.Minute})
+	b.waitFor("the question in the inbox", func() bool { _, ok := inboxEntry(b, op, "delete /tmp/x?"); return ok })
+	img, err := st.Image() // what a crash leaves: the question still open
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.sub.Close()
+	_ = b.sys.Close()
+
+	b2 := restartFrom(t, cfg, img, b.sc)
+	if e, ok := inboxEntry(b2, op, "delete /tmp/x?"); !ok || e.AwaitingReply || !e.Expired {
+		t.Errorf("restored approval question %+v (found %v), want expired, not awaiting a reply", e, ok)
+	}
+	if e, ok := inboxEntry(b2, op, "which format?"); !ok || !e.AwaitingReply || e.Expired {
+		t.Errorf("restored agent question %+v (found %v), want still awaiting a reply", e, ok)
+	}
+	stored, _ := b2.sys.cfg.Store.(*MemoryStore).Agent(op)
+	for _, p := range stored.ConversationPool.ConversationPrivates[alice] {
+		if p.Content == "delete /tmp/x?" && !p.Expired {
+			t.Error("the expiry is not stored")
+		}
+	}
+}

@@ -102,20 +102,7 @@ func newFreezeBed(t *testing.T) (b *testbed, store *freezeStore, restart func() 
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.Store = NewMemoryStore()
-		sys, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b2 := &testbed{t: t, sys: sys, sc: b.sc, sub: sys.Subscribe(1 << 14)}
-		if err := sys.StartFrom(img); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			b2.sub.Close()
-			_ = sys.Close()
-		})
-		return b2, img
+		return restartFrom(t, cfg, img, b.sc), img
 	}
 	return b, store, restart
 }

@@ -86,6 +86,9 @@ func (s *System) StartFrom(img *Image) error {
 		}
 		a := newAgentOwner(s, st)
 		a.recoverStepsLocked(rerun, stored)
+		if a.kind == KindHuman {
+			a.expireQuestionsLocked()
+		}
 		restored = append(restored, a)
 	}
 	for _, a := range restored {

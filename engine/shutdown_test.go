@@ -181,16 +181,7 @@ func TestRestoreKeepsOrderOfInterruptedSteps(t *testing.T) {
 	for n := range cfg.Skills {
 		cfg.Skills[n] = sc.executor(n)
 	}
-	cfg.Store = NewMemoryStore()
-	sys, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b2 := &testbed{t: t, sys: sys, sc: sc, sub: sys.Subscribe(1 << 14)}
-	t.Cleanup(func() { b2.sub.Close(); _ = sys.Close() })
-	if err := sys.StartFrom(img); err != nil {
-		t.Fatal(err)
-	}
+	b2 := restartFrom(t, cfg, img, sc)
 	b2.waitFor("alice's four steps", func() bool { return len(sc.callsOf("alice", SkillThink)) == 4 })
 	var order []string
 	for _, c := range sc.callsOf("alice", SkillThink) {

@@ -430,3 +430,23 @@ func isErr(t testing.TB, err, kind error, field string) {
 		t.Errorf("error %q does not name %q", err, field)
 	}
 }
+
+// restartFrom starts a new System on cfg (with a fresh MemoryStore) from
+// img, as a process restarted after a crash would, scripted by sc.
+func restartFrom(t testing.TB, cfg Config, img *Image, sc *script) *testbed {
+	t.Helper()
+	cfg.Store = NewMemoryStore()
+	sys, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &testbed{t: t, sys: sys, sc: sc, sub: sys.Subscribe(1 << 14)}
+	t.Cleanup(func() {
+		b.sub.Close()
+		_ = sys.Close()
+	})
+	if err := sys.StartFrom(img); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
