@@ -98,8 +98,11 @@ type Store struct {
 	kvT  jetstream.KeyValue
 	kvA  jetstream.KeyValue
 
-	mu   sync.Mutex        // guards revs
+	mu   sync.Mutex        // guards revs and unsure
 	revs map[string]uint64 // last revision written or read, per KV key
+	// unsure holds, per KV key, the last document whose write failed in a
+	// way that leaves its outcome unknown (it may have landed).
+	unsure map[string][]byte
 
 	lease     jetstream.KeyValue // external NATS: the owner's lease
 	stopLease context.CancelFunc
@@ -125,7 +128,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if o.Replicas <= 0 {
 		o.Replicas = 1
 	}
-	s := &Store{opts: o, log: o.Logger, revs: map[string]uint64{}}
+	s := &Store{opts: o, log: o.Logger, revs: map[string]uint64{}, unsure: map[string][]byte{}}
 	var err error
 	switch {
 	case o.NATSURL != "":
@@ -437,60 +440,6 @@ func decode(b []byte, what string) (*envelope, error) {
 		return nil, fmt.Errorf("store: %s has no schema version", what)
 	}
 	return &e, nil
-}
-
-// PutTask writes a task document (without its conversation, which is the
-// message stream) by revision.
-func (s *Store) PutTask(ctx context.Context, t *engine.TaskState) error {
-	doc := *t
-	doc.SharedConversationPool = nil
-	return s.put(ctx, s.kvT, "task "+t.TaskID, t.TaskID, envelope{Schema: SchemaVersion, Task: &doc})
-}
-
-// PutAgent writes an agent document by revision.
-func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
-	return s.put(ctx, s.kvA, "agent "+a.AgentID, a.AgentID, envelope{Schema: SchemaVersion, Agent: a})
-}
-
-// ErrConflict means another writer changed a document since this store
-// last wrote or read it: the write was refused, not applied over theirs.
-var ErrConflict = errors.New("written meanwhile by another writer")
-
-func (s *Store) put(ctx context.Context, kv jetstream.KeyValue, what, key string, e envelope) error {
-	b, err := json.Marshal(e)
-	if err != nil {
-		return fmt.Errorf("store: %s: %w", what, err)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rev, known := s.revs[kv.Bucket()+"/"+key]
-	var n uint64
-	if known {
-		n, err = kv.Update(ctx, key, b, rev)
-	} else {
-		n, err = kv.Create(ctx, key, b)
-	}
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		return fmt.Errorf("store: %s: %w (revision %d): refusing to overwrite", what, ErrConflict, rev)
-	}
-	if err != nil {
-		return fmt.Errorf("store: %s: %w", what, err)
-	}
-	s.revs[kv.Bucket()+"/"+key] = n
-	return nil
-}
-
-// PutMessage publishes a message (deduplicated by its ID) and waits for the
-// stream's acknowledgement.
-func (s *Store) PutMessage(ctx context.Context, m *engine.Message) error {
-	b, err := json.Marshal(envelope{Schema: SchemaVersion, Message: m})
-	if err != nil {
-		return fmt.Errorf("store: message %s: %w", m.MessageID, err)
-	}
-	if _, err := s.js.Publish(ctx, subjectMsgs+m.TaskID, b, jetstream.WithMsgID(m.MessageID)); err != nil {
-		return fmt.Errorf("store: message %s: %w", m.MessageID, err)
-	}
-	return nil
 }
 
 // Load reads every document and message: the image a restart rebuilds the
