@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -40,6 +41,11 @@ type agent struct {
 	// passwordHash is a HumanAgent's login secret (spec §7.4.1); it is never
 	// part of AgentState.
 	passwordHash []byte
+
+	// version counts the announced changes of st; last is the copy of st
+	// a reader made last (see read).
+	version atomic.Uint64
+	last    atomic.Pointer[copyAt[AgentState]]
 }
 
 func newAgentOwner(s *System, st AgentState) *agent {
@@ -78,6 +84,7 @@ func (a *agent) stop() {
 // announceLocked stamps and announces a change without persisting it.
 func (a *agent) announceLocked(ev Event) {
 	a.st.UpdatedAt = a.sys.now()
+	a.version.Add(1)
 	if ev.Kind == "" {
 		ev.Kind = EventAgentChanged
 	}
@@ -93,6 +100,7 @@ func (a *agent) changedLocked(ev Event) {
 			a.sys.log.Error("store: put agent", "agent", a.id, "err", err)
 		}
 	}
+	a.version.Add(1)
 	if ev.Kind == "" {
 		ev.Kind = EventAgentChanged
 	}
@@ -110,10 +118,14 @@ func (a *agent) snapshot() AgentState {
 func (a *agent) brief() AgentBrief {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return briefOf(&a.st)
+}
+
+func briefOf(st *AgentState) AgentBrief {
 	return AgentBrief{
-		AgentID: a.st.AgentID, Name: a.st.Name, Role: a.st.Role, Profile: a.st.Profile,
-		Kind: a.st.Kind, WorkingState: a.st.WorkingState,
-		Skills: slices.Clone(a.st.Skills), Tools: slices.Clone(a.st.Tools),
+		AgentID: st.AgentID, Name: st.Name, Role: st.Role, Profile: st.Profile,
+		Kind: st.Kind, WorkingState: st.WorkingState,
+		Skills: slices.Clone(st.Skills), Tools: slices.Clone(st.Tools),
 	}
 }
 

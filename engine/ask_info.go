@@ -63,7 +63,7 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 	case QueryManagedTaskAndStageInfo, QueryAssignedTaskAndStageInfo:
 		var out []TaskInfo
 		for _, t := range s.allTasks() {
-			ts := t.snapshot()
+			ts := t.read()
 			managed := ts.TaskManager == askerID
 			if typ == QueryManagedTaskAndStageInfo && !managed {
 				continue
@@ -92,7 +92,7 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		ti := taskInfo(t.snapshot())
+		ti := taskInfo(t.read())
 		writeTask(&b, ti)
 		res.Data = ti
 	case QueryStageInfo:
@@ -119,7 +119,7 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 		}
 		var briefs []AgentBrief
 		for _, a := range s.allAgents() {
-			briefs = append(briefs, a.brief())
+			briefs = append(briefs, a.readBrief())
 		}
 		writeBriefs(&b, briefs, nil)
 		res.Data = nonNil(briefs)
@@ -148,7 +148,7 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 			if !ok {
 				return nil, errf(ErrNotFound, "agent_id %q: no such agent", id)
 			}
-			st := a.snapshot()
+			st := a.read()
 			st.ConversationPool = nil // an operator's conversations are its own
 			states = append(states, st)
 			writeAgent(&b, st)
@@ -239,7 +239,7 @@ func (s *System) briefs(ids []string) []AgentBrief {
 	var out []AgentBrief
 	for _, id := range ids {
 		if a, ok := s.agent(id); ok {
-			out = append(out, a.brief())
+			out = append(out, a.readBrief())
 		}
 	}
 	return out

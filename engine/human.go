@@ -288,16 +288,15 @@ func (s *System) Inbox(humanID string) ([]InboxEntry, error) {
 	if !ok || h.kind != KindHuman {
 		return nil, errf(ErrNotFound, "human_agent_id %q: no such HumanAgent", humanID)
 	}
-	h.mu.Lock()
+	st := h.read()
 	var out []InboxEntry
-	for peer, msgs := range h.st.ConversationPool.ConversationPrivates {
+	for peer, msgs := range st.ConversationPool.ConversationPrivates {
 		for _, p := range msgs {
 			if p.SenderID == peer {
 				out = append(out, InboxEntry{PrivateMessage: p, AwaitingReply: p.NeedReply && !p.Replied && !p.Expired})
 			}
 		}
 	}
-	h.mu.Unlock()
 	slices.SortStableFunc(out, func(x, y InboxEntry) int {
 		rank := func(e InboxEntry) int {
 			switch {

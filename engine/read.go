@@ -1,12 +1,15 @@
 package engine
 
+// The System's read API: copies for readers that never wait on an owner
+// (published.go).
+
 // Task returns a snapshot of a task.
 func (s *System) Task(id string) (TaskState, bool) {
 	t, ok := s.task(id)
 	if !ok {
 		return TaskState{}, false
 	}
-	return t.snapshot(), true
+	return t.read(), true
 }
 
 // Stage returns a snapshot of one stage of a task.
@@ -23,7 +26,7 @@ func (s *System) Tasks() []TaskState {
 	ts := s.allTasks()
 	out := make([]TaskState, len(ts))
 	for i, t := range ts {
-		out[i] = t.snapshot()
+		out[i] = t.read()
 	}
 	return out
 }
@@ -34,7 +37,7 @@ func (s *System) Agent(id string) (AgentState, bool) {
 	if !ok {
 		return AgentState{}, false
 	}
-	return a.snapshot(), true
+	return a.read(), true
 }
 
 // Agents returns snapshots of every agent, in creation order.
@@ -42,7 +45,7 @@ func (s *System) Agents() []AgentState {
 	as := s.allAgents()
 	out := make([]AgentState, len(as))
 	for i, a := range as {
-		out[i] = a.snapshot()
+		out[i] = a.read()
 	}
 	return out
 }
@@ -53,7 +56,7 @@ func (s *System) AgentBrief(id string) (AgentBrief, bool) {
 	if !ok {
 		return AgentBrief{}, false
 	}
-	return a.brief(), true
+	return a.readBrief(), true
 }
 
 // AgentBriefs returns every agent's public profile, in creation order.
@@ -61,7 +64,7 @@ func (s *System) AgentBriefs() []AgentBrief {
 	as := s.allAgents()
 	out := make([]AgentBrief, len(as))
 	for i, a := range as {
-		out[i] = a.brief()
+		out[i] = a.readBrief()
 	}
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mas-mcp/mas-mcp/llm"
 )
@@ -18,6 +19,11 @@ type task struct {
 
 	mu sync.Mutex
 	st TaskState // guarded by mu
+
+	// version counts the announced changes of st; last is the copy of st
+	// a reader made last (see read).
+	version atomic.Uint64
+	last    atomic.Pointer[copyAt[TaskState]]
 }
 
 // changedLocked stamps, persists and announces a change. mu must be held.
@@ -28,6 +34,7 @@ func (t *task) changedLocked(ev Event) {
 			t.sys.log.Error("store: put task", "task", t.st.TaskID, "err", err)
 		}
 	}
+	t.version.Add(1)
 	if ev.Kind == "" {
 		ev.Kind = EventTaskChanged
 	}
@@ -108,6 +115,7 @@ func (t *task) record(m Message) {
 	// The store has the message already (PutMessage): the task document
 	// itself did not change.
 	t.st.UpdatedAt = t.sys.now()
+	t.version.Add(1)
 	t.sys.bus.publish(Event{Kind: EventMessageDelivered, TaskID: t.st.TaskID, MessageID: m.MessageID, StageID: m.StageRelative, AgentID: m.SenderID})
 }
 
