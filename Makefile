@@ -16,9 +16,11 @@ build:
 run:
 	$(GO) run ./cmd/mas-mcp $(ARGS)
 
-## test: formatting, vet and every test with the race detector
+## test: formatting, vet, every test with the race detector, and every
+## benchmark run once (no figures judged: so that none stops working unseen)
 test: lint deps
 	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -count=1 -run='^$$' -bench=. -benchtime=1x $(PKGS)
 
 ## deps: install the npm packages the tests run, from their lockfiles (every time):
 ##   the MCP clients of the interop tests, the MCP servers of the downstream tests,

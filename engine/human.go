@@ -3,6 +3,7 @@ package engine
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
 	"slices"
 	"strings"
 )
@@ -194,6 +195,15 @@ func (s *System) HumanSend(humanID string, hm HumanMessage) ([]Message, error) {
 		// store refuses is neither sent nor recorded as sent.
 		if err := s.persist(&m); err != nil {
 			h.mu.Unlock()
+			if len(sent) > 0 {
+				// One message per receiver: say who has it, so that a
+				// retry goes only to the others.
+				var to []string
+				for _, x := range sent {
+					to = append(to, x.Receiver...)
+				}
+				err = fmt.Errorf("receiver %s: %w (the message was sent to %s before this failure)", r, err, strings.Join(to, ", "))
+			}
 			return sent, err
 		}
 		if answered != nil {

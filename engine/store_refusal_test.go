@@ -107,6 +107,17 @@ func TestRefusedMessagesAreNotSeen(t *testing.T) {
 		b.waitFor("alice's wait to end", func() bool { return len(b.agent(alice).StepLock) == 0 })
 	})
 
+	t.Run("operator message to two, one refused", func(t *testing.T) {
+		st.mu.Lock()
+		st.refuse = func(m *Message) bool { return m.SenderID == op && m.Receiver[0] == bob }
+		st.mu.Unlock()
+		_, err := b.sys.HumanSend(op, HumanMessage{TaskID: base, Receiver: []string{alice, bob}, Content: "to both"})
+		if err == nil || !strings.Contains(err.Error(), "receiver "+bob) || !strings.Contains(err.Error(), "sent to "+alice) {
+			t.Errorf("HumanSend: %v; want an error naming bob and saying alice has the message", err)
+		}
+		st.refuseFrom("")
+	})
+
 	t.Run("ask_info answer", func(t *testing.T) {
 		st.refuseFrom(SystemSender)
 		b.sc.onText("ask for all agents", func(context.Context, *ExecInput) *Output {
