@@ -84,12 +84,7 @@ func (a *agent) stop() {
 // announceLocked stamps and announces a change without persisting it.
 func (a *agent) announceLocked(ev Event) {
 	a.st.UpdatedAt = a.sys.now()
-	a.version.Add(1)
-	if ev.Kind == "" {
-		ev.Kind = EventAgentChanged
-	}
-	ev.AgentID = a.id
-	a.sys.bus.publish(ev)
+	a.publishLocked(ev)
 }
 
 // changedLocked stamps, persists and announces a change. mu must be held.
@@ -100,6 +95,12 @@ func (a *agent) changedLocked(ev Event) {
 			a.sys.log.Error("store: put agent", "agent", a.id, "err", err)
 		}
 	}
+	a.publishLocked(ev)
+}
+
+// publishLocked makes a change visible: a new version for readers, then
+// the event. mu must be held.
+func (a *agent) publishLocked(ev Event) {
 	a.version.Add(1)
 	if ev.Kind == "" {
 		ev.Kind = EventAgentChanged

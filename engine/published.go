@@ -21,21 +21,39 @@ type copyAt[T any] struct {
 	st      T
 }
 
+// busyCopy returns the last copy of an owner's state when the owner is
+// busy and that copy is current. Otherwise it returns nil with the
+// owner's mutex held, for the caller to read under and unlock.
+func busyCopy[T any](mu *sync.Mutex, version *atomic.Uint64, last *atomic.Pointer[copyAt[T]]) *T {
+	if mu.TryLock() {
+		return nil
+	}
+	if p := last.Load(); p != nil && p.version == version.Load() {
+		return &p.st
+	}
+	mu.Lock()
+	return nil
+}
+
 // readOwner copies an owner's state for a reader: under its mutex when it
-// is free, else the last copy when it is current.
+// is free, else the last copy when it is current. A copy is kept for later
+// readers only when the state changed since the last one kept.
 func readOwner[T any](mu *sync.Mutex, version *atomic.Uint64, last *atomic.Pointer[copyAt[T]], copyLocked func() T, clone func(*T) T) T {
-	if !mu.TryLock() {
-		if p := last.Load(); p != nil && p.version == version.Load() {
-			return clone(&p.st)
-		}
-		mu.Lock()
+	if p := busyCopy(mu, version, last); p != nil {
+		return clone(p)
 	}
 	v := copyLocked()
-	kept := &copyAt[T]{version: version.Load(), st: clone(&v)} // shares nothing with v
+	n := version.Load()
+	old := last.Load()
+	if old != nil && old.version >= n {
+		mu.Unlock()
+		return v
+	}
+	kept := &copyAt[T]{version: n, st: clone(&v)} // shares nothing with v
 	mu.Unlock()
 	for {
 		old := last.Load()
-		if (old != nil && old.version >= kept.version) || last.CompareAndSwap(old, kept) {
+		if (old != nil && old.version >= n) || last.CompareAndSwap(old, kept) {
 			return v
 		}
 	}
@@ -49,11 +67,8 @@ func (a *agent) read() AgentState {
 
 // readBrief is brief for a reader.
 func (a *agent) readBrief() AgentBrief {
-	if !a.mu.TryLock() {
-		if p := a.last.Load(); p != nil && p.version == a.version.Load() {
-			return briefOf(&p.st)
-		}
-		a.mu.Lock()
+	if p := busyCopy(&a.mu, &a.version, &a.last); p != nil {
+		return briefOf(p)
 	}
 	defer a.mu.Unlock()
 	return briefOf(&a.st)

@@ -178,7 +178,8 @@ func TestRestoreKeepsOrderOfInterruptedSteps(t *testing.T) {
 	}
 
 	sc := newScript()
-	for n := range cfg.Skills {
+	cfg.Skills = map[string]Executor{}
+	for _, n := range SkillNames {
 		cfg.Skills[n] = sc.executor(n)
 	}
 	b2 := restartFrom(t, cfg, img, sc)
