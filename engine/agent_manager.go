@@ -161,6 +161,13 @@ func mergeConfig(tpl, over AgentConfig) AgentConfig {
 
 // register adds an agent to the MAS and starts an LLM agent's loop.
 func (s *System) register(a *agent) error {
+	return s.enroll(a, true)
+}
+
+// enroll adds an agent to the MAS, and with run starts an LLM agent's
+// loop. A restore enrolls every agent before any loop runs (runLoops): a
+// step re-run at once could otherwise send to an agent not enrolled yet.
+func (s *System) enroll(a *agent, run bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -171,8 +178,23 @@ func (s *System) register(a *agent) error {
 	a.mu.Lock()
 	a.changedLocked(Event{Kind: EventAgentAdded, Detail: a.kind})
 	a.mu.Unlock()
-	if a.kind == KindLLM {
+	if run && a.kind == KindLLM {
 		s.goTracked(a.loop)
+	}
+	return nil
+}
+
+// runLoops starts the loops of enrolled LLM agents.
+func (s *System) runLoops(agents []*agent) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	for _, a := range agents {
+		if a.kind == KindLLM {
+			s.goTracked(a.loop)
+		}
 	}
 	return nil
 }

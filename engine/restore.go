@@ -91,8 +91,10 @@ func (s *System) StartFrom(img *Image) error {
 		}
 		restored = append(restored, a)
 	}
+	// Every agent is enrolled before any loop runs: a re-run step may
+	// message an agent restored after its own.
 	for _, a := range restored {
-		if err := s.register(a); err != nil {
+		if err := s.enroll(a, false); err != nil {
 			return fmt.Errorf("engine: restore agent %s: %w", a.id, err)
 		}
 	}
@@ -105,7 +107,9 @@ func (s *System) StartFrom(img *Image) error {
 		}
 		a.armTimerLocked()
 		a.mu.Unlock()
-		a.signal()
+	}
+	if err := s.runLoops(restored); err != nil {
+		return fmt.Errorf("engine: restore: %w", err)
 	}
 
 	// Messages some receiver has not taken: deliver them to it now.
