@@ -227,6 +227,8 @@ func TestReplyThatNeverComesIsReleasedAfterTheTimeout(t *testing.T) {
 func TestWaitCycleIsDetectedAndBroken(t *testing.T) {
 	b := newTeamBrain()
 	var notes sync.Map // agent name -> note of its send step
+	bobAsking := make(chan struct{})
+	var bobAsks sync.Once
 	b.override = func(c *fakellm.Call) (fakellm.Reply, bool) {
 		s := b.s
 		// Bob asks first thing; alice thinks, then asks.
@@ -236,19 +238,23 @@ func TestWaitCycleIsDetectedAndBroken(t *testing.T) {
 				skill("think", "Think about my part", "think about the goal"),
 			}), true
 		}
-		// Bob's question is written only once alice is blocked waiting on
-		// him (her question reached him while his send was running, so his
-		// reply waits behind it): his wait would close the cycle
-		// alice → bob → alice.
-		if c.AgentName == "bob" && c.Skill == engine.SkillSendMessage && strings.HasPrefix(stepText(c.Prompt), mkAskPeer) {
+		asking := c.Skill == engine.SkillSendMessage && strings.HasPrefix(stepText(c.Prompt), mkAskPeer)
+		// Alice's question reaches bob while his own question is being
+		// written, so his reply to her waits behind it ...
+		if c.AgentName == "alice" && asking {
+			<-bobAsking
+		}
+		// ... and his question is written only once alice is blocked
+		// waiting on him: his wait would close the cycle
+		// alice → bob → alice. Both wait on events, not on time.
+		if c.AgentName == "bob" && asking {
+			sub := s.sys.Subscribe(1 << 12)
+			bobAsks.Do(func() { close(bobAsking) })
 			alice := s.agentByName("alice")
-			deadline := time.Now().Add(20 * time.Second)
-			for time.Now().Before(deadline) {
-				if a, _ := s.sys.Agent(alice); len(a.StepLock) > 0 {
-					break
-				}
-				time.Sleep(5 * time.Millisecond)
+			for a, _ := s.sys.Agent(alice); len(a.StepLock) == 0; a, _ = s.sys.Agent(alice) {
+				<-sub.C
 			}
+			sub.Close()
 		}
 		// Whatever bob does next, look at his finished send steps.
 		if c.AgentName == "bob" {

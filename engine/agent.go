@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -88,14 +89,47 @@ func (a *agent) announceLocked(ev Event) {
 }
 
 // changedLocked stamps, persists and announces a change. mu must be held.
-func (a *agent) changedLocked(ev Event) {
+// A change the store refuses is not announced: the agent takes back the
+// document the store holds (so memory never runs ahead of the store) and
+// the error says why; callers whose change must not vanish silently turn
+// it into a failed step.
+func (a *agent) changedLocked(ev Event) error {
 	a.st.UpdatedAt = a.sys.now()
 	if st := a.sys.cfg.Store; st != nil {
+		a.boundLocked()
 		if err := st.PutAgent(a.sys.storeCtx, &a.st); err != nil {
-			a.sys.log.Error("store: put agent", "agent", a.id, "err", err)
+			a.sys.log.Error("store: put agent refused: change withdrawn", "agent", a.id, "event", ev.Kind, "detail", ev.Detail, "err", err)
+			a.rollbackLocked()
+			return fmt.Errorf("the change could not be stored: %w", err)
 		}
 	}
 	a.publishLocked(ev)
+	return nil
+}
+
+// rollbackLocked takes back the document the store holds after a refused
+// write. Without a StoreReader (or when the store cannot be read) the
+// change stays in memory, unannounced.
+func (a *agent) rollbackLocked() {
+	r, ok := a.sys.cfg.Store.(StoreReader)
+	if !ok {
+		return
+	}
+	got, err := r.ReadAgent(a.sys.storeCtx, a.id)
+	if err != nil {
+		a.sys.log.Error("store: read agent back after a refused write", "agent", a.id, "err", err)
+		return
+	}
+	a.st = got
+	// An LLM step is not written when it starts (a restart just runs it
+	// again): the stored document may still list the running step as
+	// next. It is running here.
+	if a.running != "" {
+		a.st.AgentStep.TodoList = slices.DeleteFunc(a.st.AgentStep.TodoList, func(id string) bool { return id == a.running })
+		if s := a.stepLocked(a.running); s != nil && s.ExecutionState == StateInit {
+			s.ExecutionState = StateRunning
+		}
+	}
 }
 
 // publishLocked makes a change visible: a new version for readers, then
@@ -106,7 +140,7 @@ func (a *agent) publishLocked(ev Event) {
 		ev.Kind = EventAgentChanged
 	}
 	ev.AgentID = a.id
-	a.sys.bus.publish(ev)
+	a.sys.publish(ev)
 }
 
 // snapshot returns a deep copy of the agent's state.

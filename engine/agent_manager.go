@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 )
@@ -176,8 +177,14 @@ func (s *System) enroll(a *agent, run bool) error {
 	s.agents[a.id] = a
 	s.agentOrder = append(s.agentOrder, a.id)
 	a.mu.Lock()
-	a.changedLocked(Event{Kind: EventAgentAdded, Detail: a.kind})
+	err := a.changedLocked(Event{Kind: EventAgentAdded, Detail: a.kind})
 	a.mu.Unlock()
+	if err != nil {
+		// Not stored, so it does not exist.
+		delete(s.agents, a.id)
+		s.agentOrder = s.agentOrder[:len(s.agentOrder)-1]
+		return fmt.Errorf("agent %s: %w", a.id, err)
+	}
 	if run && a.kind == KindLLM {
 		s.goTracked(a.loop)
 	}

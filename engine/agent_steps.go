@@ -147,8 +147,20 @@ func (a *agent) finishStepLocked(id, state string, result map[string]any) (*Step
 	for k, v := range result {
 		merged[k] = v
 	}
-	s.ExecuteResult = jsonShaped(merged)
-	a.changedLocked(Event{Kind: EventStepChanged, StepID: id, TaskID: s.TaskID, StageID: s.StageID, Detail: state})
+	s.ExecuteResult, _ = a.sys.clipValue(jsonShaped(merged), a.sys.cfg.MaxTextChars).(map[string]any)
+	if err := a.changedLocked(Event{Kind: EventStepChanged, StepID: id, TaskID: s.TaskID, StageID: s.StageID, Detail: state}); err != nil {
+		// The outcome was refused (and taken back): the step fails
+		// visibly instead, without the result that could not be stored.
+		if s = a.stepLocked(id); s == nil {
+			return nil, false
+		}
+		s.ExecutionState = StateFailed
+		s.FinishedAt = now
+		s.ExecuteResult = map[string]any{"error": "the step's outcome could not be stored: " + err.Error()}
+		if err := a.changedLocked(Event{Kind: EventStepChanged, StepID: id, TaskID: s.TaskID, StageID: s.StageID, Detail: StateFailed}); err != nil {
+			return nil, false
+		}
+	}
 	if s.TaskID == a.sys.baseTaskID {
 		a.pruneBaseLocked()
 		s = a.stepLocked(id)

@@ -17,6 +17,8 @@ var (
 	ErrForbidden = errors.New("forbidden")
 	// ErrEnded: the task or stage has already ended.
 	ErrEnded = errors.New("ended")
+	// ErrLimit: a configured limit was reached (stage retries).
+	ErrLimit = errors.New("limit reached")
 	// ErrClosed: the MAS is shut down.
 	ErrClosed = errors.New("mas is closed")
 )

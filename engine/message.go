@@ -105,6 +105,10 @@ type TaskRef struct {
 type StageRef struct {
 	TaskID  string `json:"task_id"`
 	StageID string `json:"stage_id"`
+	// EndedBy is, on finish_stage, the step that ended the stage: when it
+	// is the receiver's running step (the manager's task_manager step), it
+	// and the steps it planned are kept — they carry on the manager's work.
+	EndedBy string `json:"ended_by,omitempty"`
 }
 
 // StartStage is the start_stage instruction: the stage and this agent's goal.

@@ -130,6 +130,9 @@ type TaskInstruction struct {
 	NewAgentAllocation map[string]string `json:"new_agent_allocation,omitempty"`
 
 	Summary string `json:"summary,omitempty"`
+	// ExecutionState is how finish_task ends the task: "finished" (the
+	// default) or "failed" when it cannot be completed (spec §3.9).
+	ExecutionState string `json:"execution_state,omitempty"`
 }
 
 // StageSpec is a stage to add (spec §3.9 add_stage).

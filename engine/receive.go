@@ -141,7 +141,10 @@ func (a *agent) instructionLocked(m Message, ts *TaskState) {
 	case in.FinishStage != nil:
 		// spec §2.4.1: the stage's steps and working memory go.
 		ref := *in.FinishStage
-		a.removeStepsLocked(func(s *StepState) bool { return s.TaskID == ref.TaskID && s.StageID == ref.StageID })
+		keep := a.endingStepLocked(ref)
+		a.removeStepsLocked(func(s *StepState) bool {
+			return s.TaskID == ref.TaskID && s.StageID == ref.StageID && !keep(s)
+		})
 		if wm := a.st.WorkingMemory[ref.TaskID]; wm != nil {
 			delete(wm, ref.StageID)
 		}
@@ -169,5 +172,25 @@ func (a *agent) instructionLocked(m Message, ts *TaskState) {
 			Executor:      SkillToolDecision,
 			TextContent:   td.TextContent,
 		}}, true, m.MessageID)
+	}
+}
+
+// endingStepLocked returns which steps of a stage that just ended the
+// agent keeps: when the stage was ended by the agent's running step (the
+// manager's finish_stage or retry_stage), that step and the steps queued
+// since it started (what it planned, e.g. telling the operator) run on
+// and stay in the record. a.mu must be held.
+func (a *agent) endingStepLocked(ref StageRef) func(*StepState) bool {
+	none := func(*StepState) bool { return false }
+	if ref.EndedBy == "" || a.running != ref.EndedBy {
+		return none
+	}
+	run := a.stepLocked(a.running)
+	if run == nil {
+		return none
+	}
+	since := run.StartedAt
+	return func(s *StepState) bool {
+		return s.StepID == ref.EndedBy || (s.ExecutionState == StateInit && !s.CreatedAt.Before(since))
 	}
 }

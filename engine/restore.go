@@ -65,7 +65,9 @@ func (s *System) StartFrom(img *Image) error {
 		if st.CommunicationQueue == nil {
 			st.CommunicationQueue = []Message{}
 		}
-		s.registerTask(&task{sys: s, st: st})
+		if err := s.registerTask(&task{sys: s, st: st}); err != nil {
+			return fmt.Errorf("engine: restore: %w", err)
+		}
 	}
 
 	stored := make(map[string]bool, len(img.Messages))

@@ -203,6 +203,10 @@ type AgentState struct {
 	Template string `json:"template,omitempty"`
 	// Waits details each StepLock entry: whom it waits for and until when.
 	Waits []Wait `json:"step_lock_waits,omitempty"`
+	// WaitingFor says what the agent waits for when its working_state is
+	// "waiting" for another reason than its step lock: its running step's
+	// LLM call is waiting out an outage of the endpoint.
+	WaitingFor string `json:"waiting_for,omitempty"`
 	// Received lists the IDs of the newest messages delivered to the agent,
 	// so a message delivered again (after a restart) is taken once.
 	Received  []string  `json:"received_messages,omitempty"`

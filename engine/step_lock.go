@@ -252,3 +252,66 @@ func (s *System) releaseAgentWaits(a *agent, match func(Wait) bool) {
 		}
 	}
 }
+
+// lostReply is a wait whose reply can no longer come.
+type lostReply struct {
+	waiter    string
+	waitingID string
+	reason    string
+}
+
+// replyLostLocked reports the wait a reply step leaves without an answer:
+// the step (one carrying a return_waiting_id) ended without sending its
+// message, and no other pending step of this agent still carries that
+// waiting ID (get_more_info queues a copy). a.mu must be held.
+func (a *agent) replyLostLocked(step *StepState, result map[string]any) []lostReply {
+	if step.ReturnWaitingID == "" || step.ReplyTo == "" {
+		return nil
+	}
+	if _, sent := result["message_id"]; sent {
+		return nil
+	}
+	for _, id := range a.st.AgentStep.TodoList {
+		if s := a.stepLocked(id); s != nil && s.ReturnWaitingID == step.ReturnWaitingID {
+			return nil
+		}
+	}
+	reason, _ := result["error"].(string)
+	if reason == "" {
+		reason = "its reply step ended without sending a reply"
+	}
+	return []lostReply{{waiter: step.ReplyTo, waitingID: step.ReturnWaitingID, reason: truncate(reason, 300)}}
+}
+
+// releaseLost releases at once the waits whose reply from replier can no
+// longer come, each with a process_message step (run next) saying why:
+// the waiter does not sit out its wait timeout.
+func (s *System) releaseLost(replier *agent, lost ...lostReply) {
+	if len(lost) == 0 {
+		return
+	}
+	name := s.nameOf(replier.id) // read before taking another owner's mutex
+	for _, l := range lost {
+		w, ok := s.agent(l.waiter)
+		if !ok || w.kind != KindLLM {
+			continue
+		}
+		w.mu.Lock()
+		rw, released := w.releaseWaitLocked(l.waitingID)
+		if released && rw.WaitingID != "" {
+			data := map[string]any{"ReceiverIDs": name, "Reason": l.reason}
+			w.addStepsLocked(rw.TaskID, rw.StageID, []StepSpec{{
+				StepIntention: s.text("reply_lost_intention", data),
+				Type:          StepSkill,
+				Executor:      SkillProcessMessage,
+				TextContent:   s.text("reply_lost_text", data),
+			}}, true, "")
+			_ = w.changedLocked(Event{TaskID: rw.TaskID, Detail: "step_lock_released"})
+		}
+		w.mu.Unlock()
+		if released {
+			s.waits.remove(w.id, replier.id)
+			s.log.Info("wait released: the reply can no longer come", "agent", w.id, "for", replier.id, "waiting_id", l.waitingID, "reason", l.reason)
+		}
+	}
+}

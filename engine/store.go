@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 )
 
@@ -23,6 +24,16 @@ type Store interface {
 	// PutMessage makes a message durable before it is delivered, so a
 	// restart can deliver what a crash interrupted.
 	PutMessage(ctx context.Context, m *Message) error
+}
+
+// StoreReader is implemented by stores that can read a document back.
+// When a write is refused, the owner takes back the document the store
+// still holds, so the state in memory never runs ahead of the store (a
+// task's conversation, kept through PutMessage, stays as it is). Without
+// it a refused change stays in memory, unannounced, and is logged.
+type StoreReader interface {
+	ReadTask(ctx context.Context, id string) (TaskState, error)
+	ReadAgent(ctx context.Context, id string) (AgentState, error)
 }
 
 // Image is what a store holds: everything a MAS is rebuilt from (Restore).
@@ -91,6 +102,24 @@ func (m *MemoryStore) PutMessage(_ context.Context, msg *Message) error {
 	m.writes++
 	m.mu.Unlock()
 	return nil
+}
+
+// ReadTask implements StoreReader.
+func (m *MemoryStore) ReadTask(_ context.Context, id string) (TaskState, error) {
+	t, ok := m.Task(id)
+	if !ok {
+		return TaskState{}, fmt.Errorf("memory store: no task %s", id)
+	}
+	return t, nil
+}
+
+// ReadAgent implements StoreReader.
+func (m *MemoryStore) ReadAgent(_ context.Context, id string) (AgentState, error) {
+	a, ok := m.Agent(id)
+	if !ok {
+		return AgentState{}, fmt.Errorf("memory store: no agent %s", id)
+	}
+	return a, nil
 }
 
 // Task decodes the stored document of a task.

@@ -2,10 +2,14 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // refusingStore is a MemoryStore whose PutMessage fails for the messages
@@ -133,4 +137,162 @@ func TestRefusedMessagesAreNotSeen(t *testing.T) {
 			t.Errorf("bob still waits for an answer that was never sent: %v", a.StepLock)
 		}
 	})
+}
+
+// payloadStore is a MemoryStore that refuses any document or message over
+// a size, as NATS refuses a message over its max_payload (1 MiB).
+type payloadStore struct {
+	*MemoryStore
+	max     int
+	refused atomic.Int32
+}
+
+var errMaxPayload = errors.New("nats: maximum payload exceeded")
+
+func (s *payloadStore) check(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if len(b) > s.max {
+		s.refused.Add(1)
+		return errMaxPayload
+	}
+	return nil
+}
+
+func (s *payloadStore) PutTask(ctx context.Context, t *TaskState) error {
+	if err := s.check(t); err != nil {
+		return err
+	}
+	return s.MemoryStore.PutTask(ctx, t)
+}
+
+func (s *payloadStore) PutAgent(ctx context.Context, a *AgentState) error {
+	if err := s.check(a); err != nil {
+		return err
+	}
+	return s.MemoryStore.PutAgent(ctx, a)
+}
+
+func (s *payloadStore) PutMessage(ctx context.Context, m *Message) error {
+	if err := s.check(m); err != nil {
+		return err
+	}
+	return s.MemoryStore.PutMessage(ctx, m)
+}
+
+// TestBigSummaryIsStoredAsSeen: a 2 MB summary is bounded as it is taken
+// in, so the store takes it; what a restart (after a crash: no Close)
+// reads back is what clients read before.
+func TestBigSummaryIsStoredAsSeen(t *testing.T) {
+	st := &payloadStore{MemoryStore: NewMemoryStore(), max: 1 << 20}
+	var cfg Config
+	b := newTestbed(t, func(c *Config) { c.Store = st; cfg = *c })
+	alice := b.newAgent("alice")
+	huge := strings.Repeat("fact ", 400_000) // 2 MB
+	b.sc.onAgent("alice", SkillSummary, func(context.Context, *ExecInput) *Output { return &Output{Completion: &huge} })
+	b.sc.onAgent("alice", SkillThink, func(context.Context, *ExecInput) *Output {
+		return &Output{Result: map[string]any{"think": huge}}
+	})
+	b.sc.onAgent("alice", SkillPlanning, func(context.Context, *ExecInput) *Output {
+		return &Output{AddSteps: []StepSpec{spec(SkillThink, "think hard")}}
+	})
+	id := b.newTask("report", alice)
+	stages := b.addStages(id, StageSpec{StageIntention: "collect", AgentAllocation: map[string]string{alice: "collect facts"}})
+	b.waitFor("alice's summary", func() bool {
+		_, ok := b.stage(id, stages[0]).CompletionSummary[alice]
+		return ok
+	})
+	b.settle()
+	seenTask, seenAgent := b.task(id), b.agent(alice)
+	summary := seenTask.StageList[0].CompletionSummary[alice]
+	if !strings.Contains(summary, "characters dropped") || len(summary) > 100_000 {
+		t.Fatalf("summary of %d bytes, want it bounded with a note", len(summary))
+	}
+	if n := st.refused.Load(); n != 0 {
+		t.Errorf("the store refused %d writes", n)
+	}
+
+	img, err := st.Image()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := restartFrom(t, cfg, img, b.sc)
+	gotTask, gotAgent := r.task(id), r.agent(alice)
+	if got := gotTask.StageList[0].CompletionSummary[alice]; got != summary {
+		t.Errorf("restored summary differs from the one clients saw (%d vs %d bytes)", len(got), len(summary))
+	}
+	results := func(a AgentState) map[string]any {
+		out := map[string]any{}
+		for _, s := range a.AgentStep.StepList {
+			out[s.StepID] = jsonNorm(t, []any{s.ExecutionState, s.ExecuteResult})
+		}
+		return out
+	}
+	if diff := cmp.Diff(results(seenAgent), results(gotAgent)); diff != "" {
+		t.Errorf("restored steps differ from what clients saw (-seen +restored):\n%s", diff)
+	}
+}
+
+// refuseAgentStore refuses the agent documents refuse matches.
+type refuseAgentStore struct {
+	*MemoryStore
+	refuse func(*AgentState) bool
+}
+
+func (s *refuseAgentStore) PutAgent(ctx context.Context, a *AgentState) error {
+	if s.refuse(a) {
+		return errMaxPayload
+	}
+	return s.MemoryStore.PutAgent(ctx, a)
+}
+
+// TestRefusedOutcomeFailsTheStepVisibly: a step result the store refuses
+// is taken back; the step fails with the reason, and memory equals the
+// store.
+func TestRefusedOutcomeFailsTheStepVisibly(t *testing.T) {
+	const marker = "UNSTORABLE"
+	st := &refuseAgentStore{MemoryStore: NewMemoryStore(), refuse: func(a *AgentState) bool {
+		for _, s := range a.AgentStep.StepList {
+			if r, _ := s.ExecuteResult["think"].(string); r == marker {
+				return true
+			}
+		}
+		return false
+	}}
+	b := newTestbed(t, func(c *Config) { c.Store = st })
+	alice := b.newAgent("alice")
+	b.sc.onAgent("alice", SkillThink, func(context.Context, *ExecInput) *Output {
+		return &Output{Result: map[string]any{"think": marker}}
+	})
+	b.sc.onAgent("alice", SkillPlanning, func(context.Context, *ExecInput) *Output {
+		return &Output{AddSteps: []StepSpec{spec(SkillThink, "think")}}
+	})
+	id := b.newTask("report", alice)
+	b.addStages(id, StageSpec{StageIntention: "collect", AgentAllocation: map[string]string{alice: "collect facts"}})
+	var think StepState
+	b.waitFor("the think step to end", func() bool {
+		steps := b.steps(alice, func(s StepState) bool { return s.Executor == SkillThink })
+		if len(steps) == 1 && steps[0].ExecutionState == StateFailed {
+			think = steps[0]
+			return true
+		}
+		return false
+	})
+	if e, _ := think.ExecuteResult["error"].(string); !strings.Contains(e, "could not be stored") || !strings.Contains(e, "maximum payload") {
+		t.Errorf("think step error %q, want the store's refusal", e)
+	}
+	b.settle()
+	stored, _ := st.Agent(alice)
+	states := func(a AgentState) []string {
+		var out []string
+		for _, s := range a.AgentStep.StepList {
+			out = append(out, s.StepID+":"+s.ExecutionState)
+		}
+		return out
+	}
+	if diff := cmp.Diff(states(stored), states(b.agent(alice))); diff != "" {
+		t.Errorf("memory differs from the store (-stored +memory):\n%s", diff)
+	}
 }

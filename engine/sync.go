@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/mas-mcp/mas-mcp/llm"
 )
 
 // runStep executes one step and applies its output (spec §6.1 step_action:
@@ -17,6 +19,8 @@ func (a *agent) runStep(ctx context.Context, step StepState, view AgentState) {
 	if err != nil {
 		out = &Output{Err: err}
 	} else {
+		// An LLM outage the call waits out shows on the agent.
+		ctx = llm.WithOutageObserver(ctx, &stepOutage{a: a, step: &step})
 		out = exec.Execute(ctx, &ExecInput{Agent: view, Step: step, View: s})
 		if out == nil {
 			out = &Output{Err: errors.New("executor returned no output")}
@@ -69,11 +73,23 @@ func (s *System) route(ag *AgentState, step *StepState) (Executor, error) {
 // apply turns an executor's Output into changes of the owners (spec §2.5),
 // finishes the step and keeps the agent moving in its stage.
 func (s *System) apply(a *agent, step StepState, out *Output, cancelled bool) {
+	// Everything an executor produced is bounded as it is taken in.
+	// (the step's result is bounded as it is stored, in finishStepLocked)
 	result := map[string]any{}
 	for k, v := range out.Result {
 		result[k] = v
 	}
+	if out.Completion != nil {
+		c := s.clipText(*out.Completion)
+		out.Completion = &c
+	}
+	if m := out.SendMessage; m != nil {
+		m.Message = s.clipText(m.Message)
+	}
 	failure := out.Err
+	if failure == nil && out.Usage.Calls > 0 {
+		s.refused.answered()
+	}
 
 	// Agent-local effects first: memory, usage, planned steps.
 	a.mu.Lock()
@@ -144,20 +160,39 @@ func (s *System) apply(a *agent, step StepState, out *Output, cancelled bool) {
 	// crash in between leaves the step running, to be run again (and the
 	// task takes a step's report once, by its step ID).
 	if t, ok := s.task(step.TaskID); ok {
-		info := fmt.Sprintf("%s step %s", step.Executor, state)
-		if failure != nil {
-			info += ": " + truncate(failure.Error(), 300)
+		report := func() error {
+			info := fmt.Sprintf("%s step %s", step.Executor, state)
+			if failure != nil {
+				info += ": " + truncate(failure.Error(), 300)
+			}
+			var err error
+			notices, err = t.report(stepReport{
+				StageID: step.StageID, AgentID: a.id, Role: role, StepID: step.StepID,
+				AgentState: agentState, SharedInfo: info, Completion: completion, Usage: out.Usage,
+			})
+			return err
 		}
-		notices = t.report(stepReport{
-			StageID: step.StageID, AgentID: a.id, Role: role, StepID: step.StepID,
-			AgentState: agentState, SharedInfo: info, Completion: completion, Usage: out.Usage,
-		})
+		if err := report(); err != nil {
+			// The task could not store the outcome: the step fails
+			// visibly, and the task learns that instead.
+			failure = fmt.Errorf("the step's outcome could not be stored in its task: %w", err)
+			state, agentState, completion, summaryGaveUp = StateFailed, AgentFailed, nil, false
+			result = map[string]any{"error": failure.Error()}
+			if err := report(); err != nil {
+				s.log.Error("store: step report refused twice", "task", step.TaskID, "step", step.StepID, "err", err)
+			}
+		}
 	}
 	a.mu.Lock()
 	a.finishStepLocked(step.StepID, state, result)
+	lost := a.replyLostLocked(&step, result)
 	a.mu.Unlock()
 	s.log.Debug("step done", "agent", a.id, "step", step.StepID, "executor", step.Executor, "state", state, "err", failure)
 	s.deliver(notices...)
+	s.releaseLost(a, lost...)
+	if failure != nil {
+		s.refusal(a, &step, failure)
+	}
 	if summaryGaveUp {
 		return
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -53,6 +54,31 @@ type Config struct {
 	// SummaryAttempts is how many failed summary steps make an agent
 	// "failed" in a stage (so the stage can still complete). Default 2.
 	SummaryAttempts int
+	// RetryStageLimit is how many times one stage may be retried
+	// (retry_stage, spec §2.2.2), counting retries of its retries.
+	// Default 3.
+	RetryStageLimit int
+
+	// StallTimeout is how long a task that has not ended may stay quiet —
+	// no step to run or running, no LLM or tool call in flight, no wait a
+	// timeout will release — before its manager is told what is
+	// outstanding (supervision, beyond the spec). Default 3 minutes.
+	StallTimeout time.Duration
+	// StallNotices is how many such notices a task gets without progress
+	// before it is marked failed. Default 2. The base task is never
+	// failed; its manager is told instead.
+	StallNotices int
+
+	// MaxTextChars bounds every text an agent produces as it is taken in
+	// (an LLM's summary or message, a tool's result, each string of a
+	// step's result): what is longer is cut there with a visible note.
+	// Default 16,000 characters.
+	MaxTextChars int
+	// MaxDocumentBytes bounds the stored size of an agent or task
+	// document: past it, the oldest finished steps' results (and the
+	// oldest shared-info entries) are shortened. It must stay below the
+	// store's message limit (1 MiB on NATS). Default 640 KiB.
+	MaxDocumentBytes int
 
 	// Store persists every change (nil: memory only).
 	Store Store
@@ -82,9 +108,15 @@ func (c *Config) withDefaults() (Config, error) {
 	if cfg.BaseStageGoal == "" {
 		cfg.BaseStageGoal = "Answer the operator and turn requests into tasks with task_manager and agent_manager."
 	}
-	if cfg.WaitTimeout < 0 || cfg.StageStepBudget < 0 || cfg.StageReflectionBudget < 0 || cfg.SummaryAttempts < 0 {
-		return cfg, errors.New("engine: config: WaitTimeout, StageStepBudget, StageReflectionBudget and SummaryAttempts must not be negative")
+	if cfg.WaitTimeout < 0 || cfg.StageStepBudget < 0 || cfg.StageReflectionBudget < 0 || cfg.SummaryAttempts < 0 ||
+		cfg.RetryStageLimit < 0 || cfg.StallTimeout < 0 || cfg.StallNotices < 0 || cfg.MaxTextChars < 0 || cfg.MaxDocumentBytes < 0 {
+		return cfg, errors.New("engine: config: WaitTimeout, StageStepBudget, StageReflectionBudget, SummaryAttempts, RetryStageLimit, StallTimeout, StallNotices, MaxTextChars and MaxDocumentBytes must not be negative")
 	}
+	cfg.RetryStageLimit = cmp.Or(cfg.RetryStageLimit, 3)
+	cfg.StallTimeout = cmp.Or(cfg.StallTimeout, 3*time.Minute)
+	cfg.StallNotices = cmp.Or(cfg.StallNotices, 2)
+	cfg.MaxTextChars = cmp.Or(cfg.MaxTextChars, 16000)
+	cfg.MaxDocumentBytes = cmp.Or(cfg.MaxDocumentBytes, 640<<10)
 	if cfg.WaitTimeout == 0 {
 		cfg.WaitTimeout = 10 * time.Minute
 	}
@@ -132,7 +164,10 @@ type System struct {
 	storeCtx context.Context
 	wg       sync.WaitGroup
 
-	waits waitGraph
+	waits   waitGraph
+	sup     supervisor
+	outage  outageTracker
+	refused refusalTracker
 
 	confirmMu sync.Mutex
 	confirms  map[string]chan string // waiting ID -> AskOperator call waiting on it
@@ -153,7 +188,7 @@ func New(cfg Config) (*System, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &System{
+	s := &System{
 		cfg:      c,
 		log:      c.Logger,
 		ctx:      ctx,
@@ -161,7 +196,9 @@ func New(cfg Config) (*System, error) {
 		storeCtx: context.WithoutCancel(ctx),
 		tasks:    map[string]*task{},
 		agents:   map[string]*agent{},
-	}, nil
+	}
+	s.sup.sys = s
+	return s, nil
 }
 
 // begin marks the System started, once, unless it is closed.
@@ -226,7 +263,9 @@ func (s *System) Start() error {
 		UpdatedAt:              now,
 	}}
 	t.st.StageList[0].TaskID = t.st.TaskID
-	s.registerTask(t)
+	if err := s.registerTask(t); err != nil {
+		return fmt.Errorf("engine: start: base task: %w", err)
+	}
 	for _, id := range []string{mgr, op} {
 		s.deliver(s.instruction("", t.st.TaskID, stageID, id, "", &Instruction{
 			UpdateWorkingMemory: &StageRef{TaskID: t.st.TaskID, StageID: stageID},
@@ -267,6 +306,7 @@ func (s *System) Close() error {
 	// Agents stop before the MAS's context is cancelled: a loop that saw the
 	// cancelled context first would pop its next steps, fail to run them
 	// and leave them all "running", to be re-run at the next start.
+	s.sup.stop()
 	for _, a := range agents {
 		a.stop()
 	}
@@ -311,14 +351,20 @@ func (s *System) agent(id string) (*agent, bool) {
 	return a, ok
 }
 
-func (s *System) registerTask(t *task) {
+// registerTask stores a task and adds it to the MAS. A task the store
+// refuses does not exist.
+func (s *System) registerTask(t *task) error {
+	t.mu.Lock()
+	err := t.changedLocked(Event{Kind: EventTaskAdded})
+	t.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("task %s: %w", t.st.TaskID, err)
+	}
 	s.mu.Lock()
 	s.tasks[t.st.TaskID] = t
 	s.taskOrder = append(s.taskOrder, t.st.TaskID)
 	s.mu.Unlock()
-	t.mu.Lock()
-	t.changedLocked(Event{Kind: EventTaskAdded})
-	t.mu.Unlock()
+	return nil
 }
 
 func (s *System) allTasks() []*task {

@@ -27,19 +27,46 @@ type task struct {
 }
 
 // changedLocked stamps, persists and announces a change. mu must be held.
-func (t *task) changedLocked(ev Event) {
+// A change the store refuses is not announced: the task takes back the
+// document the store holds (its conversation stays) and the error says why.
+func (t *task) changedLocked(ev Event) error {
 	t.st.UpdatedAt = t.sys.now()
 	if st := t.sys.cfg.Store; st != nil {
+		t.boundLocked()
 		if err := st.PutTask(t.sys.storeCtx, &t.st); err != nil {
-			t.sys.log.Error("store: put task", "task", t.st.TaskID, "err", err)
+			t.sys.log.Error("store: put task refused: change withdrawn", "task", t.st.TaskID, "event", ev.Kind, "detail", ev.Detail, "err", err)
+			t.rollbackLocked()
+			return fmt.Errorf("the change could not be stored: %w", err)
 		}
 	}
+	t.announceLocked(ev)
+	return nil
+}
+
+// rollbackLocked takes back the document the store holds after a refused
+// write (see agent.rollbackLocked).
+func (t *task) rollbackLocked() {
+	r, ok := t.sys.cfg.Store.(StoreReader)
+	if !ok {
+		return
+	}
+	got, err := r.ReadTask(t.sys.storeCtx, t.st.TaskID)
+	if err != nil {
+		t.sys.log.Error("store: read task back after a refused write", "task", t.st.TaskID, "err", err)
+		return
+	}
+	got.SharedConversationPool = t.st.SharedConversationPool
+	t.st = got
+}
+
+// announceLocked makes a stored change visible. mu must be held.
+func (t *task) announceLocked(ev Event) {
 	t.version.Add(1)
 	if ev.Kind == "" {
 		ev.Kind = EventTaskChanged
 	}
 	ev.TaskID = t.st.TaskID
-	t.sys.bus.publish(ev)
+	t.sys.publish(ev)
 }
 
 // brief is the task without its lists and logs.
@@ -116,7 +143,7 @@ func (t *task) record(m Message) {
 	// itself did not change.
 	t.st.UpdatedAt = t.sys.now()
 	t.version.Add(1)
-	t.sys.bus.publish(Event{Kind: EventMessageDelivered, TaskID: t.st.TaskID, MessageID: m.MessageID, StageID: m.StageRelative, AgentID: m.SenderID})
+	t.sys.publish(Event{Kind: EventMessageDelivered, TaskID: t.st.TaskID, MessageID: m.MessageID, StageID: m.StageRelative, AgentID: m.SenderID})
 }
 
 // answered returns the waiting IDs, of ids, that a message to agent in the
@@ -159,7 +186,7 @@ type stepReport struct {
 
 // report applies a step's outcome and returns the notice for the task's
 // manager when the stage has just completed (spec §2.2.1).
-func (t *task) report(r stepReport) []Message {
+func (t *task) report(r stepReport) ([]Message, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.sys.now()
@@ -194,8 +221,10 @@ func (t *task) report(r stepReport) []Message {
 			}
 		}
 	}
-	t.changedLocked(Event{Kind: EventStageChanged, StageID: r.StageID, AgentID: r.AgentID, StepID: r.StepID, Detail: r.AgentState})
-	return out
+	if err := t.changedLocked(Event{Kind: EventStageChanged, StageID: r.StageID, AgentID: r.AgentID, StepID: r.StepID, Detail: r.AgentState}); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // reportedLocked reports whether a step's report is in the shared info pool
@@ -306,7 +335,7 @@ func (t *task) endStageNoticesLocked(st *StageState) []Message {
 	for _, id := range receivers {
 		text := t.sys.text("stage_finished_notice", map[string]any{"TaskID": t.st.TaskID, "StageID": st.StageID, "State": st.ExecutionState})
 		out = append(out, t.sys.instruction("", t.st.TaskID, st.StageID, id, text, &Instruction{
-			FinishStage: &StageRef{TaskID: t.st.TaskID, StageID: st.StageID},
+			FinishStage: &StageRef{TaskID: t.st.TaskID, StageID: st.StageID, EndedBy: st.EndedBy},
 		}))
 	}
 	return out
@@ -328,7 +357,7 @@ func (t *task) judgeLocked(after string) Message {
 
 // endTaskLocked ends the task and returns the finish_task instructions for
 // the whole task group.
-func (t *task) endTaskLocked(state, summary, by string) []Message {
+func (t *task) endTaskLocked(state, summary, by string) ([]Message, error) {
 	now := t.sys.now()
 	if rs := t.runningStageLocked(); rs != nil {
 		done := AgentFinished
@@ -344,11 +373,13 @@ func (t *task) endTaskLocked(state, summary, by string) []Message {
 		rs.EndedAt = now
 	}
 	t.st.ExecutionState = state
-	t.st.TaskSummary = summary
+	t.st.TaskSummary = t.sys.clipText(summary)
 	t.st.EndedBy = by
 	t.st.EndedAt = now
-	t.changedLocked(Event{Detail: state})
-	return t.endTaskNoticesLocked()
+	if err := t.changedLocked(Event{Detail: state}); err != nil {
+		return nil, err
+	}
+	return t.endTaskNoticesLocked(), nil
 }
 
 // endTaskNoticesLocked builds the finish_task instructions of an ended task

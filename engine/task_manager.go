@@ -64,7 +64,14 @@ func (s *System) taskInstruction(actorID string, ti TaskInstruction, origin stri
 	case ActionRetryStage:
 		return s.retryStage(t, actorID, human, ti, origin)
 	case ActionFinishTask:
-		return s.endTask(t, actorID, human, StateFinished, ti.Summary, by(origin, actorID))
+		switch state := strings.TrimSpace(ti.ExecutionState); state {
+		case "", StateFinished:
+			return s.endTask(t, actorID, human, StateFinished, ti.Summary, by(origin, actorID))
+		case StateFailed:
+			return s.endTask(t, actorID, human, StateFailed, ti.Summary, by(origin, actorID))
+		default:
+			return nil, errf(ErrInvalid, "execution_state %q: must be %q or %q", state, StateFinished, StateFailed)
+		}
 	case ActionCancelTask:
 		return s.endTask(t, actorID, human, StateFailed, ti.Summary, by(origin, actorID))
 	case "":
@@ -136,7 +143,9 @@ func (s *System) addTask(actor *agent, ti TaskInstruction, origin string) (map[s
 		CreatedAt:  now,
 		UpdatedAt:  now,
 	}}
-	s.registerTask(t)
+	if err := s.registerTask(t); err != nil {
+		return nil, err
+	}
 	t.mu.Lock()
 	msgs := t.startNoticesLocked()
 	t.mu.Unlock()
@@ -329,6 +338,10 @@ func (s *System) retryStage(t *task, actorID string, human bool, ti TaskInstruct
 		t.mu.Unlock()
 		return nil, errf(ErrInvalid, "old_stage_id %q: a later stage has run since; only the running stage (or the last ended one) can be retried", ti.OldStageID)
 	}
+	if root, n := t.retriesLocked(old); n >= s.cfg.RetryStageLimit {
+		t.mu.Unlock()
+		return nil, errf(ErrLimit, "old_stage_id %q: stage %s has been retried %d times, the limit: finish the task with finish_task (execution_state \"failed\" if it cannot be done), or add a different stage", ti.OldStageID, root, n)
+	}
 	// 1. the new stage, right after the old one; its agents join the group.
 	ns := newStage(newStageID, t.st.TaskID, strings.TrimSpace(ti.NewStageIntention), ti.NewAgentAllocation)
 	ns.RetryOf = old.StageID
@@ -375,11 +388,38 @@ func (s *System) endTask(t *task, actorID string, human bool, state, summary, by
 		t.mu.Unlock()
 		return nil, errf(ErrInvalid, "summary: is empty; finish_task needs the task's summary")
 	}
-	msgs := t.endTaskLocked(state, strings.TrimSpace(summary), by)
+	msgs, err := t.endTaskLocked(state, strings.TrimSpace(summary), by)
 	id := t.st.TaskID
 	t.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	s.sup.forget(id)
 	s.deliver(msgs...)
 	s.releaseWaits(func(w Wait) bool { return w.TaskID == id })
 	s.log.Info("task ended", "task", id, "state", state, "by", actorID)
 	return map[string]any{"task_id": id, "execution_state": state}, nil
+}
+
+// retriesLocked returns the original stage a stage retries (itself if
+// none) and how many retries of that original the task holds. t.mu must be
+// held.
+func (t *task) retriesLocked(st *StageState) (root string, n int) {
+	rootOf := func(sg StageState) string {
+		for i := 0; sg.RetryOf != "" && i <= len(t.st.StageList); i++ {
+			prev, _ := t.stageLocked(sg.RetryOf)
+			if prev == nil {
+				return sg.RetryOf
+			}
+			sg = *prev
+		}
+		return sg.StageID
+	}
+	root = rootOf(*st)
+	for _, sg := range t.st.StageList {
+		if sg.RetryOf != "" && rootOf(sg) == root {
+			n++
+		}
+	}
+	return root, n
 }

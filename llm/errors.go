@@ -23,7 +23,43 @@ var (
 	ErrServer = errors.New("server error")
 	// ErrTimeout: no answer within the per-attempt timeout.
 	ErrTimeout = errors.New("timeout")
+
+	// ErrRefused: the endpoint refused the request in a way no retry can
+	// fix (a wrong or missing API key, no access, an unknown model, a
+	// prompt over the model's context length). Such a call is never
+	// retried, and its error also matches the specific sentinel below.
+	ErrRefused = errors.New("refused")
+	// ErrUnauthorized: HTTP 401, the API key is missing or wrong.
+	ErrUnauthorized = errors.New("unauthorized")
+	// ErrForbidden: HTTP 403, the key may not use this endpoint or model.
+	ErrForbidden = errors.New("forbidden")
+	// ErrModelNotFound: HTTP 404, the model (or the endpoint's path) does
+	// not exist.
+	ErrModelNotFound = errors.New("model not found")
+	// ErrContextLength: HTTP 400, the prompt exceeds the model's context.
+	ErrContextLength = errors.New("context length exceeded")
 )
+
+// refusal names, in plain words, why the endpoint refused a request that no
+// retry can fix; ok is false for any other status.
+func refusal(status int, msg string) (kind error, words string, ok bool) {
+	switch status {
+	case http.StatusUnauthorized:
+		return ErrUnauthorized, "the LLM endpoint refused the API key (HTTP 401): check OPENAI_API_KEY", true
+	case http.StatusForbidden:
+		return ErrForbidden, "the LLM endpoint denied access with this API key (HTTP 403): check the key's permissions for this model", true
+	case http.StatusNotFound:
+		return ErrModelNotFound, "the LLM endpoint does not know the model or path (HTTP 404): check the model name and OPENAI_BASE_URL", true
+	case http.StatusBadRequest:
+		l := strings.ToLower(msg)
+		for _, w := range []string{"context_length", "context length", "maximum context", "context window", "too many tokens", "prompt is too long"} {
+			if strings.Contains(l, w) {
+				return ErrContextLength, "the prompt is longer than the model's context (HTTP 400)", true
+			}
+		}
+	}
+	return nil, "", false
+}
 
 // redacted replaces a secret found in an error or log text.
 const redacted = "[REDACTED]"
@@ -36,10 +72,14 @@ const maxDetail = 300
 type failure struct {
 	// ctxErr is the caller's context error: the call ends, never retried.
 	ctxErr error
-	// kind is ErrRateLimited, ErrServer, ErrTimeout or nil.
+	// kind is ErrRateLimited, ErrServer, ErrTimeout, one of the refusal
+	// sentinels, or nil.
 	kind      error
 	retryable bool
-	status    int // HTTP status, 0 when no response was received
+	// refused holds, in plain words, why the endpoint refused the request
+	// (kind is then a refusal sentinel); "" otherwise.
+	refused string
+	status  int // HTTP status, 0 when no response was received
 	// retryAfter is the server's wait hint, valid when hasRetry.
 	retryAfter time.Duration
 	hasRetry   bool
@@ -76,6 +116,10 @@ func (o *OpenAI) classify(ctx, actx context.Context, ex *exchange, err error) *f
 	}
 	if status != 0 {
 		f := &failure{status: status, detail: o.redact(statusDetail(status, msg))}
+		if kind, words, ok := refusal(status, msg); ok {
+			f.kind, f.refused = kind, words
+			return f
+		}
 		switch {
 		case status == http.StatusTooManyRequests:
 			f.kind, f.retryable = ErrRateLimited, true
@@ -138,10 +182,24 @@ func (o *OpenAI) redact(s string) string {
 type callError struct {
 	msg  string
 	errs []error
+	// cause is the short name of a refusal ("HTTP 401"), "" otherwise.
+	cause string
 }
 
 func (e *callError) Error() string   { return e.msg }
 func (e *callError) Unwrap() []error { return e.errs }
+
+// Refusal tells whether err is a refusal by the endpoint that no retry can
+// fix (ErrRefused), and names its cause briefly ("HTTP 401"), the same for
+// every call that meets it: callers report each cause once, not once per
+// call.
+func Refusal(err error) (cause string, ok bool) {
+	var ce *callError
+	if !errors.As(err, &ce) || ce.cause == "" {
+		return "", false
+	}
+	return ce.cause, true
+}
 
 // fail builds the error for a call that ended with f after attempts tries.
 func (o *OpenAI) fail(f *failure, model string, attempts int) error {
@@ -154,6 +212,12 @@ func (o *OpenAI) fail(f *failure, model string, attempts int) error {
 		msg = fmt.Sprintf("llm: chat completion: %v %s", f.ctxErr, where)
 		if f.detail != "" {
 			msg += "; last failure: " + f.detail
+		}
+	case f.refused != "":
+		return &callError{
+			msg:   o.redact(fmt.Sprintf("llm: chat completion: %s; the endpoint said: %s %s", f.refused, f.detail, where)),
+			errs:  []error{ErrRefused, f.kind},
+			cause: fmt.Sprintf("HTTP %d", f.status),
 		}
 	case f.kind != nil:
 		errs = []error{f.kind}

@@ -226,6 +226,10 @@ func newTestClient(t testing.TB, api *fakeAPI, cfg OpenAIConfig) (*OpenAI, *slee
 	if cfg.APIKey == "" {
 		cfg.APIKey = testKey
 	}
+	if cfg.OutageWindow == 0 {
+		// Most tests want the retries' end; outage tests set a window.
+		cfg.OutageWindow = -1
+	}
 	o, err := NewOpenAI(cfg)
 	if err != nil {
 		t.Fatalf("NewOpenAI: %v", err)

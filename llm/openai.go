@@ -36,9 +36,16 @@ type OpenAIConfig struct {
 	Model string
 	// Timeout bounds each attempt (default DefaultTimeout).
 	Timeout time.Duration
-	// MaxRetries is the number of retries after the first attempt
-	// (default DefaultMaxRetries).
+	// MaxRetries is the number of quick retries after the first attempt
+	// (default DefaultMaxRetries; negative: none, and no outage waiting
+	// either: every failure fails the call at once).
 	MaxRetries int
+	// OutageWindow is how long a call keeps trying, after its quick
+	// retries, while the endpoint is unavailable (connection errors,
+	// timeouts, 429, 5xx), with backoff capped by MaxRetryWait; the
+	// context's OutageObserver is told meanwhile (default
+	// DefaultOutageWindow; negative: no outage waiting).
+	OutageWindow time.Duration
 	// Concurrency limits the requests in flight across all callers of this
 	// client (default DefaultConcurrency).
 	Concurrency int
@@ -63,14 +70,17 @@ type OpenAI struct {
 	model      string
 	apiKey     string // kept only to redact it
 	timeout    time.Duration
-	maxRetries int
+	maxRetries int // negative: none
+	window     time.Duration
 	maxWait    time.Duration
 	log        *slog.Logger
 	// sem holds one token per request in flight; an attempt takes one and
 	// gives it back before any backoff.
 	sem chan struct{}
-	// sleep waits between attempts; replaced in tests.
+	// sleep waits between attempts and now reads the clock that measures
+	// the outage window; both are replaced in tests.
 	sleep func(ctx context.Context, d time.Duration) error
+	now   func() time.Time
 }
 
 var _ Client = (*OpenAI)(nil)
@@ -91,7 +101,7 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 	for _, n := range []struct {
 		name string
 		v    int
-	}{{"MaxRetries", cfg.MaxRetries}, {"Concurrency", cfg.Concurrency}} {
+	}{{"Concurrency", cfg.Concurrency}} {
 		if n.v < 0 {
 			return nil, fmt.Errorf("llm: openai config: %s is %d, must not be negative", n.name, n.v)
 		}
@@ -121,17 +131,23 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &OpenAI{
+	o := &OpenAI{
 		client:     openai.NewClientWithConfig(oc),
 		model:      cfg.Model,
 		apiKey:     cfg.APIKey,
 		timeout:    cmp.Or(cfg.Timeout, DefaultTimeout),
 		maxRetries: cmp.Or(cfg.MaxRetries, DefaultMaxRetries),
+		window:     cmp.Or(cfg.OutageWindow, DefaultOutageWindow),
 		maxWait:    cmp.Or(cfg.MaxRetryWait, DefaultMaxRetryWait),
 		log:        log,
 		sem:        make(chan struct{}, cmp.Or(cfg.Concurrency, DefaultConcurrency)),
 		sleep:      sleepCtx,
-	}, nil
+		now:        time.Now,
+	}
+	if o.maxRetries < 0 {
+		o.window = -1
+	}
+	return o, nil
 }
 
 // Complete sends req, retrying transient failures. See Client for the
@@ -157,9 +173,11 @@ func (o *OpenAI) Complete(ctx context.Context, req *Request) (*Response, error) 
 	}
 	creq := chatRequest(model, req)
 
+	outage := newOutageWait(ctx)
 	for attempt := 1; ; attempt++ {
 		cres, f := o.attempt(ctx, creq, req.Tag, attempt)
 		if f == nil {
+			outage.end(true)
 			resp.Usage.PromptTokens = cres.Usage.PromptTokens
 			resp.Usage.CompletionTokens = cres.Usage.CompletionTokens
 			resp.Usage.TotalTokens = cres.Usage.TotalTokens
@@ -172,19 +190,39 @@ func (o *OpenAI) Complete(ctx context.Context, req *Request) (*Response, error) 
 			resp.Usage.ResponseChars = len(resp.Content)
 			return done(nil)
 		}
-		if !f.retryable || attempt > o.maxRetries {
+		if !f.retryable || o.maxRetries < 0 {
+			outage.end(false)
 			return done(o.fail(f, model, attempt))
+		}
+		now := o.now()
+		outage.failed(now)
+		if attempt > o.maxRetries {
+			// The quick retries are spent: wait the outage out, within
+			// the window.
+			left := o.window - now.Sub(outage.first)
+			if o.window <= 0 || left <= 0 {
+				outage.end(false)
+				if o.window > 0 {
+					f.detail += fmt.Sprintf("; the endpoint stayed unavailable for %s", now.Sub(outage.first).Round(time.Second))
+				}
+				return done(o.fail(f, model, attempt))
+			}
+			outage.begin(f.detail)
 		}
 
 		wait := backoff(attempt, o.maxWait)
 		if f.hasRetry {
 			wait = min(f.retryAfter, o.maxWait)
 		}
+		if outage.waiting {
+			wait = min(wait, max(o.window-now.Sub(outage.first), 0))
+		}
 		o.log.LogAttrs(ctx, slog.LevelInfo, "llm retry",
 			slog.String("tag", req.Tag), slog.String("model", model),
 			slog.Int("attempt", attempt), slog.Int("status", f.status),
 			slog.Duration("wait", wait), slog.String("reason", f.detail))
 		if err := o.sleep(ctx, wait); err != nil {
+			outage.end(false)
 			return done(o.fail(&failure{ctxErr: err, detail: f.detail}, model, attempt))
 		}
 	}

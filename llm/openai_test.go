@@ -294,7 +294,6 @@ func TestNewOpenAIConfig(t *testing.T) {
 		{name: "minimal", cfg: OpenAIConfig{Model: "m"}},
 		{name: "no model", cfg: OpenAIConfig{}, wantErr: "Model"},
 		{name: "negative Timeout", cfg: OpenAIConfig{Model: "m", Timeout: -time.Second}, wantErr: "Timeout is -1s"},
-		{name: "negative MaxRetries", cfg: OpenAIConfig{Model: "m", MaxRetries: -1}, wantErr: "MaxRetries is -1"},
 		{name: "negative Concurrency", cfg: OpenAIConfig{Model: "m", Concurrency: -2}, wantErr: "Concurrency is -2"},
 		{name: "negative MaxRetryWait", cfg: OpenAIConfig{Model: "m", MaxRetryWait: -time.Millisecond}, wantErr: "MaxRetryWait is -1ms"},
 		{name: "relative BaseURL", cfg: OpenAIConfig{Model: "m", BaseURL: "localhost:11434/v1"}, wantErr: "BaseURL"},

@@ -64,6 +64,10 @@ var TextKeys = []string{
 	"ask_info_result", "repair_request",
 	"tool_describe_intention", "tool_describe_text", "tool_result_intention", "tool_result_text",
 	"tool_confirm",
+	"text_clipped",
+	"stall_no_stages", "stall_stage", "stall_no_running_stage", "stall_base", "stall_notice", "stall_failed",
+	"llm_waiting", "llm_outage_began", "llm_outage_ended", "llm_outage_gave_up", "llm_refused",
+	"reply_lost_intention", "reply_lost_text", "operator_task_failed",
 }
 
 // SkillPrompt is one skill's prompt file.

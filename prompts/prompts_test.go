@@ -81,6 +81,21 @@ var textFields = map[string][]string{
 	"tool_result_intention":   {"ToolName"},
 	"tool_result_text":        {"ToolName"},
 	"tool_confirm":            {"AgentID", "AgentName", "Server", "ToolName", "Arguments", "StepIntention"},
+	"text_clipped":            {"Dropped", "Limit"},
+	"stall_no_stages":         {"TaskID", "TaskName"},
+	"stall_stage":             {"TaskID", "TaskName", "StageID", "StageIntention", "Finished", "Open"},
+	"stall_no_running_stage":  {"TaskID", "TaskName"},
+	"stall_base":              {"StepID", "Executor", "Reason"},
+	"stall_notice":            {"TaskID", "TaskName", "Quiet", "Outstanding", "Notice", "Notices", "Base"},
+	"stall_failed":            {"Notices", "Quiet", "Outstanding"},
+	"llm_waiting":             {"Since", "Reason"},
+	"llm_outage_began":        {"Since", "Reason"},
+	"llm_outage_ended":        {"Since", "Duration"},
+	"llm_outage_gave_up":      {"Since", "Duration"},
+	"llm_refused":             {"Reason"},
+	"reply_lost_intention":    {"ReceiverIDs", "Reason"},
+	"reply_lost_text":         {"ReceiverIDs", "Reason"},
+	"operator_task_failed":    {"TaskID", "TaskName", "Reason"},
 }
 
 // sample returns data for a text: every field gets a distinct marker value,
@@ -380,6 +395,10 @@ func TestTextsRender(t *testing.T) {
 			"tool_describe_text": {"<tool_name><<ToolName>></tool_name>", "capabilities_list_description"},
 			"tool_result_text":   {"<tool_name><<ToolName>></tool_name>", "mcp_server_result"},
 			"tool_confirm":       {"<<AgentName>>", "<<Server>>", "<<ToolName>>", "<<Arguments>>"},
+			"stall_notice":       {"<<Quiet>>", "<<Outstanding>>"},
+			"stall_failed":       {"<<Outstanding>>"},
+			"reply_lost_text":    {"<<ReceiverIDs>>", "<<Reason>>"},
+			"llm_refused":        {"<<Reason>>"},
 		}
 		for k, wants := range wantIn {
 			got := s.Text(k, sample(k))

@@ -51,6 +51,12 @@ type Config struct {
 	// StageStepBudget and StageReflectionBudget bound an agent's work in a stage.
 	StageStepBudget       int `yaml:"stage_step_budget"`
 	StageReflectionBudget int `yaml:"stage_reflection_budget"`
+	// RetryStageLimit bounds the retries of one stage (retry_stage).
+	RetryStageLimit int `yaml:"retry_stage_limit"`
+	// StallTimeout is how long a task may stay quiet before its manager is
+	// told; after StallNotices notices without progress it fails.
+	StallTimeout time.Duration `yaml:"stall_timeout"`
+	StallNotices int           `yaml:"stall_notices"`
 
 	// Stdio serves MCP over stdin/stdout instead of HTTP.
 	Stdio bool `yaml:"stdio"`
@@ -107,17 +113,24 @@ type LLMConfig struct {
 	Timeout     time.Duration `yaml:"timeout"`
 	MaxRetries  int           `yaml:"max_retries"`
 	Concurrency int           `yaml:"concurrency"`
+	// OutageWindow is how long a call waits out an unavailable endpoint
+	// (connection errors, timeouts, 429, 5xx) after its quick retries; 0:
+	// not at all.
+	OutageWindow time.Duration `yaml:"outage_window"`
 }
 
 func defaultConfig() Config {
 	return Config{
 		Lang:                  "en",
-		LLM:                   LLMConfig{BaseURL: "https://api.openai.com/v1", Model: "gpt-4o-mini", Timeout: 120 * time.Second, MaxRetries: 3, Concurrency: 8},
+		LLM:                   LLMConfig{BaseURL: "https://api.openai.com/v1", Model: "gpt-4o-mini", Timeout: 120 * time.Second, MaxRetries: 3, Concurrency: 8, OutageWindow: 10 * time.Minute},
 		Operator:              "operator",
 		WaitTimeout:           10 * time.Minute,
 		ConfirmTimeout:        10 * time.Minute,
 		StageStepBudget:       60,
 		StageReflectionBudget: 6,
+		RetryStageLimit:       3,
+		StallTimeout:          3 * time.Minute,
+		StallNotices:          2,
 		HTTP:                  HTTPConfig{Addr: "127.0.0.1:7777"},
 		LogFormat:             "text",
 		LogLevel:              "info",
@@ -135,7 +148,11 @@ func loadConfig(args []string, getenv func(string) string) (Config, error) {
 	baseURL := fs.String("llm-base-url", "", "OpenAI-compatible endpoint (env OPENAI_BASE_URL; e.g. http://localhost:11434/v1 for Ollama)")
 	model := fs.String("model", "", "default model (env MAS_MODEL)")
 	timeout := fs.Duration("llm-timeout", 0, "timeout of one LLM request attempt")
-	retries := fs.Int("llm-retries", -1, "retries of a failed LLM request (429, 5xx, timeouts)")
+	retries := fs.Int("llm-retries", -1, "quick retries of a failed LLM request (429, 5xx, timeouts); 0: none, and no outage waiting either (default 3)")
+	outage := fs.Duration("llm-outage-window", -1, "how long an LLM call waits out an unavailable endpoint after its quick retries, the agent shown waiting; 0: not at all (default 10m)")
+	stall := fs.Duration("stall-timeout", 0, "how long a task may stay quiet (nothing running, nothing to run, no wait) before its manager is told what is outstanding (default 3m)")
+	stallNotices := fs.Int("stall-notices", 0, "notices a quiet task gets without progress before it is marked failed (default 2)")
+	retryLimit := fs.Int("retry-stage-limit", 0, "how many times one stage may be retried (default 3)")
 	conc := fs.Int("llm-concurrency", 0, "LLM requests in flight at once, across all agents")
 	operator := fs.String("operator", "", "name of the operator's HumanAgent")
 	wait := fs.Duration("wait-timeout", 0, "how long an agent waits for a reply before carrying on")
@@ -227,6 +244,18 @@ func loadConfig(args []string, getenv func(string) string) (Config, error) {
 	if *retries >= 0 {
 		cfg.LLM.MaxRetries = *retries
 	}
+	if *outage >= 0 {
+		cfg.LLM.OutageWindow = *outage
+	}
+	if *stall != 0 {
+		cfg.StallTimeout = *stall
+	}
+	if *stallNotices != 0 {
+		cfg.StallNotices = *stallNotices
+	}
+	if *retryLimit != 0 {
+		cfg.RetryStageLimit = *retryLimit
+	}
 	if *conc != 0 {
 		cfg.LLM.Concurrency = *conc
 	}
@@ -254,6 +283,14 @@ func (c Config) validate() error {
 		return fmt.Errorf("llm.timeout %s: must be positive", c.LLM.Timeout)
 	case c.LLM.MaxRetries < 0:
 		return fmt.Errorf("llm.max_retries %d: must not be negative", c.LLM.MaxRetries)
+	case c.LLM.OutageWindow < 0:
+		return fmt.Errorf("llm.outage_window %s: must not be negative", c.LLM.OutageWindow)
+	case c.RetryStageLimit <= 0:
+		return fmt.Errorf("retry_stage_limit %d: must be positive", c.RetryStageLimit)
+	case c.StallTimeout <= 0:
+		return fmt.Errorf("stall_timeout %s: must be positive", c.StallTimeout)
+	case c.StallNotices <= 0:
+		return fmt.Errorf("stall_notices %d: must be positive", c.StallNotices)
 	case c.LLM.Concurrency <= 0:
 		return fmt.Errorf("llm.concurrency %d: must be positive", c.LLM.Concurrency)
 	case c.SyncInterval < 0:

@@ -69,6 +69,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer inst.close()
+	checked := checkLLM(ctx, cfg, log)
+	defer func() { cancel(); <-checked }()
 
 	ready := func(transport, where string) {
 		log.Info("mas-mcp ready",
@@ -296,13 +298,14 @@ func build(cfg Config, log *slog.Logger, st engine.Store) (*engine.System, *down
 		return nil, nil, err
 	}
 	client, err := llm.NewOpenAI(llm.OpenAIConfig{
-		BaseURL:     cfg.LLM.BaseURL,
-		APIKey:      cfg.apiKey,
-		Model:       cfg.LLM.Model,
-		Timeout:     cfg.LLM.Timeout,
-		MaxRetries:  cfg.LLM.MaxRetries,
-		Concurrency: cfg.LLM.Concurrency,
-		Logger:      log.With("component", "llm"),
+		BaseURL:      cfg.LLM.BaseURL,
+		APIKey:       cfg.apiKey,
+		Model:        cfg.LLM.Model,
+		Timeout:      cfg.LLM.Timeout,
+		MaxRetries:   none(cfg.LLM.MaxRetries),
+		OutageWindow: none(cfg.LLM.OutageWindow),
+		Concurrency:  cfg.LLM.Concurrency,
+		Logger:       log.With("component", "llm"),
 	})
 	if err != nil {
 		return nil, nil, err
@@ -322,6 +325,9 @@ func build(cfg Config, log *slog.Logger, st engine.Store) (*engine.System, *down
 		WaitTimeout:           cfg.WaitTimeout,
 		StageStepBudget:       cfg.StageStepBudget,
 		StageReflectionBudget: cfg.StageReflectionBudget,
+		RetryStageLimit:       cfg.RetryStageLimit,
+		StallTimeout:          cfg.StallTimeout,
+		StallNotices:          cfg.StallNotices,
 		Store:                 st,
 		Logger:                log.With("component", "engine"),
 	})
@@ -354,4 +360,13 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 func isTerminal(f *os.File) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// none turns a configured 0 ("none") into the llm package's "none" (a
+// negative value; its zero means the default).
+func none[T int | time.Duration](v T) T {
+	if v == 0 {
+		return -1
+	}
+	return v
 }

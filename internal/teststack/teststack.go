@@ -51,6 +51,13 @@ type Options struct {
 	LLMTimeout  time.Duration
 	StepBudget  int
 	ReflBudget  int
+	// OutageWindow is how long LLM calls wait out an unavailable endpoint
+	// (0: no outage waiting, so scripted 5xx answers fail at once).
+	OutageWindow time.Duration
+	// StallTimeout and StallNotices tune the engine's supervision
+	// (0: the engine's defaults).
+	StallTimeout time.Duration
+	StallNotices int
 	// Handler answers the LLM requests no script rule matched.
 	Handler func(*fakellm.Call) fakellm.Reply
 	// Tools describes downstream MCP servers (nil: none) and ToolExecutor,
@@ -78,13 +85,16 @@ func New(t testing.TB, o Options) *Stack {
 	if o.LLMTimeout == 0 {
 		o.LLMTimeout = 10 * time.Second
 	}
+	if o.OutageWindow == 0 {
+		o.OutageWindow = -1
+	}
 	logs := &SyncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	transport := &http.Transport{}
 	t.Cleanup(transport.CloseIdleConnections)
 	client, err := llm.NewOpenAI(llm.OpenAIConfig{
 		BaseURL: srv.BaseURL(), APIKey: SentinelKey, Model: "fake-model",
-		Timeout: o.LLMTimeout, MaxRetries: 2, Concurrency: 16, MaxRetryWait: 50 * time.Millisecond,
+		Timeout: o.LLMTimeout, MaxRetries: 2, Concurrency: 16, MaxRetryWait: 50 * time.Millisecond, OutageWindow: o.OutageWindow,
 		HTTPClient: &http.Client{Transport: transport}, Logger: log,
 	})
 	if err != nil {
@@ -108,6 +118,8 @@ func New(t testing.TB, o Options) *Stack {
 			WaitTimeout:           o.WaitTimeout,
 			StageStepBudget:       o.StepBudget,
 			StageReflectionBudget: o.ReflBudget,
+			StallTimeout:          o.StallTimeout,
+			StallNotices:          o.StallNotices,
 			Store:                 store,
 			Logger:                log,
 			Tools:                 o.Tools,

@@ -1,0 +1,163 @@
+package engine
+
+import (
+	"unicode/utf8"
+)
+
+// Bounds on what is stored (beyond the spec): no write may exceed the
+// store's limits, so texts are bounded as they are taken in, with a
+// visible note, and documents that keep growing (an agent's step list, a
+// task's shared info pool) shed the detail of their oldest entries.
+
+// clip bounds a text to max characters (runes, never splitting one), and
+// says what was dropped.
+func (s *System) clip(text string, max int) string {
+	if max <= 0 || len(text) <= max || utf8.RuneCountInString(text) <= max {
+		return text
+	}
+	n := utf8.RuneCountInString(text)
+	return truncate(text, max) + " " + s.text("text_clipped", map[string]any{"Dropped": n - max, "Limit": max})
+}
+
+// clipText bounds a text an agent or a tool produced (MaxTextChars).
+func (s *System) clipText(text string) string { return s.clip(text, s.cfg.MaxTextChars) }
+
+// clipValue bounds every string inside a JSON-shaped value (maps, lists,
+// strings, numbers) to max characters, in place for maps and lists.
+func (s *System) clipValue(v any, max int) any {
+	switch x := v.(type) {
+	case string:
+		return s.clip(x, max)
+	case map[string]any:
+		for k, e := range x {
+			x[k] = s.clipValue(e, max)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = s.clipValue(e, max)
+		}
+	}
+	return v
+}
+
+// sizeOf estimates the JSON size of a JSON-shaped value, in bytes.
+func sizeOf(v any) int {
+	switch x := v.(type) {
+	case string:
+		return len(x) + 2
+	case map[string]any:
+		n := 2
+		for k, e := range x {
+			n += len(k) + 4 + sizeOf(e)
+		}
+		return n
+	case []any:
+		n := 2
+		for _, e := range x {
+			n += sizeOf(e) + 1
+		}
+		return n
+	default:
+		return 24
+	}
+}
+
+// stepOverhead is about what a step's fixed fields take in JSON.
+const stepOverhead = 600
+
+func stepSize(st *StepState) int {
+	n := stepOverhead + len(st.StepIntention) + len(st.TextContent) + sizeOf(st.ExecuteResult)
+	if st.InstructionContent != nil {
+		n += sizeOf(st.InstructionContent)
+	}
+	return n
+}
+
+// agentSizeLocked estimates the agent document's JSON size. mu must be held.
+func (a *agent) agentSizeLocked() int {
+	n := 4096 + len(a.st.Profile) + 40*len(a.st.Received) + 120*len(a.st.Waits)
+	for _, m := range a.st.PersistentMemory {
+		n += len(m) + 24
+	}
+	for _, stages := range a.st.WorkingMemory {
+		for _, ids := range stages {
+			n += 40 * (len(ids) + 1)
+		}
+	}
+	for i := range a.st.AgentStep.StepList {
+		n += stepSize(&a.st.AgentStep.StepList[i]) + 40
+	}
+	if p := a.st.ConversationPool; p != nil {
+		for _, msgs := range p.ConversationPrivates {
+			for _, m := range msgs {
+				n += len(m.Content) + 300
+			}
+		}
+		for _, g := range p.GlobalMessages {
+			n += len(g) + 4
+		}
+	}
+	return n
+}
+
+// shortened is how many characters of each text an old finished step keeps
+// when its agent's document is over MaxDocumentBytes.
+const shortened = 400
+
+// boundLocked keeps the agent's document under MaxDocumentBytes: past it,
+// the results and texts of its oldest finished steps are shortened (the
+// trail of what they said lives in the conversation and shared info
+// pools). mu must be held.
+func (a *agent) boundLocked() {
+	limit := a.sys.cfg.MaxDocumentBytes
+	size := a.agentSizeLocked()
+	for i := range a.st.AgentStep.StepList {
+		if size <= limit {
+			return
+		}
+		st := &a.st.AgentStep.StepList[i]
+		if st.ExecutionState != StateFinished && st.ExecutionState != StateFailed {
+			continue
+		}
+		before := stepSize(st)
+		st.ExecuteResult, _ = a.sys.clipValue(st.ExecuteResult, shortened).(map[string]any)
+		st.TextContent = a.sys.clip(st.TextContent, shortened)
+		size -= before - stepSize(st)
+	}
+}
+
+// taskSizeLocked estimates the task document's JSON size, without its
+// conversation (which the store keeps as messages). mu must be held.
+func (t *task) taskSizeLocked() int {
+	n := 4096 + len(t.st.TaskIntention) + len(t.st.TaskSummary) + 40*len(t.st.TaskGroup)
+	for _, e := range t.st.SharedInfoPool {
+		n += len(e.Content) + 250
+	}
+	for _, sg := range t.st.StageList {
+		n += 400 + len(sg.StageIntention)
+		for _, g := range sg.AgentAllocation {
+			n += len(g) + 80
+		}
+		for _, c := range sg.CompletionSummary {
+			n += len(c) + 80
+		}
+		n += 60 * len(sg.EveryAgentState)
+	}
+	return n
+}
+
+// boundLocked keeps the task's document under MaxDocumentBytes by dropping
+// the oldest shared info entries (each is a one-line report of a step).
+// mu must be held.
+func (t *task) boundLocked() {
+	limit := t.sys.cfg.MaxDocumentBytes
+	size := t.taskSizeLocked()
+	drop := 0
+	for drop < len(t.st.SharedInfoPool) && size > limit {
+		size -= len(t.st.SharedInfoPool[drop].Content) + 250
+		drop++
+	}
+	if drop > 0 {
+		t.st.SharedInfoPool = append([]SharedInfo(nil), t.st.SharedInfoPool[drop:]...)
+	}
+}

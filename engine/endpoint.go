@@ -1,0 +1,182 @@
+package engine
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/mas-mcp/mas-mcp/llm"
+)
+
+// The LLM endpoint's health as agents meet it (beyond the spec). An outage
+// (connection errors, timeouts, 429, 5xx) is waited out inside the step's
+// LLM call: the step keeps running, consumes no budget, and the agent shows
+// working_state "waiting" with the reason; the operators of the affected
+// tasks get one notice when it begins and one when it ends. A refusal that
+// no retry can fix (a wrong key, an unknown model) fails the step at once,
+// is logged at error level once per cause, and each affected operator is
+// told once per cause; a task whose manager meets it before the task has
+// any stage fails with that reason.
+
+// stepOutage is a running step's llm.OutageObserver.
+type stepOutage struct {
+	a    *agent
+	step *StepState
+}
+
+// OutageBegan shows the agent waiting and tells the operator once.
+func (o *stepOutage) OutageBegan(since time.Time, reason string) {
+	a := o.a
+	a.mu.Lock()
+	a.st.WorkingState = WorkingWaiting
+	a.st.WaitingFor = a.sys.text("llm_waiting", map[string]any{"Since": since.Format(time.DateTime), "Reason": truncate(reason, 300)})
+	_ = a.changedLocked(Event{Detail: "llm_outage"})
+	a.mu.Unlock()
+	a.sys.outage.began(a.sys, o.step.TaskID, since, reason)
+}
+
+// OutageEnded shows the agent working again.
+func (o *stepOutage) OutageEnded(recovered bool) {
+	a := o.a
+	a.mu.Lock()
+	if a.st.WaitingFor != "" {
+		a.st.WaitingFor = ""
+		a.st.WorkingState = WorkingWorking
+		_ = a.changedLocked(Event{Detail: "llm_outage_over"})
+	}
+	a.mu.Unlock()
+	a.sys.outage.ended(a.sys, recovered)
+}
+
+// outageTracker counts the calls waiting out an outage and who was told.
+type outageTracker struct {
+	mu      sync.Mutex
+	waiting int
+	since   time.Time
+	told    []string // operators told that it began, in order
+}
+
+// began records one more call waiting; the operator of its task is told
+// once per outage.
+func (o *outageTracker) began(s *System, taskID string, since time.Time, reason string) {
+	op := s.operatorOf(taskID)
+	o.mu.Lock()
+	if o.waiting == 0 && len(o.told) == 0 {
+		o.since = since
+		s.log.Error("LLM endpoint unavailable: calls wait and retry", "since", since, "reason", reason)
+	}
+	o.waiting++
+	tell := op != "" && !slices.Contains(o.told, op)
+	if tell {
+		o.told = append(o.told, op)
+	}
+	first := o.since
+	o.mu.Unlock()
+	if tell {
+		s.tellOperator(op, "llm_outage_began", map[string]any{
+			"Since": first.Format(time.DateTime), "Reason": truncate(reason, 300),
+		})
+	}
+}
+
+// ended records a call that stopped waiting. The first recovery ends the
+// outage; when every waiting call gave up instead, it ends too.
+func (o *outageTracker) ended(s *System, recovered bool) {
+	o.mu.Lock()
+	o.waiting = max(o.waiting-1, 0)
+	if len(o.told) == 0 || (!recovered && o.waiting > 0) {
+		o.mu.Unlock()
+		return
+	}
+	told, since := o.told, o.since
+	o.told = nil
+	o.mu.Unlock()
+	key := "llm_outage_gave_up"
+	if recovered {
+		key = "llm_outage_ended"
+		s.log.Info("LLM endpoint available again", "since", since)
+	}
+	for _, op := range told {
+		s.tellOperator(op, key, map[string]any{
+			"Since": since.Format(time.DateTime), "Duration": s.now().Sub(since).Round(time.Second).String(),
+		})
+	}
+}
+
+// refusalTracker remembers the refusal causes reported since the endpoint
+// last answered, and to whom.
+type refusalTracker struct {
+	mu     sync.Mutex
+	causes map[string][]string // cause -> operators told
+}
+
+// refusal handles a step that failed because the endpoint refused it.
+func (s *System) refusal(a *agent, step *StepState, failure error) {
+	cause, ok := llm.Refusal(failure)
+	if !ok {
+		return
+	}
+	op := s.operatorOf(step.TaskID)
+	r := &s.refused
+	r.mu.Lock()
+	if r.causes == nil {
+		r.causes = map[string][]string{}
+	}
+	told, seen := r.causes[cause]
+	if !seen {
+		s.log.Error("LLM endpoint refuses requests: steps fail until this is fixed", "cause", cause, "err", failure)
+	}
+	tell := op != "" && !slices.Contains(told, op)
+	if tell {
+		r.causes[cause] = append(told, op)
+	} else if !seen {
+		r.causes[cause] = told
+	}
+	r.mu.Unlock()
+	if tell {
+		s.tellOperator(op, "llm_refused", map[string]any{"Reason": failure.Error()})
+	}
+	// A task its manager cannot even stage would otherwise wait for its
+	// supervision: it fails now, with the cause.
+	t, ok := s.task(step.TaskID)
+	if !ok {
+		return
+	}
+	st := t.brief()
+	t.mu.Lock()
+	stages := len(t.st.StageList)
+	t.mu.Unlock()
+	if st.Base || st.TaskManager != a.id || stages > 0 || st.ExecutionState == StateFinished || st.ExecutionState == StateFailed {
+		return
+	}
+	if err := s.failTask(t, failure.Error()); err != nil && !errors.Is(err, ErrEnded) {
+		s.log.Error("could not fail a task its manager cannot start", "task", st.TaskID, "err", err)
+	}
+}
+
+// answered forgets the refusals once a call got an answer: a cause that
+// comes back later is reported again.
+func (r *refusalTracker) answered() {
+	r.mu.Lock()
+	if len(r.causes) > 0 {
+		r.causes = nil
+	}
+	r.mu.Unlock()
+}
+
+// operatorOf returns the operator a task reports to.
+func (s *System) operatorOf(taskID string) string {
+	if t, ok := s.task(taskID); ok {
+		if op := t.brief().Operator; op != "" {
+			return op
+		}
+	}
+	return s.operatorID
+}
+
+// tellOperator puts an engine notice into an operator's inbox, in the base
+// task (which never ends, so the notice stays).
+func (s *System) tellOperator(op, key string, data map[string]any) {
+	s.deliver(s.newMessage("", s.baseTaskID, SystemSender, []string{op}, s.text(key, data), NoRelative))
+}

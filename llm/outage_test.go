@@ -1,0 +1,192 @@
+package llm
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestRefusalsAreNotRetried(t *testing.T) {
+	tests := []struct {
+		name      string
+		rp        reply
+		kind      error
+		wantWords string
+		wantCause string
+	}{
+		{"401", reply{status: 401, body: errorBody("Incorrect API key provided")}, ErrUnauthorized,
+			"the LLM endpoint refused the API key (HTTP 401)", "HTTP 401"},
+		{"403", reply{status: 403, body: errorBody("no access")}, ErrForbidden,
+			"denied access with this API key (HTTP 403)", "HTTP 403"},
+		{"404", reply{status: 404, body: errorBody("The model `gpt-9` does not exist")}, ErrModelNotFound,
+			"does not know the model or path (HTTP 404)", "HTTP 404"},
+		{"400 context", reply{status: 400, body: errorBody("This model's maximum context length is 8192 tokens")}, ErrContextLength,
+			"longer than the model's context (HTTP 400)", "HTTP 400"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeAPI(t, tt.rp)
+			o, sleeps := newTestClient(t, api, OpenAIConfig{MaxRetries: 3, OutageWindow: time.Hour})
+			_, err := o.Complete(t.Context(), userRequest("hi"))
+			if !errors.Is(err, ErrRefused) || !errors.Is(err, tt.kind) {
+				t.Fatalf("error %v: want ErrRefused and %v", err, tt.kind)
+			}
+			if !strings.Contains(err.Error(), tt.wantWords) {
+				t.Errorf("error %q does not say %q", err, tt.wantWords)
+			}
+			if cause, ok := Refusal(err); !ok || cause != tt.wantCause {
+				t.Errorf("Refusal = %q, %v; want %q, true", cause, ok, tt.wantCause)
+			}
+			if n := len(api.received()); n != 1 || len(sleeps.got()) != 0 {
+				t.Errorf("sent %d requests and waited %v: a refusal is not retried", n, sleeps.got())
+			}
+		})
+	}
+	t.Run("other 400 is no refusal", func(t *testing.T) {
+		api := newFakeAPI(t, reply{status: 400, body: errorBody("temperature must be below 2")})
+		o, _ := newTestClient(t, api, OpenAIConfig{})
+		_, err := o.Complete(t.Context(), userRequest("hi"))
+		if err == nil || errors.Is(err, ErrRefused) {
+			t.Fatalf("error %v: want a failure that is not ErrRefused", err)
+		}
+		if _, ok := Refusal(err); ok {
+			t.Error("Refusal reports a plain 400")
+		}
+	})
+}
+
+func TestNegativeMaxRetriesMeansNoRetry(t *testing.T) {
+	api := newFakeAPI(t, reply{status: 503})
+	o, sleeps := newTestClient(t, api, OpenAIConfig{MaxRetries: -1, OutageWindow: time.Hour})
+	_, err := o.Complete(t.Context(), userRequest("hi"))
+	if !errors.Is(err, ErrServer) {
+		t.Fatalf("error %v: want ErrServer", err)
+	}
+	if n := len(api.received()); n != 1 || len(sleeps.got()) != 0 {
+		t.Errorf("sent %d requests, waited %v: want one request and no wait", n, sleeps.got())
+	}
+}
+
+// outageLog records what an OutageObserver was told.
+type outageLog struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (l *outageLog) OutageBegan(since time.Time, reason string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, "began: "+reason)
+}
+
+func (l *outageLog) OutageEnded(recovered bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if recovered {
+		l.events = append(l.events, "recovered")
+	} else {
+		l.events = append(l.events, "gave up")
+	}
+}
+
+func (l *outageLog) got() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.events...)
+}
+
+// fakeClock is a clock that only the client's sleeps move.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) read() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) sleep(ctx context.Context, d time.Duration) error {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+	return ctx.Err()
+}
+
+func TestOutageIsWaitedOut(t *testing.T) {
+	const window = 5 * time.Minute
+	// 503 for the first 6 attempts: 2 quick retries, then 3 more in the
+	// outage, then an answer.
+	down := reply{status: 503, body: errorBody("overloaded")}
+	replies := []reply{down, down, down, down, down, down, {}}
+	api := newFakeAPI(t, replies...)
+	o, _ := newTestClient(t, api, OpenAIConfig{MaxRetries: 2, OutageWindow: window, MaxRetryWait: 30 * time.Second})
+	clock := &fakeClock{now: time.Unix(1e9, 0)}
+	o.now, o.sleep = clock.read, clock.sleep
+	log := &outageLog{}
+	resp, err := o.Complete(WithOutageObserver(t.Context(), log), userRequest("hi"))
+	if err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if resp.Content != "hello" {
+		t.Errorf("Content = %q", resp.Content)
+	}
+	want := []string{"began: status 503: overloaded", "recovered"}
+	if diff := cmp.Diff(want, log.got()); diff != "" {
+		t.Errorf("observer mismatch (-want +got):\n%s", diff)
+	}
+	if n := len(api.received()); n != 7 {
+		t.Errorf("sent %d requests, want 7", n)
+	}
+}
+
+func TestOutageLongerThanTheWindowFails(t *testing.T) {
+	const window = 2 * time.Minute
+	api := newFakeAPI(t, reply{status: 502, body: errorBody("upstream down")})
+	o, _ := newTestClient(t, api, OpenAIConfig{MaxRetries: 1, OutageWindow: window, MaxRetryWait: 20 * time.Second})
+	clock := &fakeClock{now: time.Unix(1e9, 0)}
+	o.now, o.sleep = clock.read, clock.sleep
+	log := &outageLog{}
+	start := clock.read()
+	_, err := o.Complete(WithOutageObserver(t.Context(), log), userRequest("hi"))
+	if !errors.Is(err, ErrServer) {
+		t.Fatalf("error %v: want ErrServer", err)
+	}
+	if !strings.Contains(err.Error(), "stayed unavailable for 2m0s") {
+		t.Errorf("error %q does not say how long the endpoint was unavailable", err)
+	}
+	if waited := clock.read().Sub(start); waited != window {
+		t.Errorf("waited %s in all, want exactly the window %s", waited, window)
+	}
+	if diff := cmp.Diff([]string{"began: status 502: upstream down", "gave up"}, log.got()); diff != "" {
+		t.Errorf("observer mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestOutageWaitEndsWithTheCaller(t *testing.T) {
+	api := newFakeAPI(t, reply{status: 503, body: errorBody("overloaded")})
+	o, _ := newTestClient(t, api, OpenAIConfig{MaxRetries: 1, OutageWindow: time.Hour})
+	ctx, cancel := context.WithCancel(t.Context())
+	clock := &fakeClock{now: time.Unix(1e9, 0)}
+	log := &outageLog{}
+	o.now = clock.read
+	o.sleep = func(c context.Context, d time.Duration) error {
+		if len(log.got()) > 0 {
+			cancel() // the caller gives up while the outage is waited out
+		}
+		return clock.sleep(c, d)
+	}
+	_, err := o.Complete(WithOutageObserver(ctx, log), userRequest("hi"))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v: want context.Canceled", err)
+	}
+	if diff := cmp.Diff([]string{"began: status 503: overloaded", "gave up"}, log.got()); diff != "" {
+		t.Errorf("observer mismatch (-want +got):\n%s", diff)
+	}
+}
