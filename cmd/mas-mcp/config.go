@@ -14,6 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/mas-mcp/mas-mcp/server"
 	"github.com/mas-mcp/mas-mcp/store"
 )
 
@@ -61,6 +62,9 @@ type Config struct {
 	Stdio bool `yaml:"stdio"`
 	// HTTP configures the HTTP transports (streamable HTTP at /mcp, SSE at /sse).
 	HTTP HTTPConfig `yaml:"http"`
+	// Limits bound what clients may hold open and send; zero values mean
+	// server.Limits' defaults.
+	Limits LimitsConfig `yaml:"limits"`
 
 	// LogFormat is "text" (human-readable, colour on a terminal) or "json".
 	LogFormat string `yaml:"log_format"`
@@ -109,6 +113,42 @@ type HTTPConfig struct {
 	AllowedHosts   []string      `yaml:"allowed_hosts"`
 	SessionTimeout time.Duration `yaml:"session_timeout"`
 	MaxBodyBytes   int64         `yaml:"max_body_bytes"`
+}
+
+// LimitsConfig is server.Limits in the config file (the README's table
+// lists the defaults).
+type LimitsConfig struct {
+	Sessions                   int           `yaml:"sessions"`
+	SessionsPerOperator        int           `yaml:"sessions_per_operator"`
+	EventStreams               int           `yaml:"event_streams"`
+	EventStreamsPerOperator    int           `yaml:"event_streams_per_operator"`
+	SSEStreams                 int           `yaml:"sse_streams"`
+	SSEStreamsPerOperator      int           `yaml:"sse_streams_per_operator"`
+	BodyTimeout                time.Duration `yaml:"body_timeout"`
+	MonitorSessionTTL          time.Duration `yaml:"monitor_session_ttl"`
+	MonitorSessionsPerOperator int           `yaml:"monitor_sessions_per_operator"`
+	PasswordFailures           int           `yaml:"password_failures"`
+	PasswordBackoff            time.Duration `yaml:"password_backoff"`
+	PasswordBackoffMax         time.Duration `yaml:"password_backoff_max"`
+	NameBytes                  int           `yaml:"name_bytes"`
+	TextBytes                  int           `yaml:"text_bytes"`
+	ListItems                  int           `yaml:"list_items"`
+	RunningTasksPerOperator    int           `yaml:"running_tasks_per_operator"`
+	TasksPerMinute             int           `yaml:"tasks_per_minute"`
+}
+
+// server maps the limits onto the server's.
+func (l LimitsConfig) server() server.Limits {
+	return server.Limits{
+		Sessions: l.Sessions, SessionsPerOperator: l.SessionsPerOperator,
+		EventStreams: l.EventStreams, EventStreamsPerOperator: l.EventStreamsPerOperator,
+		SSEStreams: l.SSEStreams, SSEStreamsPerOperator: l.SSEStreamsPerOperator,
+		BodyTimeout:       l.BodyTimeout,
+		MonitorSessionTTL: l.MonitorSessionTTL, MonitorSessionsPerOperator: l.MonitorSessionsPerOperator,
+		PasswordFailures: l.PasswordFailures, PasswordBackoff: l.PasswordBackoff, PasswordBackoffMax: l.PasswordBackoffMax,
+		NameBytes: l.NameBytes, TextBytes: l.TextBytes, ListItems: l.ListItems,
+		RunningTasksPerOperator: l.RunningTasksPerOperator, TasksPerMinute: l.TasksPerMinute,
+	}
 }
 
 // PasswordConfig gives an operator a password for the web monitor's

@@ -140,6 +140,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, getenv func(string
 			AllowedHosts: cfg.HTTP.AllowedHosts, MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
 			SessionTimeout: cfg.HTTP.SessionTimeout,
 		},
+		Limits: cfg.Limits.server(),
 	})
 	if err != nil {
 		return inst, err

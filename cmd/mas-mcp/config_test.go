@@ -1,13 +1,17 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/mas-mcp/mas-mcp/server"
 	"github.com/mas-mcp/mas-mcp/store"
 )
 
@@ -54,5 +58,40 @@ func TestNATSAuthConfig(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want it to mention %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestLimitsConfig: the limits block of the config file reaches the
+// server's limits; a negative value stops the start with its key named.
+func TestLimitsConfig(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "mas.yaml")
+	if err := os.WriteFile(file, []byte("limits:\n  sessions_per_operator: 4\n  text_bytes: 1000\n  body_timeout: 5s\n  tasks_per_minute: 3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig([]string{"--config", file}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cfg.Limits.server()
+	want := server.Limits{SessionsPerOperator: 4, TextBytes: 1000, BodyTimeout: 5 * time.Second, TasksPerMinute: 3}
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(server.Limits{}, "Now")); diff != "" {
+		t.Errorf("limits (-want +got):\n%s", diff)
+	}
+
+	if err := os.WriteFile(file, []byte("limits:\n  sessions: -1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err = loadConfig([]string{"--config", file, "--memory", "--http", "127.0.0.1:0"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := start(t.Context(), cfg, newLogger(cfg, io.Discard), env(nil), func() {})
+	if err == nil {
+		inst.close()
+		t.Fatal("start with limits.sessions -1 succeeded")
+	}
+	if !strings.Contains(err.Error(), "limits.sessions -1") {
+		t.Errorf("start: %v, want it to name limits.sessions", err)
 	}
 }
