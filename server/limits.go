@@ -317,7 +317,10 @@ func (s *Server) limitBodyTime(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r) // not a network connection (a test recorder)
 			return
 		}
-		r.Body = &deadlineBody{body: r.Body, rc: rc, limit: d}
+		r.Body = &deadlineBody{body: r.Body, rc: rc, limit: d, timedOut: func() {
+			s.log.Warn("request body not received in time", "limit", d, "key", keyBodyTimeout,
+				"method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+		}}
 		next.ServeHTTP(w, r)
 	})
 }
@@ -327,10 +330,11 @@ var errBodyTimeout = errors.New("request body: not received in time")
 
 // deadlineBody lifts the connection's read deadline once the body is read.
 type deadlineBody struct {
-	body  io.ReadCloser
-	rc    *http.ResponseController
-	limit time.Duration
-	done  bool
+	body     io.ReadCloser
+	rc       *http.ResponseController
+	limit    time.Duration
+	timedOut func() // called once if the deadline passed
+	done     bool
 }
 
 func (b *deadlineBody) Read(p []byte) (int, error) {
@@ -338,6 +342,7 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	if err != nil && !b.done {
 		b.done = true
 		if errors.Is(err, os.ErrDeadlineExceeded) {
+			b.timedOut()
 			return n, fmt.Errorf("%w: the body did not arrive within %s (%s)", errBodyTimeout, b.limit, keyBodyTimeout)
 		}
 		_ = b.rc.SetReadDeadline(time.Time{})
