@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 
@@ -363,6 +364,19 @@ func (c Config) validate() error {
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err
+	}
+	// Operator names go into prompts and the monitor's lists: one line.
+	names := map[string]string{"operator": c.Operator}
+	for i, t := range c.HTTP.Tokens {
+		names[fmt.Sprintf("http.tokens[%d].operator", i)] = t.Operator
+	}
+	for i, p := range c.HTTP.Passwords {
+		names[fmt.Sprintf("http.passwords[%d].operator", i)] = p.Operator
+	}
+	for key, name := range names {
+		if i := strings.IndexFunc(name, unicode.IsControl); i >= 0 {
+			return fmt.Errorf("%s %q: has a control character at byte %d; an operator's name is one line of printable text", key, name, i)
+		}
 	}
 	for i, t := range c.HTTP.Tokens {
 		switch {
