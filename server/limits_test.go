@@ -170,9 +170,7 @@ func TestSessionCaps(t *testing.T) {
 	// A closed session frees its place.
 	c.closeSession(tokenAnn, a1)
 	b2 := c.session(tokenBea)
-	for tok, id := range map[string]string{tokenAnn: a2} {
-		c.closeSession(tok, id)
-	}
+	c.closeSession(tokenAnn, a2)
 	c.closeSession(tokenBea, b1)
 	c.closeSession(tokenBea, b2)
 	c.baseline()
@@ -193,8 +191,9 @@ func TestSessionIdleExpiry(t *testing.T) {
 	c.closeSession(tokenAnn, c.session(tokenAnn))
 }
 
-// openStream opens a GET stream (/api/events, /sse) with a token; ok says
-// whether it was admitted (200), else the refusal is read.
+// openStream opens a GET stream (/api/events, /sse) with a token. Admitted
+// (200), stop closes it and waits until its handler returned; refused, stop
+// is nil and the refusal is read whole.
 func (c *capsEnv) openStream(path, token string) (stop func(), r reply) {
 	c.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
