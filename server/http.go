@@ -43,7 +43,7 @@ type HTTPConfig struct {
 	AllowedHosts []string
 	// MaxBodyBytes bounds request bodies (413 beyond). Default 4 MiB.
 	MaxBodyBytes int64
-	// SessionTimeout closes sessions idle that long. Default 30 minutes.
+	// SessionTimeout closes sessions idle that long. Default 10 minutes.
 	SessionTimeout time.Duration
 }
 
@@ -61,7 +61,7 @@ func (h *HTTPConfig) check() error {
 		return fmt.Errorf("server: http: session timeout %s: must not be negative", h.SessionTimeout)
 	}
 	if h.SessionTimeout == 0 {
-		h.SessionTimeout = 30 * time.Minute
+		h.SessionTimeout = 10 * time.Minute
 	}
 	host, _, err := net.SplitHostPort(h.Addr)
 	if err != nil {
@@ -117,12 +117,12 @@ func (s *Server) Handler() http.Handler {
 		stateful.ServeHTTP(w, r)
 	})
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", s.guard(streamable))
-	mux.Handle("/sse", s.guard(sse))
+	mux.Handle("/mcp", s.guard(s.limitSessions(streamable)))
+	mux.Handle("/sse", s.guard(s.limitStreams(s.sseCaps, false, sse)))
 	// The web monitor: its API checks tokens or bound sessions itself.
 	mux.Handle("/api/", s.perimeter(s.apiHandler()))
 	mux.Handle("/", s.perimeter(s.pageHandler()))
-	return mux
+	return s.limitBodyTime(mux)
 }
 
 // guard is the MCP endpoints' perimeter plus the protocol version header

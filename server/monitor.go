@@ -1,15 +1,12 @@
 package server
 
 import (
-	"crypto/rand"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/mas-mcp/mas-mcp/engine"
@@ -32,37 +29,11 @@ import (
 
 const sessionCookie = "mas_session"
 
-// apiSessions maps session cookies to the operators they are bound to.
-type apiSessions struct {
-	mu sync.Mutex
-	m  map[string]string
-}
-
-func (a *apiSessions) bind(op string) string {
-	b := make([]byte, 24)
-	_, _ = rand.Read(b)
-	id := hex.EncodeToString(b)
-	a.mu.Lock()
-	if a.m == nil {
-		a.m = map[string]string{}
-	}
-	a.m[id] = op
-	a.mu.Unlock()
-	return id
-}
-
-func (a *apiSessions) lookup(id string) (string, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	op, ok := a.m[id]
-	return op, ok
-}
-
 // apiHandler serves /api/.
 func (s *Server) apiHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/states", s.apiStates)
-	mux.HandleFunc("GET /api/events", s.apiEvents)
+	mux.Handle("GET /api/events", s.limitStreams(s.eventCaps, true, http.HandlerFunc(s.apiEvents)))
 	mux.HandleFunc("POST /api/bind_human_agent", s.apiBind)
 	mux.HandleFunc("POST /api/send_message", s.apiSendMessage)
 	mux.HandleFunc("GET /api/inbox", s.apiInbox)
@@ -263,18 +234,27 @@ func (s *Server) apiBind(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var op string
+	keys := bindKeys(r, req.HumanAgentID)
+	if wait := s.throttle.wait(keys...); wait > 0 && (req.Token != "" || req.HumanAgentID != "") {
+		s.refuseTooEarly(w, wait)
+		return
+	}
 	switch {
 	case req.Token != "":
 		var ok bool
 		if op, ok = s.tokenOperator(req.Token); !ok {
+			s.throttle.failed(keys...)
 			apiError(w, http.StatusUnauthorized, "token: not a token of this server")
 			return
 		}
+		s.throttle.succeeded(keys...)
 	case req.HumanAgentID != "":
 		if !s.sys.CheckOperatorPassword(req.HumanAgentID, req.Password) {
+			s.throttle.failed(keys...)
 			apiError(w, http.StatusUnauthorized, "human_agent_id and password: no operator with this password")
 			return
 		}
+		s.throttle.succeeded(keys...)
 		op = req.HumanAgentID
 	case len(s.cfg.HTTP.Tokens) == 0:
 		// Loopback without tokens: binding needs nothing (the default operator).
@@ -284,7 +264,7 @@ func (s *Server) apiBind(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: s.sessions.bind(op), Path: "/api/", HttpOnly: true,
+		Name: sessionCookie, Value: s.sessions.bind(op), Path: "/api/", HttpOnly: true, MaxAge: int(s.cfg.Limits.MonitorSessionTTL / time.Second),
 		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 	})
 	apiJSON(w, http.StatusOK, map[string]any{"success": true, "human_agent_id": op, "message": "bound to operator " + op})
@@ -318,6 +298,10 @@ func (s *Server) apiSendMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	in := SendMessageIn{TaskID: req.TaskID, Receiver: req.Receiver, Content: req.Content,
 		StageRelative: req.StageRelative, NeedReply: req.NeedReply, Waiting: req.Waiting, ReplyTo: req.ReplyTo}
+	if err := in.check(&s.cfg.Limits); err != nil {
+		apiError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	msgs, err := s.sys.HumanSend(op, engine.HumanMessage{
 		TaskID: in.TaskID, Receiver: in.Receiver, Content: in.Content, StageRelative: in.StageRelative,
 		NeedReply: s.defaultNeedReply(op, in), Waiting: in.Waiting, ReplyTo: in.ReplyTo,

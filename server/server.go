@@ -39,6 +39,8 @@ type Config struct {
 
 	// HTTP holds what only the HTTP transports use.
 	HTTP HTTPConfig
+	// Limits bound sessions, streams, input sizes and task quotas.
+	Limits Limits
 }
 
 // Server is the MCP surface of one MAS. One *mcp.Server serves every
@@ -50,7 +52,13 @@ type Server struct {
 	mcp *mcp.Server
 
 	updates  *updates
-	sessions apiSessions // the web monitor's bound operators
+	sessions apiSessions  // the web monitor's bound operators
+	throttle bindThrottle // failed bind_human_agent attempts
+
+	// Caps of what clients hold open, and add_task's quotas (limits.go).
+	mcpSessions        *mcpSessions
+	eventCaps, sseCaps *streamCaps
+	quota              *taskQuota
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -86,6 +94,9 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.HTTP.check(); err != nil {
 		return nil, err
 	}
+	if err := cfg.Limits.check(); err != nil {
+		return nil, err
+	}
 	for _, op := range cfg.HTTP.Tokens {
 		if b, ok := cfg.System.AgentBrief(op); !ok || b.Kind != engine.KindHuman {
 			return nil, fmt.Errorf("server: http: a token is bound to %q, which is not an operator HumanAgent", op)
@@ -93,6 +104,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, sys: cfg.System, log: cfg.Logger, ctx: ctx, cancel: cancel, draining: make(chan struct{})}
+	l := &s.cfg.Limits
+	s.sessions.l, s.throttle.l = l, l
+	s.mcpSessions = &mcpSessions{live: map[string]string{},
+		caps: newStreamCaps("MCP sessions", l.Sessions, l.SessionsPerOperator, keySessions, keySessionsPerOp)}
+	s.eventCaps = newStreamCaps("/api/events streams", l.EventStreams, l.EventStreamsPerOperator, keyEventStreams, keyEventStreamsOp)
+	s.sseCaps = newStreamCaps("SSE streams", l.SSEStreams, l.SSEStreamsPerOperator, keySSEStreams, keySSEStreamsOp)
+	s.quota = newTaskQuota(l, s.sys)
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: cfg.Name, Title: "mas-mcp multi-agent system", Version: cfg.Version},
 		&mcp.ServerOptions{
 			Instructions: instructions,

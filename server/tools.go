@@ -21,7 +21,7 @@ import (
 // its typed handler.
 type tool struct {
 	def *mcp.Tool
-	add func(*mcp.Server, *mcp.Tool)
+	add func(*mcp.Server, *mcp.Tool, *Limits)
 }
 
 // tools lists every tool of the server (clients see them sorted by name).
@@ -56,16 +56,17 @@ func (s *Server) tools() []tool {
 
 func (s *Server) addTools() {
 	for _, t := range s.tools() {
-		t.add(s.mcp, t.def)
+		t.add(s.mcp, t.def, &s.cfg.Limits)
 	}
 }
 
-// defTool builds a tool whose handler takes In and returns Out.
+// defTool builds a tool whose handler takes In and returns Out, once In is
+// within the input limits (inputs.go).
 func defTool[In, Out any](name, title, desc string, ann *mcp.ToolAnnotations, h mcp.ToolHandlerFor[In, Out]) tool {
 	ann.Title = title
 	return tool{
 		def: &mcp.Tool{Name: name, Title: title, Description: desc, Annotations: ann},
-		add: func(srv *mcp.Server, def *mcp.Tool) { mcp.AddTool(srv, def, h) },
+		add: func(srv *mcp.Server, def *mcp.Tool, l *Limits) { mcp.AddTool(srv, def, checked(l, h)) },
 	}
 }
 
@@ -114,7 +115,12 @@ type AddTaskOut struct {
 
 func (s *Server) addTask(ctx context.Context, req *mcp.CallToolRequest, in AddTaskIn) (*mcp.CallToolResult, AddTaskOut, error) {
 	op := s.operator(ctx, req.Extra)
+	done, err := s.quota.admit(op)
+	if err != nil {
+		return nil, AddTaskOut{}, err
+	}
 	id, err := s.sys.AddTask(op, engine.AddTaskRequest{TaskName: in.TaskName, TaskIntention: in.TaskIntention, Manager: in.TaskManager})
+	done(err == nil)
 	if err != nil {
 		return nil, AddTaskOut{}, err
 	}

@@ -65,6 +65,9 @@ type Options struct {
 	// NATSURL uses an existing NATS server or cluster instead of the
 	// embedded one.
 	NATSURL string
+	// NATSAuth authenticates to the NATS server of NATSURL (credentials
+	// in the URL work too). The embedded server makes up its own.
+	NATSAuth NATSAuth
 	// SyncInterval, when positive, replaces fsync-on-every-write with an
 	// fsync every interval: faster, but an OS crash (not a process crash)
 	// may lose the writes of the last interval.
@@ -133,12 +136,18 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	switch {
 	case o.NATSURL != "":
 		s.role = RoleExternal
-		s.nc, err = nats.Connect(o.NATSURL, nats.Name("mas-mcp"), nats.MaxReconnects(-1))
+		if err := o.NATSAuth.check(); err != nil {
+			return nil, err
+		}
+		opts := append([]nats.Option{nats.Name("mas-mcp"), nats.MaxReconnects(-1)}, o.NATSAuth.options()...)
+		s.nc, err = nats.Connect(o.NATSURL, opts...)
 		if err != nil {
-			return nil, fmt.Errorf("store: connect to %s: %w", redactURL(o.NATSURL), err)
+			msg := fmt.Sprintf("store: connect to %s: %s", redactURL(o.NATSURL), o.NATSAuth.scrub(err.Error()))
+			return nil, &maskedError{msg: msg, err: err}
 		}
 	default:
 		if err := s.openDataDir(); err != nil {
+			s.Close()
 			return nil, err
 		}
 	}
@@ -187,7 +196,13 @@ func (s *Store) openDataDir() error {
 		_, _ = lock.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	s.lock, s.role = lock, RoleOwner
+	auth, err := newEmbeddedAuth(dir)
+	if err != nil {
+		return err
+	}
 	opts := &server.Options{
+		Username:   auth.User,
+		Password:   auth.Password,
 		ServerName: "mas-mcp",
 		Host:       "127.0.0.1",
 		Port:       server.RANDOM_PORT,
@@ -214,7 +229,8 @@ func (s *Store) openDataDir() error {
 	if err := os.WriteFile(filepath.Join(dir, "nats.url"), []byte(srv.ClientURL()), 0o600); err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
-	s.nc, err = nats.Connect(srv.ClientURL(), nats.InProcessServer(srv), nats.Name("mas-mcp-owner"))
+	s.nc, err = nats.Connect(srv.ClientURL(), nats.InProcessServer(srv), nats.Name("mas-mcp-owner"),
+		nats.UserInfo(auth.User, auth.Password))
 	if err != nil {
 		return fmt.Errorf("store: connect to the embedded server: %w", err)
 	}
@@ -247,7 +263,11 @@ func (s *Store) joinOwner() error {
 		return fmt.Errorf("store: the data directory %s is in use by another process, whose address is unreadable: %w", s.opts.DataDir, err)
 	}
 	url := strings.TrimSpace(string(b))
-	s.nc, err = nats.Connect(url, nats.Name("mas-mcp-client"))
+	auth, err := readEmbeddedAuth(s.opts.DataDir)
+	if err != nil {
+		return fmt.Errorf("store: the data directory %s is in use by another process, whose credentials are unreadable: %w", s.opts.DataDir, err)
+	}
+	s.nc, err = nats.Connect(url, nats.Name("mas-mcp-client"), nats.UserInfo(auth.User, auth.Password))
 	if err != nil {
 		return fmt.Errorf("store: the data directory %s is in use by another process; connecting to it at %s: %w", s.opts.DataDir, url, err)
 	}

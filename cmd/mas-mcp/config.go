@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,8 +11,12 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/mas-mcp/mas-mcp/server"
+	"github.com/mas-mcp/mas-mcp/store"
 )
 
 // Config is everything mas-mcp is configured with: defaults, then the config
@@ -31,6 +36,8 @@ type Config struct {
 	// NATSURL uses an existing NATS server or cluster instead of the
 	// embedded one.
 	NATSURL string `yaml:"nats_url"`
+	// NATS authenticates to the server of NATSURL.
+	NATS NATSConfig `yaml:"nats"`
 	// SyncInterval, when positive, fsyncs every interval instead of on
 	// every write (an OS crash may then lose up to that interval).
 	SyncInterval time.Duration `yaml:"sync_interval"`
@@ -62,6 +69,9 @@ type Config struct {
 	Stdio bool `yaml:"stdio"`
 	// HTTP configures the HTTP transports (streamable HTTP at /mcp, SSE at /sse).
 	HTTP HTTPConfig `yaml:"http"`
+	// Limits bound what clients may hold open and send; zero values mean
+	// server.Limits' defaults.
+	Limits LimitsConfig `yaml:"limits"`
 
 	// LogFormat is "text" (human-readable, colour on a terminal) or "json".
 	LogFormat string `yaml:"log_format"`
@@ -70,7 +80,30 @@ type Config struct {
 
 	// apiKey is read from OPENAI_API_KEY; never printed.
 	apiKey string
+	// natsPassword and natsToken are read from the environment
+	// (MAS_NATS_PASSWORD, MAS_NATS_TOKEN, or the variables nats.password_env
+	// and nats.token_env name); never printed.
+	natsPassword, natsToken string
 }
+
+// NATSConfig holds how mas-mcp authenticates to an external NATS server
+// (nats.go's standard options). Secrets come from the environment only.
+type NATSConfig struct {
+	// CredsFile is a NATS credentials file (user JWT and nkey seed).
+	CredsFile string `yaml:"creds_file"`
+	// User, with the password from PasswordEnv (default MAS_NATS_PASSWORD).
+	User        string `yaml:"user"`
+	PasswordEnv string `yaml:"password_env"`
+	// TokenEnv names the variable holding a token (default MAS_NATS_TOKEN).
+	TokenEnv string `yaml:"token_env"`
+	// TLSCA verifies the server's certificate; TLSCert and TLSKey are a
+	// client certificate. Any of them requires TLS.
+	TLSCA   string `yaml:"tls_ca"`
+	TLSCert string `yaml:"tls_cert"`
+	TLSKey  string `yaml:"tls_key"`
+}
+
+func (n NATSConfig) set() bool { return n != NATSConfig{} }
 
 // HTTPConfig configures the HTTP transports.
 type HTTPConfig struct {
@@ -87,6 +120,42 @@ type HTTPConfig struct {
 	AllowedHosts   []string      `yaml:"allowed_hosts"`
 	SessionTimeout time.Duration `yaml:"session_timeout"`
 	MaxBodyBytes   int64         `yaml:"max_body_bytes"`
+}
+
+// LimitsConfig is server.Limits in the config file (the README's table
+// lists the defaults).
+type LimitsConfig struct {
+	Sessions                   int           `yaml:"sessions"`
+	SessionsPerOperator        int           `yaml:"sessions_per_operator"`
+	EventStreams               int           `yaml:"event_streams"`
+	EventStreamsPerOperator    int           `yaml:"event_streams_per_operator"`
+	SSEStreams                 int           `yaml:"sse_streams"`
+	SSEStreamsPerOperator      int           `yaml:"sse_streams_per_operator"`
+	BodyTimeout                time.Duration `yaml:"body_timeout"`
+	MonitorSessionTTL          time.Duration `yaml:"monitor_session_ttl"`
+	MonitorSessionsPerOperator int           `yaml:"monitor_sessions_per_operator"`
+	PasswordFailures           int           `yaml:"password_failures"`
+	PasswordBackoff            time.Duration `yaml:"password_backoff"`
+	PasswordBackoffMax         time.Duration `yaml:"password_backoff_max"`
+	NameBytes                  int           `yaml:"name_bytes"`
+	TextBytes                  int           `yaml:"text_bytes"`
+	ListItems                  int           `yaml:"list_items"`
+	RunningTasksPerOperator    int           `yaml:"running_tasks_per_operator"`
+	TasksPerMinute             int           `yaml:"tasks_per_minute"`
+}
+
+// server maps the limits onto the server's.
+func (l LimitsConfig) server() server.Limits {
+	return server.Limits{
+		Sessions: l.Sessions, SessionsPerOperator: l.SessionsPerOperator,
+		EventStreams: l.EventStreams, EventStreamsPerOperator: l.EventStreamsPerOperator,
+		SSEStreams: l.SSEStreams, SSEStreamsPerOperator: l.SSEStreamsPerOperator,
+		BodyTimeout:       l.BodyTimeout,
+		MonitorSessionTTL: l.MonitorSessionTTL, MonitorSessionsPerOperator: l.MonitorSessionsPerOperator,
+		PasswordFailures: l.PasswordFailures, PasswordBackoff: l.PasswordBackoff, PasswordBackoffMax: l.PasswordBackoffMax,
+		NameBytes: l.NameBytes, TextBytes: l.TextBytes, ListItems: l.ListItems,
+		RunningTasksPerOperator: l.RunningTasksPerOperator, TasksPerMinute: l.TasksPerMinute,
+	}
 }
 
 // PasswordConfig gives an operator a password for the web monitor's
@@ -160,6 +229,11 @@ func loadConfig(args []string, getenv func(string) string) (Config, error) {
 	refl := fs.Int("stage-reflection-budget", 0, "reflections an agent may run in one stage before it must summarise")
 	dataDir := fs.String("data-dir", "", "directory of the durable state (env MAS_DATA_DIR; default: the user's config directory/mas-mcp)")
 	natsURL := fs.String("nats-url", "", "use this NATS server or cluster for the durable state instead of the embedded one (env MAS_NATS_URL)")
+	natsCreds := fs.String("nats-creds", "", "NATS credentials file for --nats-url (env MAS_NATS_CREDS)")
+	natsUser := fs.String("nats-user", "", "NATS user for --nats-url; the password comes from MAS_NATS_PASSWORD (env MAS_NATS_USER)")
+	natsCA := fs.String("nats-tls-ca", "", "CA file verifying the --nats-url server's TLS certificate")
+	natsCert := fs.String("nats-tls-cert", "", "client certificate file for --nats-url (with --nats-tls-key)")
+	natsKey := fs.String("nats-tls-key", "", "client certificate key file for --nats-url")
 	syncInterval := fs.Duration("sync-interval", 0, "fsync every interval instead of on every write (an OS crash may lose up to the interval)")
 	memory := fs.Bool("memory", false, "keep state in memory only: nothing survives a restart")
 	mcpConfig := fs.String("mcp-config", "", "downstream MCP servers file ({\"mcpServers\": …}, as Claude Desktop's) (env MAS_MCP_CONFIG)")
@@ -205,6 +279,12 @@ func loadConfig(args []string, getenv func(string) string) (Config, error) {
 	if v := getenv("MAS_NATS_URL"); v != "" {
 		cfg.NATSURL = v
 	}
+	if v := getenv("MAS_NATS_CREDS"); v != "" {
+		cfg.NATS.CredsFile = v
+	}
+	if v := getenv("MAS_NATS_USER"); v != "" {
+		cfg.NATS.User = v
+	}
 	cfg.apiKey = getenv("OPENAI_API_KEY")
 
 	setStr := func(dst *string, v string) {
@@ -222,6 +302,13 @@ func loadConfig(args []string, getenv func(string) string) (Config, error) {
 	setStr(&cfg.MCPConfig, *mcpConfig)
 	setStr(&cfg.DataDir, *dataDir)
 	setStr(&cfg.NATSURL, *natsURL)
+	setStr(&cfg.NATS.CredsFile, *natsCreds)
+	setStr(&cfg.NATS.User, *natsUser)
+	setStr(&cfg.NATS.TLSCA, *natsCA)
+	setStr(&cfg.NATS.TLSCert, *natsCert)
+	setStr(&cfg.NATS.TLSKey, *natsKey)
+	cfg.natsPassword = getenv(cmp.Or(cfg.NATS.PasswordEnv, "MAS_NATS_PASSWORD"))
+	cfg.natsToken = getenv(cmp.Or(cfg.NATS.TokenEnv, "MAS_NATS_TOKEN"))
 	if *syncInterval != 0 {
 		cfg.SyncInterval = *syncInterval
 	}
@@ -295,6 +382,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("llm.concurrency %d: must be positive", c.LLM.Concurrency)
 	case c.SyncInterval < 0:
 		return fmt.Errorf("sync_interval %s: must not be negative", c.SyncInterval)
+	case c.NATSURL == "" && c.NATS.set():
+		return errors.New("nats: authentication options are for an external server: set nats_url (--nats-url) too, or leave them out")
+	case c.NATS.User != "" && c.natsPassword == "":
+		return fmt.Errorf("nats.user %s: no password: set %s", c.NATS.User, cmp.Or(c.NATS.PasswordEnv, "MAS_NATS_PASSWORD"))
 	case c.Memory && (c.NATSURL != "" || c.DataDir != ""):
 		return errors.New("memory: keeps nothing on disk; leave out data_dir and nats_url")
 	case c.ConfirmTimeout <= 0:
@@ -310,6 +401,19 @@ func (c Config) validate() error {
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err
+	}
+	// Operator names go into prompts and the monitor's lists: one line.
+	names := map[string]string{"operator": c.Operator}
+	for i, t := range c.HTTP.Tokens {
+		names[fmt.Sprintf("http.tokens[%d].operator", i)] = t.Operator
+	}
+	for i, p := range c.HTTP.Passwords {
+		names[fmt.Sprintf("http.passwords[%d].operator", i)] = p.Operator
+	}
+	for key, name := range names {
+		if i := strings.IndexFunc(name, unicode.IsControl); i >= 0 {
+			return fmt.Errorf("%s %q: has a control character at byte %d; an operator's name is one line of printable text", key, name, i)
+		}
 	}
 	for i, t := range c.HTTP.Tokens {
 		switch {
@@ -374,4 +478,12 @@ func parseLevel(s string) (slog.Level, error) {
 		return slog.LevelError, nil
 	}
 	return 0, fmt.Errorf("log_level %q: must be debug, info, warn or error", s)
+}
+
+// natsAuth is how the store authenticates to the external NATS server.
+func (c Config) natsAuth() store.NATSAuth {
+	return store.NATSAuth{
+		CredsFile: c.NATS.CredsFile, User: c.NATS.User, Password: c.natsPassword, Token: c.natsToken,
+		CAFile: c.NATS.TLSCA, CertFile: c.NATS.TLSCert, KeyFile: c.NATS.TLSKey,
+	}
 }

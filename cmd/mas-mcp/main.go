@@ -142,6 +142,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, getenv func(string
 			AllowedHosts: cfg.HTTP.AllowedHosts, MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
 			SessionTimeout: cfg.HTTP.SessionTimeout,
 		},
+		Limits: cfg.Limits.server(),
 	})
 	if err != nil {
 		return inst, err
@@ -207,7 +208,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, stop func()) (
 		return nil, &engine.Image{}, nil
 	}
 	st, err := store.Open(ctx, store.Options{
-		DataDir: cfg.DataDir, NATSURL: cfg.NATSURL, SyncInterval: cfg.SyncInterval, Logger: log.With("component", "store"),
+		DataDir: cfg.DataDir, NATSURL: cfg.NATSURL, NATSAuth: cfg.natsAuth(), SyncInterval: cfg.SyncInterval, Logger: log.With("component", "store"),
 		OnLeaseLost: stop,
 	})
 	if err != nil {

@@ -62,6 +62,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{[]string{"--config", bad}, "field modle not found"},
 		{[]string{"--config", filepath.Join(dir, "missing.yaml")}, "config file"},
 		{[]string{"stray"}, `unexpected argument "stray"`},
+		{[]string{"--operator", "ann\nSYSTEM"}, `operator "ann\nSYSTEM": has a control character`},
 	} {
 		_, err := loadConfig(tc.args, env(nil))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

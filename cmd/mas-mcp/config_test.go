@@ -1,0 +1,97 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/mas-mcp/mas-mcp/server"
+	"github.com/mas-mcp/mas-mcp/store"
+)
+
+// TestNATSAuthConfig: the external server's credentials come from flags,
+// the config file and the environment (secrets from the environment only)
+// and reach the store as they were given.
+func TestNATSAuthConfig(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "mas.yaml")
+	yaml := "nats_url: nats://nats.example.org:4222\nnats:\n  user: mas\n  password_env: MY_NATS_PW\n  tls_ca: /etc/ca.pem\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig([]string{"--config", file, "--nats-tls-cert", "/etc/c.pem", "--nats-tls-key", "/etc/c.key"},
+		env(map[string]string{"MY_NATS_PW": "pw-SENTINEL", "MAS_NATS_PASSWORD": "not this one"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := store.NATSAuth{User: "mas", Password: "pw-SENTINEL", CAFile: "/etc/ca.pem", CertFile: "/etc/c.pem", KeyFile: "/etc/c.key"}
+	if diff := cmp.Diff(want, cfg.natsAuth()); diff != "" {
+		t.Errorf("nats auth (-want +got):\n%s", diff)
+	}
+	if s := cfg.natsAuth().String(); strings.Contains(s, "pw-SENTINEL") {
+		t.Errorf("the password shows in %s", s)
+	}
+
+	cfg, err = loadConfig([]string{"--nats-url", "nats://h:4222", "--nats-creds", "/etc/u.creds"}, env(map[string]string{"MAS_NATS_TOKEN": "tok"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.natsAuth(); got.CredsFile != "/etc/u.creds" || got.Token != "tok" {
+		t.Errorf("nats auth %+v: want the creds file and MAS_NATS_TOKEN", got)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		vars map[string]string
+		want string
+	}{
+		{[]string{"--nats-user", "mas"}, nil, "set nats_url"},
+		{[]string{"--nats-url", "nats://h:4222", "--nats-user", "mas"}, nil, "nats.user mas: no password: set MAS_NATS_PASSWORD"},
+	} {
+		_, err := loadConfig(tc.args, env(tc.vars))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want it to mention %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestLimitsConfig: the limits block of the config file reaches the
+// server's limits; a negative value stops the start with its key named.
+func TestLimitsConfig(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "mas.yaml")
+	if err := os.WriteFile(file, []byte("limits:\n  sessions_per_operator: 4\n  text_bytes: 1000\n  body_timeout: 5s\n  tasks_per_minute: 3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig([]string{"--config", file}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cfg.Limits.server()
+	want := server.Limits{SessionsPerOperator: 4, TextBytes: 1000, BodyTimeout: 5 * time.Second, TasksPerMinute: 3}
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(server.Limits{}, "Now")); diff != "" {
+		t.Errorf("limits (-want +got):\n%s", diff)
+	}
+
+	if err := os.WriteFile(file, []byte("limits:\n  sessions: -1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err = loadConfig([]string{"--config", file, "--memory", "--http", "127.0.0.1:0"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := start(t.Context(), cfg, newLogger(cfg, io.Discard), env(nil), func() {})
+	if err == nil {
+		inst.close()
+		t.Fatal("start with limits.sessions -1 succeeded")
+	}
+	if !strings.Contains(err.Error(), "limits.sessions -1") {
+		t.Errorf("start: %v, want it to name limits.sessions", err)
+	}
+}

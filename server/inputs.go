@@ -1,0 +1,171 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Every free-text input of the tools and the monitor API is bounded here, at
+// the boundary, before the engine sees it: a 1 MiB intention would otherwise
+// go into every prompt of the task. Names and IDs are one line of printable
+// text (a newline in a name would forge lines of the prompts and the
+// monitor's lists); free text may hold anything but is bounded in size; so
+// are lists. An error names the field, the problem and the limit's config
+// key, and the call changes nothing.
+
+// inputCheck checks fields one after another and keeps the first problem.
+type inputCheck struct {
+	l   *Limits
+	err error
+}
+
+// name checks a name, ID, URI or keyword: size, and no control or
+// bidirectional-override characters.
+func (c *inputCheck) name(field, v string) {
+	if c.err != nil {
+		return
+	}
+	if len(v) > c.l.NameBytes {
+		c.err = fmt.Errorf("%s: %d bytes, more than the limit of %d for names and IDs (%s)", field, len(v), c.l.NameBytes, keyNameBytes)
+		return
+	}
+	for i, r := range v {
+		if r == utf8.RuneError || unicode.IsControl(r) || isBidiControl(r) {
+			c.err = fmt.Errorf("%s %q: has a control character (%U) at byte %d; names and IDs are one line of printable text", field, v, r, i)
+			return
+		}
+	}
+}
+
+// names checks a list of names.
+func (c *inputCheck) names(field string, vs []string) {
+	c.list(field, len(vs))
+	for i, v := range vs {
+		c.name(fmt.Sprintf("%s[%d]", field, i), v)
+	}
+}
+
+// text checks free text: its size only.
+func (c *inputCheck) text(field, v string) {
+	if c.err == nil && len(v) > c.l.TextBytes {
+		c.err = fmt.Errorf("%s: %d bytes, more than the limit of %d (%s)", field, len(v), c.l.TextBytes, keyTextBytes)
+	}
+}
+
+func (c *inputCheck) list(field string, n int) {
+	if c.err == nil && n > c.l.ListItems {
+		c.err = fmt.Errorf("%s: %d items, more than the limit of %d (%s)", field, n, c.l.ListItems, keyListItems)
+	}
+}
+
+// allocation checks {agent_id: goal}.
+func (c *inputCheck) allocation(field string, m map[string]string) {
+	c.list(field, len(m))
+	for _, id := range slices.Sorted(maps.Keys(m)) {
+		c.name(field+" key", id)
+		c.text(fmt.Sprintf("%s[%q]", field, id), m[id])
+	}
+}
+
+// isBidiControl: the Unicode bidirectional controls, which make text show
+// in another order than it is read (Trojan Source).
+func isBidiControl(r rune) bool {
+	return r == '\u061C' || r == '\u200E' || r == '\u200F' || (r >= '\u202A' && r <= '\u202E') || (r >= '\u2066' && r <= '\u2069')
+}
+
+func (in AddTaskIn) check(l *Limits) error {
+	c := inputCheck{l: l}
+	c.name("task_name", in.TaskName)
+	c.text("task_intention", in.TaskIntention)
+	c.name("task_manager", in.TaskManager)
+	return c.err
+}
+
+func (in SendMessageIn) check(l *Limits) error {
+	c := inputCheck{l: l}
+	c.name("task_id", in.TaskID)
+	c.names("receiver", in.Receiver)
+	c.text("content", in.Content)
+	c.name("stage_relative", in.StageRelative)
+	c.name("reply_to", in.ReplyTo)
+	return c.err
+}
+
+func (in AskInfoIn) check(l *Limits) error {
+	c := inputCheck{l: l}
+	c.name("type", in.Type)
+	c.name("task_id", in.TaskID)
+	c.name("stage_id", in.StageID)
+	c.name("team_id", in.TeamID)
+	c.names("agent_id", in.AgentID)
+	return c.err
+}
+
+func (in WaitIn) check(l *Limits) error {
+	c := inputCheck{l: l}
+	c.name("task_id", in.TaskID)
+	c.name("agent_id", in.AgentID)
+	return c.err
+}
+
+func (in ManageTaskIn) check(l *Limits) error {
+	c := inputCheck{l: l}
+	c.name("action", in.Action)
+	c.name("task_id", in.TaskID)
+	c.list("stages", len(in.Stages))
+	for i, st := range in.Stages {
+		c.text(fmt.Sprintf("stages[%d].stage_intention", i), st.StageIntention)
+		c.allocation(fmt.Sprintf("stages[%d].agent_allocation", i), st.AgentAllocation)
+	}
+	c.name("stage_id", in.StageID)
+	c.name("old_stage_id", in.OldStageID)
+	c.text("new_stage_intention", in.NewStageIntention)
+	c.allocation("new_agent_allocation", in.NewAgentAllocation)
+	c.text("summary", in.Summary)
+	return c.err
+}
+
+func (in ManageAgentIn) check(l *Limits) error {
+	c := inputCheck{l: l}
+	c.name("action", in.Action)
+	if a := in.AgentConfig; a != nil {
+		c.name("agent_config.template", a.Template)
+		c.name("agent_config.name", a.Name)
+		c.name("agent_config.role", a.Role)
+		c.text("agent_config.profile", a.Profile)
+		c.names("agent_config.skills", a.Skills)
+		c.names("agent_config.tools", a.Tools)
+		if a.LLMConfig != nil {
+			c.name("agent_config.llm_config.model", a.LLMConfig.Model)
+		}
+	}
+	c.name("task_id", in.TaskID)
+	c.names("agents", in.Agents)
+	return c.err
+}
+
+func (in ReadResourceIn) check(l *Limits) error {
+	c := inputCheck{l: l}
+	c.name("uri", in.URI)
+	return c.err
+}
+
+// checked runs h only when its input is within the limits (an input type
+// with free text or names has a check method).
+func checked[In, Out any](l *Limits, h mcp.ToolHandlerFor[In, Out]) mcp.ToolHandlerFor[In, Out] {
+	return func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
+		if c, ok := any(in).(interface{ check(*Limits) error }); ok {
+			if err := c.check(l); err != nil {
+				var zero Out
+				return nil, zero, err
+			}
+		}
+		return h(ctx, req, in)
+	}
+}

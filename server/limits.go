@@ -1,0 +1,353 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Limits bound what clients may hold open and send, so that no client (and
+// no operator) can exhaust the process. Zero values mean the documented
+// defaults; negative values are refused. Over a cap a client gets a clear
+// answer — HTTP 429 (its operator's share is used up) or 503 (the server's
+// is), both with Retry-After, or a tool error — never a crash, never a
+// silently dropped request.
+type Limits struct {
+	// Sessions bounds the stateful MCP sessions of streamable HTTP at
+	// once, SessionsPerOperator those of one operator. Default 256 and 32.
+	// (Idle sessions close after HTTPConfig.SessionTimeout.)
+	Sessions, SessionsPerOperator int
+	// EventStreams bounds the open /api/events streams, in total and per
+	// operator. Default 256 and 16.
+	EventStreams, EventStreamsPerOperator int
+	// SSEStreams bounds the open legacy SSE streams (GET /sse), in total
+	// and per operator. Default 256 and 16.
+	SSEStreams, SSEStreamsPerOperator int
+	// BodyTimeout bounds the time to receive a request's body once its
+	// headers arrived. Default 30s.
+	BodyTimeout time.Duration
+	// MonitorSessionTTL is how long a web monitor session bound with
+	// bind_human_agent lasts. Default 12h. An operator keeps at most
+	// MonitorSessionsPerOperator (default 32): binding one more ends its
+	// oldest.
+	MonitorSessionTTL          time.Duration
+	MonitorSessionsPerOperator int
+	// PasswordFailures is how many failed bind_human_agent attempts an
+	// operator ID, or a source address, has before each further attempt
+	// must wait: PasswordBackoff, doubling with each failure up to
+	// PasswordBackoffMax. Default 5, 1s, 15m. A success clears the
+	// operator's and the address's failures; so does a quiet
+	// PasswordBackoffMax.
+	PasswordFailures                    int
+	PasswordBackoff, PasswordBackoffMax time.Duration
+	// NameBytes bounds names and IDs in tool and API inputs (task_name,
+	// agent_config.name, task_id, …), TextBytes their free text
+	// (task_intention, content, summary, …), ListItems their lists
+	// (receiver, stages, agents, …). Default 256 bytes, 32 KiB, 64.
+	NameBytes, TextBytes, ListItems int
+	// RunningTasksPerOperator bounds the tasks reporting to one operator
+	// that have not ended; TasksPerMinute the tasks one operator adds with
+	// add_task in any minute. Default 16 and 10.
+	RunningTasksPerOperator, TasksPerMinute int
+
+	// Now is the clock of expiries, backoffs and rates (nil: time.Now).
+	Now func() time.Time
+}
+
+// Config keys of the limits (cmd/mas-mcp's config file), named in errors so
+// that whoever runs the server knows what to raise.
+const (
+	keySessions         = "limits.sessions"
+	keySessionsPerOp    = "limits.sessions_per_operator"
+	keyEventStreams     = "limits.event_streams"
+	keyEventStreamsOp   = "limits.event_streams_per_operator"
+	keySSEStreams       = "limits.sse_streams"
+	keySSEStreamsOp     = "limits.sse_streams_per_operator"
+	keyBodyTimeout      = "limits.body_timeout"
+	keyNameBytes        = "limits.name_bytes"
+	keyTextBytes        = "limits.text_bytes"
+	keyListItems        = "limits.list_items"
+	keyRunningTasksOp   = "limits.running_tasks_per_operator"
+	keyTasksPerMinuteOp = "limits.tasks_per_minute"
+)
+
+// check fills in defaults and refuses negative values.
+func (l *Limits) check() error {
+	ints := []struct {
+		v   *int
+		def int
+		key string
+	}{
+		{&l.Sessions, 256, keySessions}, {&l.SessionsPerOperator, 32, keySessionsPerOp},
+		{&l.EventStreams, 256, keyEventStreams}, {&l.EventStreamsPerOperator, 16, keyEventStreamsOp},
+		{&l.SSEStreams, 256, keySSEStreams}, {&l.SSEStreamsPerOperator, 16, keySSEStreamsOp},
+		{&l.MonitorSessionsPerOperator, 32, "limits.monitor_sessions_per_operator"},
+		{&l.PasswordFailures, 5, "limits.password_failures"},
+		{&l.NameBytes, 256, keyNameBytes}, {&l.TextBytes, 32 << 10, keyTextBytes}, {&l.ListItems, 64, keyListItems},
+		{&l.RunningTasksPerOperator, 16, keyRunningTasksOp}, {&l.TasksPerMinute, 10, keyTasksPerMinuteOp},
+	}
+	for _, f := range ints {
+		if *f.v < 0 {
+			return fmt.Errorf("server: %s %d: must not be negative", f.key, *f.v)
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	durs := []struct {
+		v   *time.Duration
+		def time.Duration
+		key string
+	}{
+		{&l.BodyTimeout, 30 * time.Second, keyBodyTimeout},
+		{&l.MonitorSessionTTL, 12 * time.Hour, "limits.monitor_session_ttl"},
+		{&l.PasswordBackoff, time.Second, "limits.password_backoff"},
+		{&l.PasswordBackoffMax, 15 * time.Minute, "limits.password_backoff_max"},
+	}
+	for _, f := range durs {
+		if *f.v < 0 {
+			return fmt.Errorf("server: %s %s: must not be negative", f.key, *f.v)
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	if l.Now == nil {
+		l.Now = time.Now
+	}
+	return nil
+}
+
+// capError is a request refused over a cap: 429 when the operator's share
+// is used up, 503 when the server's is.
+type capError struct {
+	status     int
+	retryAfter time.Duration
+	msg        string
+}
+
+func (e *capError) Error() string { return e.msg }
+
+// write answers the refused request; asJSON in the monitor API's shape.
+func (e *capError) write(w http.ResponseWriter, asJSON bool) {
+	w.Header().Set("Retry-After", strconv.Itoa(max(1, int((e.retryAfter+time.Second-1)/time.Second))))
+	if asJSON {
+		apiError(w, e.status, e.msg)
+		return
+	}
+	http.Error(w, e.msg, e.status)
+}
+
+// retryStreams is the Retry-After of a refused session or stream: long
+// enough not to hammer, short enough to get in once one closes.
+const retryStreams = 10 * time.Second
+
+// streamCaps counts what is held open (streams, sessions) in total and per
+// operator.
+type streamCaps struct {
+	what            string // "MCP sessions", for messages
+	total, perOp    int
+	totalKey, opKey string
+
+	mu   sync.Mutex
+	n    int            // held, guarded by mu
+	byOp map[string]int // held per operator, guarded by mu; no zero entries
+}
+
+func newStreamCaps(what string, total, perOp int, totalKey, opKey string) *streamCaps {
+	return &streamCaps{what: what, total: total, perOp: perOp, totalKey: totalKey, opKey: opKey, byOp: map[string]int{}}
+}
+
+// acquire takes one for op, or says why not. release gives it back; it is
+// safe to call once only.
+func (c *streamCaps) acquire(op string) (release func(), err *capError) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.refuseLocked(op, 0, 0); err != nil {
+		return nil, err
+	}
+	c.n++
+	c.byOp[op]++
+	return func() { c.release(op) }, nil
+}
+
+// refuseLocked says why op may not take one more, beyond the held ones and
+// extra (held elsewhere), extraOp of which are op's.
+func (c *streamCaps) refuseLocked(op string, extra, extraOp int) *capError {
+	if c.byOp[op]+extraOp >= c.perOp {
+		return &capError{status: http.StatusTooManyRequests, retryAfter: retryStreams, msg: fmt.Sprintf(
+			"operator %s has %d open %s, the most one operator may have (%s): close one first", op, c.perOp, c.what, c.opKey)}
+	}
+	if c.n+extra >= c.total {
+		return &capError{status: http.StatusServiceUnavailable, retryAfter: retryStreams, msg: fmt.Sprintf(
+			"the server has %d open %s, the most it serves (%s): try again later", c.total, c.what, c.totalKey)}
+	}
+	return nil
+}
+
+func (c *streamCaps) release(op string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n--
+	if c.byOp[op]--; c.byOp[op] <= 0 {
+		delete(c.byOp, op)
+	}
+}
+
+// held is how many are held, in total and by op (for tests and logs).
+func (c *streamCaps) held(op string) (total, byOp int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n, c.byOp[op]
+}
+
+// limitStreams holds one of c for the life of each GET request (a stream)
+// of the operator the request acts as; asJSON answers a refusal in the
+// monitor API's shape. Requests whose operator is unknown pass through:
+// the handler refuses them itself.
+func (s *Server) limitStreams(c *streamCaps, asJSON bool, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			next.ServeHTTP(w, r)
+			return
+		}
+		op, ok := s.requestOperator(r)
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		release, err := c.acquire(op)
+		if err != nil {
+			s.log.Warn("stream refused", "what", c.what, "operator", op, "status", err.status)
+			err.write(w, asJSON)
+			return
+		}
+		defer release()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// requestOperator is the operator an HTTP request acts as: for the MCP
+// endpoints, the bearer token's (the guard verified it) or the default
+// one; for the monitor API, apiOperator's answer.
+func (s *Server) requestOperator(r *http.Request) (string, bool) {
+	if len(r.URL.Path) >= 5 && r.URL.Path[:5] == "/api/" {
+		return s.apiOperator(r)
+	}
+	return s.operator(r.Context(), nil), true
+}
+
+// mcpSessions counts the stateful MCP sessions of streamable HTTP. The SDK
+// creates one for each POST without Mcp-Session-Id and closes it when it
+// idles past the session timeout or the client deletes it, without telling
+// anyone: so the sessions this server admitted are remembered by ID and
+// those the SDK no longer lists are forgotten before each admission.
+type mcpSessions struct {
+	caps *streamCaps // pending admissions and live sessions
+
+	mu   sync.Mutex
+	live map[string]string // session ID → operator; guarded by mu
+}
+
+// limitSessions admits a new stateful session (a POST without
+// Mcp-Session-Id, of a protocol older than statelessFrom) only under the
+// session caps.
+func (s *Server) limitSessions(next http.Handler) http.Handler {
+	m := s.mcpSessions
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" || r.Header.Get("Mcp-Protocol-Version") >= statelessFrom {
+			next.ServeHTTP(w, r)
+			return
+		}
+		op := s.operator(r.Context(), nil)
+		m.forgetClosed(s)
+		release, err := m.caps.acquire(op)
+		if err != nil {
+			s.log.Warn("MCP session refused", "operator", op, "status", err.status)
+			err.write(w, false)
+			return
+		}
+		next.ServeHTTP(w, r)
+		// The SDK names the session it created in the response header;
+		// none (a failed initialize): nothing is held.
+		if id := w.Header().Get("Mcp-Session-Id"); id != "" {
+			m.mu.Lock()
+			m.live[id] = op
+			m.mu.Unlock()
+			return
+		}
+		release()
+	})
+}
+
+// forgetClosed releases the sessions the SDK has closed since.
+func (m *mcpSessions) forgetClosed(s *Server) {
+	open := map[string]bool{}
+	for ss := range s.mcp.Sessions() {
+		open[ss.ID()] = true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, op := range m.live {
+		if !open[id] {
+			delete(m.live, id)
+			m.caps.release(op)
+		}
+	}
+}
+
+// limitBodyTime gives each request's body Limits.BodyTimeout to arrive
+// (http.Server's ReadTimeout would also cut the long-lived streams that
+// follow a request). The deadline is lifted once the body is read to its
+// end, so the response may stream as long as it needs.
+func (s *Server) limitBodyTime(next http.Handler) http.Handler {
+	d := s.cfg.Limits.BodyTimeout
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rc := http.NewResponseController(w)
+		if err := rc.SetReadDeadline(time.Now().Add(d)); err != nil {
+			next.ServeHTTP(w, r) // not a network connection (a test recorder)
+			return
+		}
+		r.Body = &deadlineBody{body: r.Body, rc: rc, limit: d, timedOut: func() {
+			s.log.Warn("request body not received in time", "limit", d, "key", keyBodyTimeout,
+				"method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+		}}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// errBodyTimeout: a request body did not arrive in time.
+var errBodyTimeout = errors.New("request body: not received in time")
+
+// deadlineBody lifts the connection's read deadline once the body is read.
+type deadlineBody struct {
+	body     io.ReadCloser
+	rc       *http.ResponseController
+	limit    time.Duration
+	timedOut func() // called once if the deadline passed
+	done     bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	if err != nil && !b.done {
+		b.done = true
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			b.timedOut()
+			return n, fmt.Errorf("%w: the body did not arrive within %s (%s)", errBodyTimeout, b.limit, keyBodyTimeout)
+		}
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+func (b *deadlineBody) Close() error { return b.body.Close() }
