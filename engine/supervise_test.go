@@ -119,6 +119,17 @@ func TestStalledTasksEndWithAReason(t *testing.T) {
 			wantWhy: []string{"no stages yet"},
 		},
 		{
+			name: "staffing names agents instead of IDs",
+			staff: func(b *testbed) string {
+				b.newAgent("alice")
+				id := b.newTask("report")
+				_, err := b.sys.AgentInstruction(b.mgr(), AgentInstruction{Action: ActionAddTaskParticipant, TaskID: id, Agents: StringList{"alice"}})
+				isErr(t, err, ErrNotFound, "alice")
+				return id
+			},
+			wantWhy: []string{"no stages yet"},
+		},
+		{
 			name: "add_stage with an empty allocation",
 			staff: func(b *testbed) string {
 				id := b.newTask("report")
