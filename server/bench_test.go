@@ -12,6 +12,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mas-mcp/mas-mcp/engine"
+	"github.com/mas-mcp/mas-mcp/internal/teststack"
+	"github.com/mas-mcp/mas-mcp/server"
 )
 
 // Benchmarks of the HTTP surface. `make bench` runs them with
@@ -29,7 +31,10 @@ const (
 // benchClients sessions over streamable HTTP, each its own (2025-11-25 is
 // served by the stateful handler).
 func benchRig(b *testing.B) (*httpRig, string, []*mcp.ClientSession) {
-	r := newHTTPRig(b, rigOptions{})
+	// All the clients act as the one default operator: room for them all.
+	r := newHTTPRig(b, rigOptions{Configure: func(_ *teststack.Stack, c *server.Config) {
+		c.Limits.SessionsPerOperator = 2 * benchClients
+	}})
 	id, err := r.stack.Sys.AddTask(r.stack.Sys.OperatorID(), engine.AddTaskRequest{TaskName: "report", TaskIntention: "Research a topic and write a report."})
 	if err != nil {
 		b.Fatal(err)
