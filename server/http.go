@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+
 	"net"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
+
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -250,50 +250,4 @@ func (s *Server) ServeHTTP(ctx context.Context, ready func(addr string)) error {
 		return fmt.Errorf("server: http: %w", err)
 	}
 	return nil
-}
-
-// ServeStdio serves one client over stdin/stdout until it disconnects or
-// ctx is done. Nothing but protocol may be written to stdout meanwhile.
-func (s *Server) ServeStdio(ctx context.Context) error {
-	return s.mcp.Run(ctx, &mcp.StdioTransport{})
-}
-
-// ServeConn serves one client over a stream of newline-delimited JSON-RPC
-// messages (as stdio does) until it disconnects or ctx is done. The session
-// acts as the default operator, like a stdio session.
-func (s *Server) ServeConn(ctx context.Context, conn io.ReadWriteCloser) error {
-	ss, err := s.mcp.Connect(ctx, &mcp.IOTransport{Reader: conn, Writer: conn}, nil)
-	if err != nil {
-		conn.Close()
-		return fmt.Errorf("server: local session: %w", err)
-	}
-	stop := context.AfterFunc(ctx, func() { _ = ss.Close() })
-	defer stop()
-	return ss.Wait()
-}
-
-// ServeListener serves every connection of ln with ServeConn until ctx is
-// done, then closes ln. It is how a second mas-mcp on the same data
-// directory reaches this one: over a unix socket only its user can open.
-func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
-	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
-	defer stop()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("server: local listener: %w", err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := s.ServeConn(ctx, conn); err != nil && ctx.Err() == nil {
-				s.log.Debug("local session ended", "err", err)
-			}
-		}()
-	}
 }
