@@ -107,7 +107,7 @@ func (s *Server) Handler() http.Handler {
 	stateless := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{
 		Stateless: true, JSONResponse: true, MaxRequestBodyBytes: cfg.MaxBodyBytes, DisableLocalhostProtection: true,
 	})
-	sse := mcp.NewSSEHandler(get, &mcp.SSEOptions{MaxRequestBodyBytes: cfg.MaxBodyBytes, DisableLocalhostProtection: true})
+	sse := newSSEHandler(s.mcp, cfg.MaxBodyBytes)
 
 	streamable := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if v := r.Header.Get("Mcp-Protocol-Version"); v >= statelessFrom {
