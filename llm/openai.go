@@ -66,7 +66,7 @@ type OpenAI struct {
 	// Fixed at creation.
 	client     *openai.Client
 	model      string
-	apiKey     string // kept only to redact it
+	apiKey     string // as configured; secrets scrubs it (and what derives from it)
 	secrets    *scrubber
 	timeout    time.Duration
 	maxRetries int
