@@ -55,6 +55,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzBlock -fuzztime=$(FUZZTIME) ./skills/
 	$(GO) test -run='^$$' -fuzz=FuzzStripReasoning -fuzztime=$(FUZZTIME) ./skills/
 	$(GO) test -run='^$$' -fuzz=FuzzNormalizeJSON -fuzztime=$(FUZZTIME) ./skills/
+	$(GO) test -run='^$$' -fuzz=FuzzScrub -fuzztime=$(FUZZTIME) ./llm/
 
 clean:
 	rm -rf bin

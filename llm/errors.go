@@ -166,13 +166,11 @@ func statusDetail(status int, msg string) string {
 	return fmt.Sprintf("status %d: %s", status, msg)
 }
 
-// redact removes the API key from s. Endpoints and proxies have been seen to
-// echo the Authorization header in error bodies.
+// redact removes the API key, anything derived from it and the base URL's
+// secrets from s (see scrubber). Endpoints and proxies have been seen to
+// echo the Authorization header, masked or not, in error bodies.
 func (o *OpenAI) redact(s string) string {
-	if o.apiKey == "" {
-		return s
-	}
-	return strings.ReplaceAll(s, o.apiKey, redacted)
+	return o.secrets.scrub(s)
 }
 
 // callError is what Complete returns on failure. Its message is built and

@@ -27,10 +27,15 @@ const (
 // defaults; negative values are rejected by NewOpenAI.
 type OpenAIConfig struct {
 	// BaseURL is the API root, up to and excluding "/chat/completions"
-	// (default DefaultBaseURL; Ollama: "http://localhost:11434/v1").
+	// (default DefaultBaseURL; Ollama: "http://localhost:11434/v1"). A
+	// query is sent with every request ("…/v1?api-key=K" requests
+	// "…/v1/chat/completions?api-key=K"); a fragment is ignored. Its user
+	// information and query values are secrets: errors and logs never show
+	// them (RedactURL).
 	BaseURL string
-	// APIKey is sent as a bearer token when non-empty. It never appears in
-	// an error or a log line.
+	// APIKey is sent as a bearer token when non-empty. Neither it, nor a
+	// run of 8 or more of its characters, nor a masked form of it appears
+	// in an error or a log line.
 	APIKey string
 	// Model is used when Request.Model is empty. Required.
 	Model string
@@ -68,7 +73,8 @@ type OpenAI struct {
 	// Fixed at creation.
 	client     *openai.Client
 	model      string
-	apiKey     string // kept only to redact it
+	apiKey     string // as configured; secrets scrubs it (and what derives from it)
+	secrets    *scrubber
 	timeout    time.Duration
 	maxRetries int // negative: none
 	window     time.Duration
@@ -113,7 +119,7 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 		return nil, errors.New("llm: openai config: BaseURL is not a valid URL")
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("llm: openai config: BaseURL %q must be an absolute http or https URL", u.Redacted())
+		return nil, fmt.Errorf("llm: openai config: BaseURL %q must be an absolute http or https URL", RedactURL(baseURL))
 	}
 
 	hc := &http.Client{}
@@ -121,10 +127,19 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 		c := *cfg.HTTPClient
 		hc = &c
 	}
-	hc.Transport = &recordingTransport{base: cmp.Or[http.RoundTripper](hc.Transport, http.DefaultTransport)}
+	var rt http.RoundTripper = cmp.Or[http.RoundTripper](hc.Transport, http.DefaultTransport)
+	// go-openai appends "/chat/completions" to the base URL as a string: a
+	// query (Azure's ?api-version=, a gateway's ?api-key=) would end up in
+	// front of the path. The query goes onto each request instead.
+	if u.RawQuery != "" {
+		rt = &queryTransport{base: rt, query: u.RawQuery}
+	}
+	hc.Transport = &recordingTransport{base: rt}
+	path := *u
+	path.RawQuery, path.ForceQuery, path.Fragment, path.RawFragment = "", false, "", ""
 
 	oc := openai.DefaultConfig(cfg.APIKey)
-	oc.BaseURL = baseURL
+	oc.BaseURL = path.String()
 	oc.HTTPClient = hc
 
 	log := cfg.Logger
@@ -135,6 +150,7 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 		client:     openai.NewClientWithConfig(oc),
 		model:      cfg.Model,
 		apiKey:     cfg.APIKey,
+		secrets:    newScrubber(cfg.APIKey, u),
 		timeout:    cmp.Or(cfg.Timeout, DefaultTimeout),
 		maxRetries: cmp.Or(cfg.MaxRetries, DefaultMaxRetries),
 		window:     cmp.Or(cfg.OutageWindow, DefaultOutageWindow),
@@ -292,4 +308,21 @@ func chatRequest(model string, req *Request) openai.ChatCompletionRequest {
 		}
 	}
 	return creq
+}
+
+// queryTransport adds the base URL's query to each request's (go-openai
+// builds request URLs by appending the path to the base URL as a string).
+type queryTransport struct {
+	base  http.RoundTripper
+	query string
+}
+
+func (t *queryTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context()) // a RoundTripper must not change its request
+	if r.URL.RawQuery == "" {
+		r.URL.RawQuery = t.query
+	} else {
+		r.URL.RawQuery = t.query + "&" + r.URL.RawQuery
+	}
+	return t.base.RoundTrip(r)
 }

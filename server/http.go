@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+
 	"net"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
+
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -107,7 +107,7 @@ func (s *Server) Handler() http.Handler {
 	stateless := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{
 		Stateless: true, JSONResponse: true, MaxRequestBodyBytes: cfg.MaxBodyBytes, DisableLocalhostProtection: true,
 	})
-	sse := mcp.NewSSEHandler(get, &mcp.SSEOptions{MaxRequestBodyBytes: cfg.MaxBodyBytes, DisableLocalhostProtection: true})
+	sse := newSSEHandler(s.mcp, cfg.MaxBodyBytes)
 
 	streamable := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if v := r.Header.Get("Mcp-Protocol-Version"); v >= statelessFrom {
@@ -142,12 +142,14 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		authed := auth.RequireBearerToken(s.verifyToken, &auth.RequireBearerTokenOptions{})(h)
 		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			// RFC 6750 §3: a 401 says how to authenticate. The SDK adds
-			// the header only with OAuth metadata, which we do not use.
-			challenge := `Bearer realm="mas-mcp"`
-			if strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
-				challenge += `, error="invalid_token"`
+			// the header only with OAuth metadata, which we do not use, so
+			// it is added here, to the requests the SDK will refuse only
+			// (it reads the token as bearerToken does).
+			if tok, ok := bearerToken(r); !ok {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="mas-mcp"`)
+			} else if _, ok := s.tokenOperator(tok); !ok {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="mas-mcp", error="invalid_token"`)
 			}
-			w.Header().Set("WWW-Authenticate", challenge)
 			authed.ServeHTTP(w, r)
 		})
 	}
@@ -168,7 +170,7 @@ func (s *Server) perimeter(next http.Handler) http.Handler {
 			http.Error(w, fmt.Sprintf("host %q is not allowed", r.Host), http.StatusForbidden)
 			return
 		}
-		if o := r.Header.Get("Origin"); o != "" && !s.originAllowed(o, r.Host) {
+		if o := r.Header.Get("Origin"); o != "" && !s.originAllowed(o, r) {
 			http.Error(w, fmt.Sprintf("origin %q is not allowed", o), http.StatusForbidden)
 			return
 		}
@@ -183,13 +185,30 @@ func (s *Server) perimeter(next http.Handler) http.Handler {
 	})
 }
 
-// originAllowed: the server's own origin, or one on the allowlist.
-func (s *Server) originAllowed(origin, host string) bool {
+// originAllowed: the server's own origin (scheme, host and port as r
+// came in), or one on the allowlist. Behind a proxy that terminates TLS
+// the page's https origin is not the server's own: list it in
+// AllowedOrigins.
+func (s *Server) originAllowed(origin string, r *http.Request) bool {
 	if slices.Contains(s.cfg.HTTP.AllowedOrigins, origin) {
 		return true
 	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
 	u, err := url.Parse(origin)
-	return err == nil && u.Host == host
+	return err == nil && u.Scheme == scheme && u.Host == r.Host
+}
+
+// bearerToken is the token of an "Authorization: Bearer <token>" header,
+// read as go-sdk's auth.RequireBearerToken reads it.
+func bearerToken(r *http.Request) (string, bool) {
+	f := strings.Fields(r.Header.Get("Authorization"))
+	if len(f) != 2 || !strings.EqualFold(f[0], "bearer") {
+		return "", false
+	}
+	return f[1], true
 }
 
 // hostOnly strips the port (and IPv6 brackets) from a Host header.
@@ -250,50 +269,4 @@ func (s *Server) ServeHTTP(ctx context.Context, ready func(addr string)) error {
 		return fmt.Errorf("server: http: %w", err)
 	}
 	return nil
-}
-
-// ServeStdio serves one client over stdin/stdout until it disconnects or
-// ctx is done. Nothing but protocol may be written to stdout meanwhile.
-func (s *Server) ServeStdio(ctx context.Context) error {
-	return s.mcp.Run(ctx, &mcp.StdioTransport{})
-}
-
-// ServeConn serves one client over a stream of newline-delimited JSON-RPC
-// messages (as stdio does) until it disconnects or ctx is done. The session
-// acts as the default operator, like a stdio session.
-func (s *Server) ServeConn(ctx context.Context, conn io.ReadWriteCloser) error {
-	ss, err := s.mcp.Connect(ctx, &mcp.IOTransport{Reader: conn, Writer: conn}, nil)
-	if err != nil {
-		conn.Close()
-		return fmt.Errorf("server: local session: %w", err)
-	}
-	stop := context.AfterFunc(ctx, func() { _ = ss.Close() })
-	defer stop()
-	return ss.Wait()
-}
-
-// ServeListener serves every connection of ln with ServeConn until ctx is
-// done, then closes ln. It is how a second mas-mcp on the same data
-// directory reaches this one: over a unix socket only its user can open.
-func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
-	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
-	defer stop()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("server: local listener: %w", err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := s.ServeConn(ctx, conn); err != nil && ctx.Err() == nil {
-				s.log.Debug("local session ended", "err", err)
-			}
-		}()
-	}
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"mime"
 	"net/http"
 	"strings"
 	"time"
@@ -21,6 +23,12 @@ import (
 //	POST /api/send_message                       spec §7.4.1's body
 //	GET  /api/inbox                              the operator's inbox
 //	GET  /api/whoami                             the operator the page acts as
+//
+// POST bodies must be sent as Content-Type application/json (415 otherwise)
+// and be one JSON object of known fields with nothing after it (400); a
+// missing required field is a 400 naming it. Every answer forbids framing
+// (CSP frame-ancestors 'none', X-Frame-Options DENY), and only a 401 carries
+// WWW-Authenticate.
 //
 // A page binds to an operator with bind_human_agent and gets an HttpOnly
 // session cookie (EventSource cannot send headers); programs may send the
@@ -47,7 +55,13 @@ func (s *Server) apiHandler() http.Handler {
 		}
 		apiError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
 	})
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// JSON and event streams only: nothing to render, nothing to frame.
+		w.Header().Set("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'")
+		w.Header().Set("X-Frame-Options", "DENY")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // apiMethods is what each endpoint takes (for 405 answers).
@@ -110,18 +124,38 @@ func apiError(w http.ResponseWriter, status int, msg string) {
 	apiJSON(w, status, map[string]any{"success": false, "message": msg})
 }
 
-// decodeBody reads a JSON body strictly; errors name the problem.
-func decodeBody(r *http.Request, v any) error {
+// readJSON reads a POST's body into v strictly, or answers why not: a
+// Content-Type other than application/json (415); a body that is not one
+// JSON object of known fields with nothing but white space after it (400);
+// one larger than the limit (413). It reports whether v was read.
+func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	ct := r.Header.Get("Content-Type")
+	mt, params, err := mime.ParseMediaType(ct)
+	if cs, ok := params["charset"]; err != nil || mt != "application/json" || ok && !strings.EqualFold(cs, "utf-8") {
+		apiError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q: must be application/json", ct))
+		return false
+	}
+	fail := func(err error) bool {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			apiError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body: larger than %d bytes", mbe.Limit))
+		} else {
+			apiError(w, http.StatusBadRequest, "body: "+err.Error())
+		}
+		return false
+	}
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return fmt.Errorf("body: larger than %d bytes", mbe.Limit)
-		}
-		return fmt.Errorf("body: %v", err)
+		return fail(err)
 	}
-	return nil
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if err == nil {
+			err = errors.New("unexpected data after the JSON object")
+		}
+		return fail(fmt.Errorf("after the JSON object: %w", err))
+	}
+	return true
 }
 
 // apiStates serves spec §8.5's GET /api/states?type=….
@@ -229,8 +263,7 @@ type bindRequest struct {
 
 func (s *Server) apiBind(w http.ResponseWriter, r *http.Request) {
 	var req bindRequest
-	if err := decodeBody(r, &req); err != nil {
-		apiError(w, http.StatusBadRequest, err.Error())
+	if !readJSON(w, r, &req) {
 		return
 	}
 	var op string
@@ -282,14 +315,33 @@ type sendRequest struct {
 	ReplyTo       string   `json:"reply_to,omitempty"`
 }
 
+// missing names the required fields req lacks (the engine would answer
+// an empty task_id with "no such task").
+func (req *sendRequest) missing() []string {
+	var out []string
+	if strings.TrimSpace(req.TaskID) == "" {
+		out = append(out, "task_id: is required")
+	}
+	if len(req.Receiver) == 0 {
+		out = append(out, "receiver: is required (at least one agent_id of the task group)")
+	}
+	if strings.TrimSpace(req.Content) == "" {
+		out = append(out, "content: is empty")
+	}
+	return out
+}
+
 func (s *Server) apiSendMessage(w http.ResponseWriter, r *http.Request) {
 	op, ok := s.authed(w, r)
 	if !ok {
 		return
 	}
 	var req sendRequest
-	if err := decodeBody(r, &req); err != nil {
-		apiError(w, http.StatusBadRequest, err.Error())
+	if !readJSON(w, r, &req) {
+		return
+	}
+	if missing := req.missing(); len(missing) > 0 {
+		apiError(w, http.StatusBadRequest, strings.Join(missing, "; "))
 		return
 	}
 	if req.HumanAgentID != "" && req.HumanAgentID != op {

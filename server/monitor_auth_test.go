@@ -144,6 +144,13 @@ func TestMonitorAPIPerimeter(t *testing.T) {
 			t.Errorf("%s %s from a foreign origin: %d %s, want 403 naming the origin", ep.method, ep.path, r.status, r.body)
 		}
 	}
+	// The page's own host and port, but https: another origin.
+	c.header.Set("Origin", "https"+strings.TrimPrefix(m.ts.URL, "http"))
+	for _, ep := range endpoints {
+		if r := c.do(ep.method, ep.path, `{}`); r.status != http.StatusForbidden || !strings.Contains(string(r.body), "origin") {
+			t.Errorf("%s %s from the https origin of an http page: %d %s, want 403 naming the origin", ep.method, ep.path, r.status, r.body)
+		}
+	}
 	c.header.Set("Origin", m.ts.URL) // the page's own origin
 	c.json("GET", "/api/whoami", nil, http.StatusOK, nil)
 

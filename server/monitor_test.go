@@ -285,7 +285,7 @@ func TestMonitorAPISendMessage(t *testing.T) {
 		words  []string
 	}{
 		{"unknown task", map[string]any{"task_id": "no-such-task", "receiver": []string{f.Alice}, "content": "hi"}, http.StatusNotFound, []string{"task_id", "no-such-task"}},
-		{"no task", map[string]any{"receiver": []string{f.Alice}, "content": "hi"}, http.StatusNotFound, []string{"task_id"}},
+		{"no task", map[string]any{"receiver": []string{f.Alice}, "content": "hi"}, http.StatusBadRequest, []string{"task_id", "required"}},
 		{"empty content", map[string]any{"task_id": f.TaskID, "receiver": []string{f.Alice}, "content": "  "}, http.StatusBadRequest, []string{"content", "empty"}},
 		{"unknown receiver", map[string]any{"task_id": f.TaskID, "receiver": []string{"no-such-agent"}, "content": "hi"}, http.StatusNotFound, []string{"receiver", "no-such-agent"}},
 		{"no receiver", map[string]any{"task_id": f.TaskID, "receiver": []string{}, "content": "hi"}, http.StatusBadRequest, []string{"receiver"}},

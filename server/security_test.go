@@ -46,6 +46,8 @@ func TestHTTPOriginAllowlist(t *testing.T) {
 		{"http://localhost" + port, http.StatusForbidden}, // another origin, same machine
 		{"http://127.0.0.1:1", http.StatusForbidden},
 		{"https://app.example.evil.example", http.StatusForbidden},
+		{"https" + strings.TrimPrefix(r.ts.URL, "http"), http.StatusForbidden}, // same host and port, other scheme
+		{"http://app.example", http.StatusForbidden},                           // the allowed one is https
 	} {
 		for _, path := range []string{"/mcp", "/sse"} {
 			q := probe(path)

@@ -26,7 +26,10 @@ func (s *Server) pageHandler() http.Handler {
 		}
 		w.Header().Set("Cache-Control", "no-cache")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
-		w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'")
+		// No other site may frame the page (clickjacking): CSP for
+		// current browsers, X-Frame-Options for older ones.
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'")
+		w.Header().Set("X-Frame-Options", "DENY")
 		files.ServeHTTP(w, r)
 	})
 }

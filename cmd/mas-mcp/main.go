@@ -74,7 +74,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 	ready := func(transport, where string) {
 		log.Info("mas-mcp ready",
-			"transport", transport, "listen", where, "lang", cfg.Lang, "model", cfg.LLM.Model, "llm", cfg.LLM.BaseURL,
+			"transport", transport, "listen", where, "lang", cfg.Lang, "model", cfg.LLM.Model, "llm", llm.RedactURL(cfg.LLM.BaseURL),
 			"api_key_set", cfg.apiKey != "", "operators", len(inst.tokens), "mcp_servers", len(inst.pool.ToolGuides()),
 			"base_task", inst.sys.BaseTaskID(), "manager", inst.sys.ManagerID(), "operator", inst.sys.OperatorID())
 	}

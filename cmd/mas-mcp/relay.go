@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mas-mcp/mas-mcp/server"
 	"github.com/mas-mcp/mas-mcp/store"
 )
 
@@ -90,17 +91,17 @@ func relayStdio(ctx context.Context, cfg Config, log *slog.Logger, getenv func(s
 	hostGone := make(chan struct{})
 	go func() {
 		defer close(hostGone)
-		br := bufio.NewReaderSize(in, 64<<10)
+		// A line no MCP session could take is answered here, as the owner
+		// would answer it, and never forwarded.
+		lines := server.NewLineReader(in, r.out.line)
 		for {
-			b, err := br.ReadBytes('\n')
-			if b = bytes.TrimSpace(b); len(b) > 0 {
-				select {
-				case hostLines <- b:
-				case <-ctx.Done():
-					return
-				}
-			}
+			b, err := lines.Next()
 			if err != nil {
+				return
+			}
+			select {
+			case hostLines <- bytes.Clone(b):
+			case <-ctx.Done():
 				return
 			}
 		}

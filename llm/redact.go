@@ -1,0 +1,238 @@
+package llm
+
+import (
+	"net/url"
+	"strings"
+)
+
+// Providers and proxies put secrets into their error bodies: the key itself
+// (a proxy echoing the Authorization header), a masked form of it (OpenAI:
+// "Incorrect API key provided: sk-abc*********LEAK"), the request URL with
+// the base URL's credentials and query. A scrubber removes all of these from
+// any text before it becomes an error or a log record, since such text ends
+// up in step errors every client can read.
+
+// minRun is the shortest run of a secret's characters that is scrubbed
+// wherever it appears: shorter runs of an API key are too likely to occur
+// by chance, longer ones give part of the key away.
+const minRun = 8
+
+// minExact is the shortest secret scrubbed at all (where it appears whole):
+// replacing every two-letter word of the text would make errors unreadable.
+// The base URL's query and user information are scrubbed whole, however
+// short their values.
+const minExact = 4
+
+// scrubber removes secrets from text. Fixed at creation; safe for
+// concurrent use.
+type scrubber struct {
+	// exact are secrets of at least minExact characters, scrubbed where
+	// they appear whole.
+	exact []string
+	// runs holds every run of minRun characters of each secret at least
+	// that long: any longer run of the secret is a chain of them.
+	runs map[string]bool
+	// masked are the secrets whose masked forms are scrubbed (those of at
+	// least minRun characters).
+	masked []string
+}
+
+// newScrubber scrubs apiKey and what base (the base URL, may be nil)
+// carries: user name, password, the whole user information, the whole
+// query, each query value (as sent and decoded).
+func newScrubber(apiKey string, base *url.URL) *scrubber {
+	s := &scrubber{runs: map[string]bool{}}
+	secrets := []string{apiKey}
+	if base != nil {
+		if base.User != nil {
+			pw, _ := base.User.Password()
+			secrets = append(secrets, base.User.String(), base.User.Username(), pw)
+		}
+		if base.RawQuery != "" {
+			secrets = append(secrets, base.RawQuery)
+			for part := range strings.SplitSeq(base.RawQuery, "&") {
+				k, v, found := strings.Cut(part, "=")
+				if !found {
+					v = k // a bare parameter may be the secret itself
+				}
+				secrets = append(secrets, v)
+				if dv, err := url.QueryUnescape(v); err == nil {
+					secrets = append(secrets, dv)
+				}
+			}
+		}
+	}
+	for _, sec := range secrets {
+		if len(sec) < minExact {
+			continue
+		}
+		s.exact = append(s.exact, sec)
+		if len(sec) >= minRun {
+			s.masked = append(s.masked, sec)
+			for i := 0; i+minRun <= len(sec); i++ {
+				s.runs[sec[i:i+minRun]] = true
+			}
+		}
+	}
+	return s
+}
+
+// scrub returns text with every part derived from a secret replaced by
+// [REDACTED]: the secret, any run of minRun or more of its characters, and
+// masked forms of it (see maskedSpans).
+func (s *scrubber) scrub(text string) string {
+	if s == nil || (len(s.exact) == 0 && len(s.runs) == 0) {
+		return text
+	}
+	hide := make([]bool, len(text))
+	mark := func(from, to int) {
+		for i := from; i < to; i++ {
+			hide[i] = true
+		}
+	}
+	for _, sec := range s.exact {
+		for i := 0; ; {
+			j := strings.Index(text[i:], sec)
+			if j < 0 {
+				break
+			}
+			mark(i+j, i+j+len(sec))
+			i += j + 1
+		}
+	}
+	for i := 0; i+minRun <= len(text); i++ {
+		if s.runs[text[i:i+minRun]] {
+			mark(i, i+minRun)
+		}
+	}
+	for _, sp := range s.maskedSpans(text) {
+		mark(sp[0], sp[1])
+	}
+	var b strings.Builder
+	for i := 0; i < len(text); {
+		if !hide[i] {
+			b.WriteByte(text[i])
+			i++
+			continue
+		}
+		b.WriteString(redacted)
+		for i < len(text) && hide[i] {
+			i++
+		}
+	}
+	return b.String()
+}
+
+// maskedSpans finds masked forms of the secrets: a word made of key
+// characters and at least one mask ("**" or more, "…", "...") whose visible
+// part before the first mask is a prefix of a secret, whose visible part
+// after the last mask is a suffix of one, or which shows minExact or more
+// characters of one in a row (sk-…abcd, sk-abc*********LEAK,
+// sk-…7f3**********LEAK). Both ends need at least three characters: "sk-"
+// is the prefix of every OpenAI key, so a masked OpenAI key is always
+// found.
+func (s *scrubber) maskedSpans(text string) [][2]int {
+	if len(s.masked) == 0 {
+		return nil
+	}
+	var spans [][2]int
+	for i := 0; i < len(text); {
+		if maskAt(text, i) == 0 && !keyChar(text[i]) {
+			i++
+			continue
+		}
+		// A word: key characters and masks.
+		start := i
+		var parts []string // visible segments, "" where a mask is
+		seg := start
+		hasMask := false
+		for i < len(text) {
+			if n := maskAt(text, i); n > 0 {
+				parts = append(parts, text[seg:i], "")
+				hasMask = true
+				i += n
+				seg = i
+				continue
+			}
+			if !keyChar(text[i]) {
+				break
+			}
+			i++
+		}
+		parts = append(parts, text[seg:i])
+		if hasMask && s.revealing(parts) {
+			spans = append(spans, [2]int{start, i})
+		}
+	}
+	return spans
+}
+
+// revealing reports whether the visible segments of a masked word give
+// part of a secret away.
+func (s *scrubber) revealing(parts []string) bool {
+	first, last := parts[0], parts[len(parts)-1]
+	for _, sec := range s.masked {
+		if len(first) >= 3 && strings.HasPrefix(sec, first) {
+			return true
+		}
+		if len(last) >= 3 && strings.HasSuffix(sec, last) {
+			return true
+		}
+		for _, p := range parts {
+			if len(p) >= minExact && strings.Contains(sec, p) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// maskAt is the length of the mask starting at text[i], 0 if none.
+func maskAt(text string, i int) int {
+	switch {
+	case strings.HasPrefix(text[i:], "…"):
+		return len("…")
+	case strings.HasPrefix(text[i:], "..."), strings.HasPrefix(text[i:], "**"):
+		n := 0
+		for i+n < len(text) && text[i+n] == text[i] {
+			n++
+		}
+		return n
+	}
+	return 0
+}
+
+// keyChar: the characters API keys and tokens are made of.
+func keyChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
+}
+
+// RedactURL renders a base URL for logs and errors: its user information
+// and the value of each query parameter are replaced by [REDACTED] (the
+// parameter names stay, to show what was configured); the rest is shown.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "[unparsable URL]"
+	}
+	user, query := u.User != nil, u.RawQuery
+	u.User, u.RawQuery, u.ForceQuery = nil, "", false
+	out := u.String()
+	if user {
+		if scheme, rest, ok := strings.Cut(out, "://"); ok {
+			out = scheme + "://" + redacted + "@" + rest
+		}
+	}
+	if query != "" {
+		var parts []string
+		for part := range strings.SplitSeq(query, "&") {
+			if k, _, found := strings.Cut(part, "="); found {
+				parts = append(parts, k+"="+redacted)
+			} else {
+				parts = append(parts, redacted)
+			}
+		}
+		out += "?" + strings.Join(parts, "&")
+	}
+	return out
+}
