@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/url"
 
 	"github.com/mas-mcp/mas-mcp/llm"
 )
@@ -16,10 +15,7 @@ import (
 // The returned channel is closed when the check is over (ctx bounds it).
 func checkLLM(ctx context.Context, cfg Config, log *slog.Logger) <-chan struct{} {
 	done := make(chan struct{})
-	where := cfg.LLM.BaseURL
-	if u, err := url.Parse(where); err == nil {
-		where = u.Redacted()
-	}
+	where := llm.RedactURL(cfg.LLM.BaseURL)
 	if cfg.apiKey == "" {
 		log.Warn("OPENAI_API_KEY is not set: endpoints that need a key (OpenAI, DeepSeek, …) will refuse every call; "+
 			"set it in the environment of mas-mcp (local servers such as Ollama need none)", "llm", where)
