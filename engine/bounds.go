@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"unicode/utf8"
 )
 
@@ -123,6 +124,46 @@ func (a *agent) boundLocked() {
 		st.ExecuteResult, _ = a.sys.clipValue(st.ExecuteResult, shortened).(map[string]any)
 		st.TextContent = a.sys.clip(st.TextContent, shortened)
 		size -= before - stepSize(st)
+	}
+	if p := a.st.ConversationPool; p != nil && size > limit {
+		a.boundPoolLocked(p, size-limit)
+	}
+}
+
+// boundPoolLocked sheds at least excess bytes of an operator's
+// conversation pool, which grows with every notice and message over the
+// MAS's life: the oldest notices first, then the oldest messages that
+// await no reply (those that do are kept).
+func (a *agent) boundPoolLocked(p *ConversationPool, excess int) {
+	drop := 0
+	for drop < len(p.GlobalMessages) && excess > 0 {
+		excess -= len(p.GlobalMessages[drop]) + 4
+		drop++
+	}
+	p.GlobalMessages = append([]string{}, p.GlobalMessages[drop:]...)
+	for excess > 0 {
+		// The oldest message that awaits nothing, across all peers.
+		peer, at := "", -1
+		for id, msgs := range p.ConversationPrivates {
+			for i, m := range msgs {
+				if m.NeedReply && !m.Replied && !m.Expired {
+					continue
+				}
+				if at < 0 || m.Timestamp.Before(p.ConversationPrivates[peer][at].Timestamp) {
+					peer, at = id, i
+				}
+				break
+			}
+		}
+		if at < 0 {
+			return
+		}
+		msgs := p.ConversationPrivates[peer]
+		excess -= len(msgs[at].Content) + 300
+		p.ConversationPrivates[peer] = slices.Delete(msgs, at, at+1)
+		if len(p.ConversationPrivates[peer]) == 0 {
+			delete(p.ConversationPrivates, peer)
+		}
 	}
 }
 

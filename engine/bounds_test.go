@@ -1,0 +1,75 @@
+package engine
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestClipKeepsRunesWhole(t *testing.T) {
+	s := bareSystem(t, nil)
+	text := strings.Repeat("任务", 50) // 100 characters, 300 bytes
+	got := s.clip(text, 15)
+	if !utf8.ValidString(got) {
+		t.Fatalf("clip split a character: %q", got)
+	}
+	if !strings.HasPrefix(got, strings.Repeat("任务", 7)+"任…") || !strings.Contains(got, "85 more characters dropped") {
+		t.Errorf("clip = %q", got)
+	}
+	if got := s.clip(text, 100); got != text {
+		t.Errorf("a text at the limit was changed: %q", got)
+	}
+}
+
+func FuzzClip(f *testing.F) {
+	s := bareSystem(f, nil)
+	f.Add("hello world", 5)
+	f.Add("任务阶段步骤", 3)
+	f.Fuzz(func(t *testing.T, text string, max int) {
+		if max < 0 || max > 1<<16 {
+			return
+		}
+		got := s.clip(text, max)
+		if utf8.ValidString(text) && !utf8.ValidString(got) {
+			t.Fatalf("clip(%q, %d) = %q: not valid UTF-8", text, max, got)
+		}
+		if max > 0 && utf8.RuneCountInString(text) <= max && got != text {
+			t.Fatalf("clip changed a text within the limit")
+		}
+	})
+}
+
+// TestOperatorPoolIsBounded: an operator's conversation pool grows with
+// every notice over the MAS's life; its document stays under the limit,
+// shedding the oldest entries, and keeps what still awaits a reply.
+func TestOperatorPoolIsBounded(t *testing.T) {
+	const limit = 64 << 10
+	st := NewMemoryStore()
+	b := newTestbed(t, func(c *Config) { c.Store = st; c.MaxDocumentBytes = limit })
+	alice := b.newAgent("alice")
+	id := b.newTask("report", alice)
+	q := b.sys.newMessage("", id, alice, []string{b.op()}, "QUESTION that awaits a reply", NoRelative)
+	q.NeedReply = true
+	if err := b.sys.post(q); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 {
+		b.sys.tellOperator(b.op(), "llm_refused", map[string]any{"Reason": strings.Repeat("x", 1000) + string(rune('a'+i%26))})
+	}
+	stored, _ := st.Agent(b.op())
+	raw, err := json.Marshal(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(raw) > limit {
+		t.Errorf("the operator's document is %d bytes, over the limit of %d", len(raw), limit)
+	}
+	if !b.inboxHas("QUESTION that awaits a reply") {
+		t.Error("the question awaiting a reply was dropped")
+	}
+	in, _ := b.sys.Inbox(b.op())
+	if len(in) < 10 || len(in) > 100 {
+		t.Errorf("%d inbox entries kept, want the newest few dozen", len(in))
+	}
+}
