@@ -215,12 +215,17 @@ func (a *agent) popLocked() (StepState, bool) {
 			a.setWorkingLocked(WorkingWaiting)
 			return StepState{}, false
 		}
-		if len(a.st.AgentStep.TodoList) == 0 {
-			a.setWorkingLocked(WorkingIdle)
+		at, paused := a.nextRunnableLocked()
+		if at < 0 {
+			if paused {
+				a.setWorkingLocked(WorkingPaused)
+			} else {
+				a.setWorkingLocked(WorkingIdle)
+			}
 			return StepState{}, false
 		}
-		id := a.st.AgentStep.TodoList[0]
-		a.st.AgentStep.TodoList = a.st.AgentStep.TodoList[1:]
+		id := a.st.AgentStep.TodoList[at]
+		a.st.AgentStep.TodoList = slices.Delete(a.st.AgentStep.TodoList, at, at+1)
 		step := a.stepLocked(id)
 		if step == nil {
 			continue

@@ -34,10 +34,12 @@ func (s *System) agentInstruction(actorID string, ai AgentInstruction, origin st
 		return map[string]any{"agent_id": id, "name": b.Name, "role": b.Role}, nil
 	case ActionAddTaskParticipant:
 		return s.addParticipants(actorID, human, ai.TaskID, ai.Agents)
+	case ActionPauseAgent, ActionResumeAgent:
+		return s.pauseAgents(human, ai.Agents, strings.TrimSpace(ai.Action) == ActionPauseAgent)
 	case "":
-		return nil, errf(ErrInvalid, "action: is empty; one of init_new_agent, add_task_participant")
+		return nil, errf(ErrInvalid, "action: is empty; one of init_new_agent, add_task_participant, pause_agent, resume_agent")
 	default:
-		return nil, errf(ErrInvalid, "action %q: must be init_new_agent or add_task_participant", ai.Action)
+		return nil, errf(ErrInvalid, "action %q: must be one of init_new_agent, add_task_participant, pause_agent, resume_agent", ai.Action)
 	}
 }
 

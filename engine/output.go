@@ -101,12 +101,20 @@ const (
 	ActionFinishTask  = "finish_task"
 	// ActionCancelTask ends a task as failed (an operator action beyond the spec).
 	ActionCancelTask = "cancel_task"
+	// ActionPauseTask and ActionResumeTask hold a task and let it go on
+	// (operator actions beyond the spec).
+	ActionPauseTask  = "pause_task"
+	ActionResumeTask = "resume_task"
 )
 
 // Agent instruction actions (spec §3.10).
 const (
 	ActionInitNewAgent       = "init_new_agent"
 	ActionAddTaskParticipant = "add_task_participant"
+	// ActionPauseAgent and ActionResumeAgent hold the agents named in
+	// Agents and let them go on (operator actions beyond the spec).
+	ActionPauseAgent  = "pause_agent"
+	ActionResumeAgent = "resume_agent"
 )
 
 // TaskInstruction is a task-management instruction (spec §3.9).

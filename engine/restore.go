@@ -65,6 +65,9 @@ func (s *System) StartFrom(img *Image) error {
 		if st.CommunicationQueue == nil {
 			st.CommunicationQueue = []Message{}
 		}
+		if st.Paused {
+			s.paused.Store(st.TaskID, struct{}{})
+		}
 		if err := s.registerTask(&task{sys: s, st: st}); err != nil {
 			return fmt.Errorf("engine: restore: %w", err)
 		}

@@ -30,6 +30,8 @@ const (
 	WorkingIdle    = "idle"
 	WorkingWorking = "working"
 	WorkingWaiting = "waiting"
+	// WorkingPaused: the agent, or every task it has steps in, is paused.
+	WorkingPaused = "paused"
 )
 
 // Step types (spec §2.4).
@@ -85,6 +87,11 @@ type TaskState struct {
 	// HandedOver marks a task someone else handed to its manager (add_task
 	// by an operator): the manager was sent a start_task instruction.
 	HandedOver bool `json:"handed_over,omitempty"`
+	// Paused is set while an operator holds the task (pause_task): no new
+	// step of it starts, its supervision and wait timeouts are suspended.
+	// It survives restarts until resume_task.
+	Paused   bool      `json:"paused,omitempty"`
+	PausedAt time.Time `json:"paused_at,omitzero"`
 	// EndedBy is the step (or agent) that ended the task.
 	EndedBy   string    `json:"ended_by,omitempty"`
 	Usage     llm.Usage `json:"usage"`
@@ -207,6 +214,9 @@ type AgentState struct {
 	// "waiting" for another reason than its step lock: its running step's
 	// LLM call is waiting out an outage of the endpoint.
 	WaitingFor string `json:"waiting_for,omitempty"`
+	// Paused is set while an operator holds the agent (pause_agent): it
+	// starts no new step until resume_agent.
+	Paused bool `json:"paused,omitempty"`
 	// Received lists the IDs of the newest messages delivered to the agent,
 	// so a message delivered again (after a restart) is taken once.
 	Received  []string  `json:"received_messages,omitempty"`

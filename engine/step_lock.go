@@ -157,11 +157,16 @@ func (a *agent) armTimerLocked() {
 	if len(a.st.Waits) == 0 || a.stopped {
 		return
 	}
-	earliest := a.st.Waits[0].Deadline
-	for _, w := range a.st.Waits[1:] {
-		if w.Deadline.Before(earliest) {
+	// Waits in paused tasks do not time out (their deadlines move on
+	// resume).
+	var earliest time.Time
+	for _, w := range a.st.Waits {
+		if !a.sys.isPaused(w.TaskID) && (earliest.IsZero() || w.Deadline.Before(earliest)) {
 			earliest = w.Deadline
 		}
+	}
+	if earliest.IsZero() {
+		return
 	}
 	d := earliest.Sub(a.sys.now())
 	if d < 0 {
@@ -177,7 +182,7 @@ func (a *agent) expireWaits() {
 	a.mu.Lock()
 	var expired []Wait
 	for _, w := range slices.Clone(a.st.Waits) {
-		if !w.Deadline.After(now) {
+		if !w.Deadline.After(now) && !a.sys.isPaused(w.TaskID) {
 			if rw, ok := a.releaseWaitLocked(w.WaitingID); ok {
 				expired = append(expired, rw)
 			}

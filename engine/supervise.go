@@ -129,7 +129,7 @@ func (sv *supervisor) fire(taskID string) {
 		return
 	}
 	var act func()
-	if !s.busy(&st) {
+	if !st.Paused && !s.busy(&st) { // a paused task waits on its operator
 		act = sv.judge(w, &st)
 	}
 	sv.mu.Lock()

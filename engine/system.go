@@ -164,7 +164,10 @@ type System struct {
 	storeCtx context.Context
 	wg       sync.WaitGroup
 
-	waits   waitGraph
+	waits waitGraph
+	// paused holds the IDs of paused tasks (a copy of their Paused flag
+	// that agents read without taking the task's mutex).
+	paused  sync.Map
 	sup     supervisor
 	outage  outageTracker
 	refused refusalTracker

@@ -74,10 +74,12 @@ func (s *System) taskInstruction(actorID string, ti TaskInstruction, origin stri
 		}
 	case ActionCancelTask:
 		return s.endTask(t, actorID, human, StateFailed, ti.Summary, by(origin, actorID))
+	case ActionPauseTask, ActionResumeTask:
+		return s.pauseTask(t, actorID, human, action == ActionPauseTask)
 	case "":
-		return nil, errf(ErrInvalid, "action: is empty; one of add_task, add_stage, finish_stage, retry_stage, finish_task")
+		return nil, errf(ErrInvalid, "action: is empty; one of add_task, add_stage, finish_stage, retry_stage, finish_task, cancel_task, pause_task, resume_task")
 	default:
-		return nil, errf(ErrInvalid, "action %q: must be one of add_task, add_stage, finish_stage, retry_stage, finish_task", action)
+		return nil, errf(ErrInvalid, "action %q: must be one of add_task, add_stage, finish_stage, retry_stage, finish_task, cancel_task, pause_task, resume_task", action)
 	}
 }
 

@@ -1,0 +1,184 @@
+package engine
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestPauseHoldsATaskAcrossARestart: pause a task mid-stage → no step of it
+// starts while paused (the executors are never called), its supervision
+// and wait timeouts are suspended; restart → still paused; resume → it
+// finishes.
+func TestPauseHoldsATaskAcrossARestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := NewMemoryStore()
+		var cfg Config
+		b := bubbleBed(t, func(c *Config) { c.Store = st; c.WaitTimeout = testStall; cfg = *c })
+		alice, bob := b.newAgent("alice"), b.newAgent("bob")
+		id := b.newTask("report", alice, bob)
+		thinking := make(chan struct{})
+		release := make(chan struct{})
+		b.sc.onAgent("alice", SkillPlanning, func(context.Context, *ExecInput) *Output {
+			return &Output{AddSteps: []StepSpec{spec(SkillThink, "think long"), spec(SkillSendMessage, "ask bob"), spec(SkillThink, "after")}}
+		})
+		b.sc.onText("think long", func(context.Context, *ExecInput) *Output {
+			close(thinking)
+			<-release // the running step finishes after the pause
+			return &Output{}
+		})
+		b.sc.onText("ask bob", func(context.Context, *ExecInput) *Output {
+			return &Output{SendMessage: &OutgoingMessage{Receiver: StringList{bob}, Message: "question", NeedReply: true, Waiting: true}}
+		})
+		stages := b.addStages(id, StageSpec{StageIntention: "collect", AgentAllocation: map[string]string{alice: "collect facts"}})
+		<-thinking
+		if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionPauseTask, TaskID: id}); err != nil {
+			t.Fatal(err)
+		}
+		close(release)
+		before := len(b.sc.calls)
+		// Far longer than the stall timeout passes: nothing starts, no notice.
+		tick := time.NewTimer(10 * testStall)
+		<-tick.C
+		synctest.Wait()
+		if n := len(b.sc.calls); n != before {
+			t.Fatalf("%d executor calls while the task was paused", n-before)
+		}
+		if n := len(b.stallNotices()); n != 0 {
+			t.Fatalf("%d stall notices for a paused task", n)
+		}
+		if ws := b.agent(alice).WorkingState; ws != WorkingPaused {
+			t.Errorf("alice shows %q, want paused", ws)
+		}
+		think := b.steps(alice, func(s StepState) bool { return s.TextContent == "think long" })
+		if len(think) != 1 || think[0].ExecutionState != StateFinished {
+			t.Errorf("the step running at the pause: %+v, want it finished", think)
+		}
+
+		// A restart (after a crash: no Close) keeps the pause.
+		img, err := st.Image()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.sub.Close()
+		_ = b.sys.Close()
+		r := restartFrom(t, cfg, img, b.sc)
+		if !r.task(id).Paused {
+			t.Fatal("the task is not paused after the restart")
+		}
+		tick = time.NewTimer(5 * testStall)
+		<-tick.C
+		synctest.Wait()
+		if n := len(r.sc.calls); n != before {
+			t.Fatalf("%d executor calls after the restart of a paused task", n-before)
+		}
+		if _, err := r.sys.TaskInstruction(r.op(), TaskInstruction{Action: ActionResumeTask, TaskID: id}); err != nil {
+			t.Fatal(err)
+		}
+		// Bob answers; alice's wait was not timed out by the pause.
+		r.until("the stage to complete", 20*testStall, func() bool {
+			return len(r.stage(id, stages[0]).CompletionSummary) == 1
+		})
+		for _, c := range r.sc.callsOf("alice", SkillProcessMessage) {
+			if strings.Contains(c.Text, "none came within") {
+				t.Errorf("alice's wait timed out although the time passed while paused: %s", c.Text)
+			}
+		}
+	})
+}
+
+func TestPauseAgent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := bubbleBed(t, nil)
+		alice := b.newAgent("alice")
+		id := b.newTask("report", alice)
+		if _, err := b.sys.AgentInstruction(b.op(), AgentInstruction{Action: ActionPauseAgent, Agents: StringList{alice}}); err != nil {
+			t.Fatal(err)
+		}
+		stages := b.addStages(id, StageSpec{StageIntention: "collect", AgentAllocation: map[string]string{alice: "collect facts"}})
+		synctest.Wait()
+		if n := len(b.sc.callsOf("alice", "")); n != 0 {
+			t.Fatalf("a paused agent ran %d steps", n)
+		}
+		if ws := b.agent(alice).WorkingState; ws != WorkingPaused {
+			t.Errorf("alice shows %q, want paused", ws)
+		}
+		// Agents may not pause others; operators only.
+		_, err := b.sys.AgentInstruction(b.mgr(), AgentInstruction{Action: ActionResumeAgent, Agents: StringList{alice}})
+		isErr(t, err, ErrForbidden, "operators")
+		if _, err := b.sys.AgentInstruction(b.op(), AgentInstruction{Action: ActionResumeAgent, Agents: StringList{alice}}); err != nil {
+			t.Fatal(err)
+		}
+		b.until("alice's summary", 10*testStall, func() bool {
+			return len(b.stage(id, stages[0]).CompletionSummary) == 1
+		})
+	})
+}
+
+func TestPauseRefusals(t *testing.T) {
+	b := newTestbed(t, nil)
+	_, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionPauseTask, TaskID: b.sys.BaseTaskID()})
+	isErr(t, err, ErrInvalid, "base task")
+	id := b.newTask("report")
+	if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionCancelTask, TaskID: id}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionPauseTask, TaskID: id})
+	isErr(t, err, ErrEnded, id)
+	_, err = b.sys.AgentInstruction(b.op(), AgentInstruction{Action: ActionPauseAgent, Agents: StringList{b.op()}})
+	isErr(t, err, ErrInvalid, "HumanAgent")
+	_, err = b.sys.AgentInstruction(b.op(), AgentInstruction{Action: ActionPauseAgent})
+	isErr(t, err, ErrInvalid, "agents")
+}
+
+// TestPauseSuspendsWaitTimeouts: a wait in a paused task does not time out
+// while the task is paused; its deadline moves by the time it was paused.
+func TestPauseSuspendsWaitTimeouts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := bubbleBed(t, func(c *Config) { c.WaitTimeout = testStall })
+		alice, bob := b.newAgent("alice"), b.newAgent("bob")
+		id := b.newTask("report", alice, bob)
+		b.sc.onAgent("alice", SkillPlanning, func(context.Context, *ExecInput) *Output {
+			return &Output{AddSteps: []StepSpec{spec(SkillSendMessage, "ask bob")}}
+		})
+		b.sc.onText("ask bob", func(context.Context, *ExecInput) *Output {
+			return &Output{SendMessage: &OutgoingMessage{Receiver: StringList{bob}, Message: "question", NeedReply: true, Waiting: true}}
+		})
+		b.sc.onAgent("bob", SkillSendMessage, func(context.Context, *ExecInput) *Output {
+			return &Output{SendMessage: &OutgoingMessage{Message: "answer"}}
+		})
+		// Bob is held, so alice's question waits.
+		if _, err := b.sys.AgentInstruction(b.op(), AgentInstruction{Action: ActionPauseAgent, Agents: StringList{bob}}); err != nil {
+			t.Fatal(err)
+		}
+		b.addStages(id, StageSpec{StageIntention: "talk", AgentAllocation: map[string]string{alice: "ask bob"}})
+		b.until("alice to wait", time.Minute, func() bool { return len(b.agent(alice).StepLock) == 1 })
+		if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionPauseTask, TaskID: id}); err != nil {
+			t.Fatal(err)
+		}
+		tick := time.NewTimer(10 * testStall) // ten wait timeouts
+		<-tick.C
+		synctest.Wait()
+		if len(b.agent(alice).StepLock) != 1 {
+			t.Fatal("alice's wait timed out while the task was paused")
+		}
+		if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionResumeTask, TaskID: id}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if len(b.agent(alice).StepLock) != 1 {
+			t.Fatal("alice's wait timed out at once on resume: its deadline did not move")
+		}
+		if _, err := b.sys.AgentInstruction(b.op(), AgentInstruction{Action: ActionResumeAgent, Agents: StringList{bob}}); err != nil {
+			t.Fatal(err)
+		}
+		b.until("bob's answer to release alice", time.Minute, func() bool { return len(b.agent(alice).StepLock) == 0 })
+		for _, c := range b.sc.callsOf("alice", SkillProcessMessage) {
+			if strings.Contains(c.Text, "none came within") {
+				t.Errorf("alice's wait timed out: %s", c.Text)
+			}
+		}
+	})
+}
