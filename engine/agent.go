@@ -37,6 +37,7 @@ type agent struct {
 	running    string
 	runningKey stageKey
 	cancelRun  context.CancelFunc
+	stopRun    *stopRequest // an operator's stop of the running step
 	waitTimer  *time.Timer
 	stopped    bool
 	// passwordHash is a HumanAgent's login secret (spec §7.4.1); it is never

@@ -32,6 +32,10 @@ func (a *agent) runStep(ctx context.Context, step StepState, view AgentState) {
 		a.cancelRun()
 		a.cancelRun = nil
 	}
+	if r := a.takeStopLocked(step.StepID); r != nil && !a.stopped {
+		// The operator stopped it: not a shutdown, its outcome applies.
+		out, cancelled = a.stoppedLocked(&step, r, out), false
+	}
 	a.mu.Unlock()
 	s.apply(a, step, out, cancelled)
 	a.mu.Lock()

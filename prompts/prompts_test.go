@@ -96,6 +96,8 @@ var textFields = map[string][]string{
 	"reply_lost_intention":    {"ReceiverIDs", "Reason"},
 	"reply_lost_text":         {"ReceiverIDs", "Reason"},
 	"operator_task_failed":    {"TaskID", "TaskName", "Reason"},
+	"interrupt_intention":     {"Reason", "Instruction"},
+	"interrupt_text":          {"Reason", "Instruction"},
 }
 
 // sample returns data for a text: every field gets a distinct marker value,
