@@ -117,12 +117,29 @@ func (s *System) StartFrom(img *Image) error {
 		return fmt.Errorf("engine: restore: %w", err)
 	}
 
-	// Messages some receiver has not taken: deliver them to it now.
+	// Messages some receiver has not taken: deliver them to it now. Each
+	// message's position and each agent's received set are looked up, not
+	// searched: the restore is linear in the messages.
+	pos := make(map[string]int, len(img.Messages))
+	for i, m := range img.Messages {
+		if _, dup := pos[m.MessageID]; !dup {
+			pos[m.MessageID] = i
+		}
+	}
+	taken := map[string]func(Message) bool{}
 	redelivered := 0
 	for _, m := range img.Messages {
 		for _, r := range m.Receiver {
 			a, ok := s.agent(r)
-			if !ok || a.hasReceived(m.MessageID) || !a.awaits(m, img.Messages) {
+			if !ok {
+				continue
+			}
+			took, ok := taken[r]
+			if !ok {
+				took = a.takenBefore(pos)
+				taken[r] = took
+			}
+			if took(m) {
 				continue
 			}
 			a.receive(m)
@@ -199,36 +216,29 @@ func (a *agent) dropLostWaitsLocked(stepID string, stored map[string]bool) {
 	a.st.Waits = kept
 }
 
-// hasReceived reports whether the agent took the message already.
-func (a *agent) hasReceived(id string) bool {
+// takenBefore returns whether the agent took a message already, as the
+// store left it (pos: each stored message's position). The agent's received
+// list keeps only the newest IDs: a message it does not list was taken
+// long ago if it comes before the oldest one it lists, and only then.
+func (a *agent) takenBefore(pos map[string]int) func(Message) bool {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	return slices.Contains(a.st.Received, id)
-}
-
-// awaits reports whether a message not in the agent's received list is
-// still to be delivered to it: the list keeps only the newest IDs, so a
-// message older than the oldest one it remembers was taken long ago.
-func (a *agent) awaits(m Message, all []Message) bool {
-	a.mu.Lock()
-	oldest := ""
-	if len(a.st.Received) > 0 {
-		oldest = a.st.Received[0]
+	received := make(map[string]bool, len(a.st.Received))
+	for _, id := range a.st.Received {
+		received[id] = true
 	}
-	full := len(a.st.Received) >= receivedKept
-	a.mu.Unlock()
-	if oldest == "" || !full {
-		return true // it remembers everything it ever took
-	}
-	for _, x := range all {
-		switch x.MessageID {
-		case m.MessageID:
-			return false // m comes before the oldest remembered message: taken
-		case oldest:
-			return true // m comes after it and is not remembered: not taken
+	oldest := -1
+	if len(a.st.Received) >= receivedKept {
+		if p, ok := pos[a.st.Received[0]]; ok {
+			oldest = p
 		}
 	}
-	return true
+	a.mu.Unlock()
+	return func(m Message) bool {
+		if received[m.MessageID] {
+			return true
+		}
+		return oldest >= 0 && pos[m.MessageID] < oldest
+	}
 }
 
 // dedupMessages keeps the first of messages with the same ID.
