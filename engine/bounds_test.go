@@ -73,3 +73,30 @@ func TestOperatorPoolIsBounded(t *testing.T) {
 		t.Errorf("%d inbox entries kept, want the newest few dozen", len(in))
 	}
 }
+
+// TestAskInfoKeepsChineseWhole: texts of 80 Chinese characters come back
+// whole and valid UTF-8 (they used to be cut at 160 bytes).
+func TestAskInfoKeepsChineseWhole(t *testing.T) {
+	b := newTestbed(t, nil)
+	alice := b.newAgent("alice")
+	intention := strings.Repeat("研究任务阶段目标", 10) // 80 characters
+	id, err := b.sys.AddTask(b.op(), AddTaskRequest{TaskName: "报告", TaskIntention: intention})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.join(id, alice)
+	goal := strings.Repeat("找到资料", 20) // 80 characters
+	b.addStages(id, StageSpec{StageIntention: intention, AgentAllocation: map[string]string{alice: goal}})
+	res, err := b.sys.Query(b.op(), AskInfoQuery{Type: QueryTaskInfo, TaskID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !utf8.ValidString(res.Markdown) {
+		t.Fatal("the answer is not valid UTF-8")
+	}
+	for _, whole := range []string{intention, goal} {
+		if !strings.Contains(res.Markdown, whole) {
+			t.Errorf("the answer does not hold %q whole:\n%s", whole, res.Markdown)
+		}
+	}
+}

@@ -493,12 +493,10 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
+// oneLine folds a text onto one line of at most 160 characters (never
+// cutting a character in two).
 func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > 160 {
-		s = s[:157] + "..."
-	}
-	return s
+	return truncate(strings.Join(strings.Fields(s), " "), 160)
 }
 
 // newStage builds a stage in init state.
