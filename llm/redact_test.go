@@ -131,7 +131,7 @@ func TestProviderSecretsScrubbed(t *testing.T) {
 	for _, tc := range []struct{ name, base string }{{"401 echo", base}, {"connection refused", deadURL}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
-			o, err := NewOpenAI(OpenAIConfig{BaseURL: tc.base, APIKey: leakKey, Model: "m", MaxRetries: 1,
+			o, err := NewOpenAI(OpenAIConfig{BaseURL: tc.base, APIKey: leakKey, Model: "m", MaxRetries: 1, OutageWindow: -1,
 				Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 			if err != nil {
 				t.Fatal(err)
