@@ -118,6 +118,7 @@ func New(cfg Config) (*Server, error) {
 			// subscriber): keep its warnings and errors only.
 			Logger:             slog.New(minLevel{cfg.Logger.Handler(), slog.LevelWarn}).With("component", "mcp-sdk"),
 			SubscribeHandler:   s.subscribe,
+			CompletionHandler:  s.complete,
 			UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
 			Capabilities: &mcp.ServerCapabilities{
 				Logging:   &mcp.LoggingCapabilities{},
