@@ -56,25 +56,32 @@ func needInterop(t *testing.T) *interop {
 	if in.dir, err = filepath.Abs(interopDir); err != nil {
 		t.Fatal(err)
 	}
+	checkPinned(t, in.dir, hint)
+	in.bin = buildBinary(t)
+	return &in
+}
+
+// checkPinned fails t unless every dependency of dir's package.json is
+// installed in dir/node_modules at the version it pins.
+func checkPinned(t *testing.T, dir, hint string) {
+	t.Helper()
 	var pkg struct {
 		Dependencies map[string]string `json:"dependencies"`
 	}
-	readJSONFile(t, filepath.Join(in.dir, "package.json"), &pkg)
+	readJSONFile(t, filepath.Join(dir, "package.json"), &pkg)
 	for name, want := range pkg.Dependencies {
 		var got struct {
 			Version string `json:"version"`
 		}
-		path := filepath.Join(in.dir, "node_modules", filepath.FromSlash(name), "package.json")
+		path := filepath.Join(dir, "node_modules", filepath.FromSlash(name), "package.json")
 		b, err := os.ReadFile(path)
 		if err != nil {
-			t.Fatalf("npm package %s is not installed in %s (%v): %s", name, interopDir, err, hint)
+			t.Fatalf("npm package %s is not installed in %s (%v): %s", name, dir, err, hint)
 		}
 		if err := json.Unmarshal(b, &got); err != nil || got.Version != want {
-			t.Fatalf("npm package %s in %s is version %q, package.json pins %s: %s", name, interopDir, got.Version, want, hint)
+			t.Fatalf("npm package %s in %s is version %q, package.json pins %s: %s", name, dir, got.Version, want, hint)
 		}
 	}
-	in.bin = buildBinary(t)
-	return &in
 }
 
 func readJSONFile(t *testing.T, path string, v any) {
