@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -82,6 +83,27 @@ func checkPinned(t *testing.T, dir, hint string) {
 			t.Fatalf("npm package %s in %s is version %q, package.json pins %s: %s", name, dir, got.Version, want, hint)
 		}
 	}
+}
+
+// withNode22 puts the Node 22 of testdata/node22 first on env's PATH (if
+// installed), so that npx and the programs it starts run on the Node the
+// packages were installed for, whatever the machine's Node is.
+func withNode22(env []string) []string {
+	bin, err := filepath.Abs(filepath.Dir(node22))
+	if err != nil {
+		return env
+	}
+	if _, err := os.Stat(filepath.Join(bin, "node")); err != nil {
+		return env
+	}
+	out := slices.Clone(env)
+	for i, kv := range out {
+		if p, ok := strings.CutPrefix(kv, "PATH="); ok {
+			out[i] = "PATH=" + bin + string(os.PathListSeparator) + p
+			return out
+		}
+	}
+	return append(out, "PATH="+bin)
 }
 
 func readJSONFile(t *testing.T, path string, v any) {
@@ -169,7 +191,7 @@ func (in *interop) runNode(t *testing.T, name string, env []string, args ...stri
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = in.dir
-	cmd.Env = env
+	cmd.Env = withNode22(env)
 	cmd.WaitDelay = 10 * time.Second
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
