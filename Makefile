@@ -17,8 +17,9 @@ build:
 	$(GO) build $(LDFLAGS) -o bin/mas-mcp ./cmd/mas-mcp
 
 ## run: build and start mas-mcp with its embedded defaults (logs on stderr; Ctrl-C
-## stops it: the binary shuts down cleanly and exits 0, with no "Error" line from
-## make; `go run` would exit 1 on the signal)
+## stops it: the binary shuts down cleanly and exits 0, so make prints no "Error 1"
+## as it did with `go run`, which exits 1 on a signal; make itself still ends as
+## any interrupted make does, status 130, silently)
 run:
 	$(GO) build $(LDFLAGS) -o bin/mas-mcp ./cmd/mas-mcp
 	exec ./bin/mas-mcp $(ARGS)
