@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -81,8 +82,15 @@ func TestProviderSecretsNowhere(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(uris) == 0 || uris[0] != "/v1/chat/completions?api-key="+marker {
-		t.Errorf("the LLM was asked %q, want /v1/chat/completions?api-key=%s", uris, marker)
+	// The start-up check (GET /v1/models) comes first; every request keeps
+	// the configured query string.
+	if !slices.Contains(uris, "/v1/chat/completions?api-key="+marker) {
+		t.Errorf("the LLM was asked %q, want /v1/chat/completions?api-key=%s among them", uris, marker)
+	}
+	for _, u := range uris {
+		if !strings.HasSuffix(u, "?api-key="+marker) {
+			t.Errorf("the LLM was asked %q without the configured query string", u)
+		}
 	}
 }
 
