@@ -48,7 +48,7 @@ func needInterop(t *testing.T) *interop {
 	const hint = "run `make test` (it installs the Node test clients with `make deps`)"
 	var in interop
 	var err error
-	if in.node, err = exec.LookPath("node"); err != nil {
+	if in.node, err = nodeBinary(); err != nil {
 		t.Fatalf("interop tests need Node.js (20 or later) on PATH: %v; install it, then %s", err, hint)
 	}
 	if in.npx, err = exec.LookPath("npx"); err != nil {
@@ -83,6 +83,17 @@ func checkPinned(t *testing.T, dir, hint string) {
 			t.Fatalf("npm package %s in %s is version %q, package.json pins %s: %s", name, dir, got.Version, want, hint)
 		}
 	}
+}
+
+// nodeBinary is the pinned Node 22 of testdata/node22 when `make deps`
+// installed it (the packages were installed for it), else node on PATH.
+func nodeBinary() (string, error) {
+	if p, err := filepath.Abs(node22); err == nil {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return exec.LookPath("node")
 }
 
 // withNode22 puts the Node 22 of testdata/node22 first on env's PATH (if
