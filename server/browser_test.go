@@ -214,7 +214,7 @@ func TestBrowserBind(t *testing.T) {
 func needBrowser(t *testing.T) (node, dir string) {
 	t.Helper()
 	const hint = "run `make test` (its `make deps` installs playwright-core and Debian's chromium)"
-	node, err := exec.LookPath("node")
+	node, err := nodeBinary()
 	if err != nil {
 		t.Fatalf("the browser test needs Node.js (20 or later) on PATH: %v; install it, then %s", err, hint)
 	}

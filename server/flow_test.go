@@ -45,7 +45,7 @@ func TestOperatorRunsATaskThroughMCP(t *testing.T) {
 		e.call("get_inbox", map[string]any{"only_awaiting_reply": true}, &inbox)
 		for _, m := range inbox.Messages {
 			if m.Content == scripted.OperatorQuestion {
-				question = m
+				question = m.InboxEntry
 			}
 		}
 		var w server.WaitOut
@@ -61,6 +61,18 @@ func TestOperatorRunsATaskThroughMCP(t *testing.T) {
 	e.call("send_message", map[string]any{"task_id": added.TaskID, "receiver": []string{question.SenderID}, "content": answer}, &sent)
 	if len(sent.Messages) != 1 || !sent.Messages[0].Answers {
 		t.Errorf("send_message = %+v, want one message answering the waiting question", sent)
+	}
+	var answered server.GetInboxOut
+	res := e.call("get_inbox", nil, &answered)
+	// The answered question is labelled so, its sender named.
+	text := res.Content[0].(*mcp.TextContent).Text
+	if want := "[answered] from alice (" + question.SenderID + ")"; !strings.Contains(text, want) {
+		t.Errorf("get_inbox's text lacks %q:\n%s", want, text)
+	}
+	for _, m := range answered.Messages {
+		if m.MessageID == question.MessageID && (m.SenderName != "alice" || !m.Replied) {
+			t.Errorf("the answered question in get_inbox: sender_name %q, replied %v", m.SenderName, m.Replied)
+		}
 	}
 
 	// The task runs to its end; its resource is updated on the way.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -47,7 +48,7 @@ func needInterop(t *testing.T) *interop {
 	const hint = "run `make test` (it installs the Node test clients with `make deps`)"
 	var in interop
 	var err error
-	if in.node, err = exec.LookPath("node"); err != nil {
+	if in.node, err = nodeBinary(); err != nil {
 		t.Fatalf("interop tests need Node.js (20 or later) on PATH: %v; install it, then %s", err, hint)
 	}
 	if in.npx, err = exec.LookPath("npx"); err != nil {
@@ -56,25 +57,64 @@ func needInterop(t *testing.T) *interop {
 	if in.dir, err = filepath.Abs(interopDir); err != nil {
 		t.Fatal(err)
 	}
+	checkPinned(t, in.dir, hint)
+	in.bin = buildBinary(t)
+	return &in
+}
+
+// checkPinned fails t unless every dependency of dir's package.json is
+// installed in dir/node_modules at the version it pins.
+func checkPinned(t *testing.T, dir, hint string) {
+	t.Helper()
 	var pkg struct {
 		Dependencies map[string]string `json:"dependencies"`
 	}
-	readJSONFile(t, filepath.Join(in.dir, "package.json"), &pkg)
+	readJSONFile(t, filepath.Join(dir, "package.json"), &pkg)
 	for name, want := range pkg.Dependencies {
 		var got struct {
 			Version string `json:"version"`
 		}
-		path := filepath.Join(in.dir, "node_modules", filepath.FromSlash(name), "package.json")
+		path := filepath.Join(dir, "node_modules", filepath.FromSlash(name), "package.json")
 		b, err := os.ReadFile(path)
 		if err != nil {
-			t.Fatalf("npm package %s is not installed in %s (%v): %s", name, interopDir, err, hint)
+			t.Fatalf("npm package %s is not installed in %s (%v): %s", name, dir, err, hint)
 		}
 		if err := json.Unmarshal(b, &got); err != nil || got.Version != want {
-			t.Fatalf("npm package %s in %s is version %q, package.json pins %s: %s", name, interopDir, got.Version, want, hint)
+			t.Fatalf("npm package %s in %s is version %q, package.json pins %s: %s", name, dir, got.Version, want, hint)
 		}
 	}
-	in.bin = buildBinary(t)
-	return &in
+}
+
+// nodeBinary is the pinned Node 22 of testdata/node22 when `make deps`
+// installed it (the packages were installed for it), else node on PATH.
+func nodeBinary() (string, error) {
+	if p, err := filepath.Abs(node22); err == nil {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return exec.LookPath("node")
+}
+
+// withNode22 puts the Node 22 of testdata/node22 first on env's PATH (if
+// installed), so that npx and the programs it starts run on the Node the
+// packages were installed for, whatever the machine's Node is.
+func withNode22(env []string) []string {
+	bin, err := filepath.Abs(filepath.Dir(node22))
+	if err != nil {
+		return env
+	}
+	if _, err := os.Stat(filepath.Join(bin, "node")); err != nil {
+		return env
+	}
+	out := slices.Clone(env)
+	for i, kv := range out {
+		if p, ok := strings.CutPrefix(kv, "PATH="); ok {
+			out[i] = "PATH=" + bin + string(os.PathListSeparator) + p
+			return out
+		}
+	}
+	return append(out, "PATH="+bin)
 }
 
 func readJSONFile(t *testing.T, path string, v any) {
@@ -162,7 +202,7 @@ func (in *interop) runNode(t *testing.T, name string, env []string, args ...stri
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = in.dir
-	cmd.Env = env
+	cmd.Env = withNode22(env)
 	cmd.WaitDelay = 10 * time.Second
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

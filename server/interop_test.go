@@ -64,7 +64,17 @@ func TestInterop(t *testing.T) {
 				Name string `json:"name"`
 			} `json:"tools"`
 		}
-		in.inspect(t, &res, "--method", "tools/list")
+		run := in.inspect(t, &res, "--method", "tools/list", "--strict")
+		// --strict reports each schema-portability problem on stderr as
+		// `Warning: tool "name"` (or Error: …), then path, issue and fix.
+		for line := range strings.Lines(run.stderr) {
+			if strings.HasPrefix(line, "Warning: ") || strings.HasPrefix(line, "Error: ") {
+				t.Errorf("Inspector --strict: %s", line)
+			}
+		}
+		if t.Failed() {
+			t.Logf("Inspector stderr:\n%s", lastLines(run.stderr, 200))
+		}
 		var names []string
 		for _, tl := range res.Tools {
 			names = append(names, tl.Name)
@@ -195,8 +205,8 @@ func (in *interop) operatorFlow(t *testing.T, transport string) {
 
 // inspect runs the MCP Inspector's CLI against the binary over stdio with
 // the fake LLM's environment (the CLI passes the server only what -e
-// gives), and decodes its JSON result into out.
-func (in *interop) inspect(t *testing.T, out any, method ...string) {
+// gives), and decodes its JSON result into out. It returns the run.
+func (in *interop) inspect(t *testing.T, out any, method ...string) nodeRun {
 	_, llm := fakeTeam(t)
 	args := []string{"--no-install", "mcp-inspector", "--cli", "--format", "json"}
 	for _, kv := range append(llmEnv(llm.BaseURL()), "MAS_DATA_DIR="+t.TempDir()) {
@@ -218,4 +228,5 @@ func (in *interop) inspect(t *testing.T, out any, method ...string) {
 	if err := json.Unmarshal(env.Result, out); err != nil {
 		t.Fatalf("mcp-inspector %s: result: %v\n%s", strings.Join(method, " "), err, env.Result)
 	}
+	return run
 }

@@ -38,10 +38,10 @@ func (s *Server) addResources() {
 		s.mcp.AddResource(r, s.readResource)
 	}
 	for _, t := range []*mcp.ResourceTemplate{
-		{URITemplate: "mas://tasks/{task_id}", Name: "task", Title: "A task", Description: "A task's state (spec task_state) without its conversation.", MIMEType: mimeJSON},
-		{URITemplate: "mas://tasks/{task_id}/stages/{stage_id}", Name: "stage", Title: "A stage", Description: "A stage's state (spec stage_state).", MIMEType: mimeJSON},
+		{URITemplate: "mas://tasks/{task_id}", Name: "task", Title: "A task", Description: "A task's state: its stages, agents, state and summary (the conversation is its own resource).", MIMEType: mimeJSON},
+		{URITemplate: "mas://tasks/{task_id}/stages/{stage_id}", Name: "stage", Title: "A stage", Description: "A stage's state: its intention, each agent's goal and summary, its state.", MIMEType: mimeJSON},
 		{URITemplate: "mas://tasks/{task_id}/conversation", Name: "conversation", Title: "A task's conversation", Description: "Every message delivered in the task (the group chat).", MIMEType: mimeJSON},
-		{URITemplate: "mas://agents/{agent_id}", Name: "agent", Title: "An agent", Description: "An agent's state (spec agent_state) without its step list.", MIMEType: mimeJSON},
+		{URITemplate: "mas://agents/{agent_id}", Name: "agent", Title: "An agent", Description: "An agent's profile, working state and memory (its steps are their own resource).", MIMEType: mimeJSON},
 		{URITemplate: "mas://agents/{agent_id}/steps", Name: "steps", Title: "An agent's steps", Description: "An agent's step list and todo order.", MIMEType: mimeJSON},
 		{URITemplate: "mas://operators/{agent_id}/inbox", Name: "inbox", Title: "An operator's inbox", Description: "Messages to an operator; only that operator may read it.", MIMEType: mimeJSON},
 	} {

@@ -481,7 +481,7 @@ func TestSentinelKeyNeverLeaks(t *testing.T) {
 		rigCall(t, cs, "get_inbox", map[string]any{"only_awaiting_reply": true}, &inbox)
 		for _, m := range inbox.Messages {
 			if m.Content == scripted.OperatorQuestion {
-				question = m
+				question = m.InboxEntry
 			}
 		}
 		return question.MessageID != ""

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -115,9 +116,11 @@ func New(cfg Config) (*Server, error) {
 		&mcp.ServerOptions{
 			Instructions: instructions,
 			// The SDK logs every notification at info (even with no
-			// subscriber): keep its warnings and errors only.
+			// subscriber): keep its warnings and errors only, less the
+			// notifications a client that went away did not take.
 			Logger:             slog.New(minLevel{cfg.Logger.Handler(), slog.LevelWarn}).With("component", "mcp-sdk"),
 			SubscribeHandler:   s.subscribe,
+			CompletionHandler:  s.complete,
 			UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
 			Capabilities: &mcp.ServerCapabilities{
 				Logging:   &mcp.LoggingCapabilities{},
@@ -182,6 +185,21 @@ type minLevel struct {
 
 func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
 	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+// Handle passes r on, unless it is the SDK's warning that a notification
+// could not be delivered to a client that has disconnected ("calling
+// notifications/…: rejected by transport: …"): a short-lived client (one
+// add_task, then gone) is normal, not a problem to warn about. It counts as
+// debug (so it is dropped below min).
+func (h minLevel) Handle(ctx context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "calling notifications/") && strings.Contains(r.Message, "rejected by transport") {
+		r.Level = slog.LevelDebug
+	}
+	if r.Level < h.min {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
 }
 
 func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {

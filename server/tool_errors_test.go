@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -78,11 +79,11 @@ func TestToolBadInput(t *testing.T) {
 		badCall{name: "unknown receiver", args: msg("receiver", []string{noSuchID}), want: []string{`receiver "` + noSuchID + `": no such agent`}},
 		badCall{name: "receiver outside the group", args: msg("task_id", base), want: []string{`receiver "` + f.Alice + `": not in the task group`}},
 		badCall{name: "receiver is the sender", args: msg("receiver", []string{f.Operator}), want: []string{"receiver", "is the sender itself"}},
-		badCall{name: "receiver a string", args: msg("receiver", f.Alice), want: []string{"/properties/receiver", `want one of "null, array"`}, sdk: true},
-		badCall{name: "receiver of numbers", args: msg("receiver", []int{1}), want: []string{"/properties/receiver/items", `want "string"`}, sdk: true},
+		badCall{name: "receiver a number", args: msg("receiver", 5), want: []string{"/properties/receiver", "anyOf"}, sdk: true},
+		badCall{name: "receiver of numbers", args: msg("receiver", []int{1}), want: []string{"/properties/receiver", "anyOf"}, sdk: true},
 		badCall{name: "unknown stage_relative", args: msg("stage_relative", noSuchID), want: []string{`stage_relative "` + noSuchID + `": no such stage`}},
 		badCall{name: "unknown reply_to", args: msg("reply_to", noSuchID), want: []string{`reply_to "` + noSuchID + `": no such message`}},
-		badCall{name: "need_reply a string", args: msg("need_reply", "yes"), want: []string{"/properties/need_reply", `want one of "null, boolean"`}, sdk: true},
+		badCall{name: "need_reply a string", args: msg("need_reply", "yes"), want: []string{"/properties/need_reply", `want "boolean"`}, sdk: true},
 		badCall{name: "waiting a number", args: msg("waiting", 1), want: []string{"/properties/waiting", `want "boolean"`}, sdk: true},
 	)
 	q := func(kv ...any) map[string]any {
@@ -94,8 +95,8 @@ func TestToolBadInput(t *testing.T) {
 	}
 	add("ask_info",
 		badCall{name: "missing type", args: q(), want: []string{"missing properties", "type"}, sdk: true},
-		badCall{name: "empty type", args: q("type", ""), want: []string{"type: is empty", engine.QueryTaskInfo}},
-		badCall{name: "unknown type", args: q("type", "weather"), want: []string{`type "weather": must be one of`, engine.QuerySkillsAndTools}},
+		badCall{name: "empty type", args: q("type", ""), want: []string{"/properties/type", "enum", engine.QueryTaskInfo}, sdk: true},
+		badCall{name: "unknown type", args: q("type", "weather"), want: []string{"/properties/type", "enum", "weather", engine.QuerySkillsAndTools}, sdk: true},
 		badCall{name: "type a number", args: q("type", 3), want: []string{"/properties/type", `want "string"`}, sdk: true},
 		badCall{name: "task_info without task_id", args: q("type", "task_info"), want: []string{"task_id: is empty"}},
 		badCall{name: "task_info unknown task", args: q("type", "task_info", "task_id", noSuchID), want: []string{`task_id "` + noSuchID + `": no such task`}},
@@ -105,21 +106,21 @@ func TestToolBadInput(t *testing.T) {
 		badCall{name: "task_agents unknown task", args: q("type", "task_agents", "task_id", noSuchID), want: []string{`task_id "` + noSuchID + `": no such task`}},
 		badCall{name: "agent without agent_id", args: q("type", "agent"), want: []string{"agent_id: is empty"}},
 		badCall{name: "agent unknown", args: q("type", "agent", "agent_id", []string{f.Alice, noSuchID}), want: []string{`agent_id "` + noSuchID + `": no such agent`}},
-		badCall{name: "agent_id a string", args: q("type", "agent", "agent_id", f.Alice), want: []string{"/properties/agent_id", `want one of "null, array"`}, sdk: true},
+		badCall{name: "agent_id a number", args: q("type", "agent", "agent_id", 5), want: []string{"/properties/agent_id", "anyOf"}, sdk: true},
 		badCall{name: "unknown team", args: q("type", "team_agents", "team_id", "red"), want: []string{`team_id "red": no such team`}},
 	)
 	add("get_inbox",
-		badCall{name: "negative limit", args: q("limit", -1), want: []string{"limit -1: must not be negative"}},
+		badCall{name: "negative limit", args: q("limit", -1), want: []string{"/properties/limit", "minimum"}, sdk: true},
 		badCall{name: "limit a string", args: q("limit", "5"), want: []string{"/properties/limit", `want "integer"`}, sdk: true},
 		badCall{name: "limit a fraction", args: q("limit", 2.5), want: []string{"/properties/limit", `want "integer"`}, sdk: true},
 		badCall{name: "only_awaiting_reply a string", args: q("only_awaiting_reply", "yes"), want: []string{"/properties/only_awaiting_reply", `want "boolean"`}, sdk: true},
 		badCall{name: "unknown property", args: q("operator", f.Operator), want: []string{"unexpected additional properties", "operator"}, sdk: true},
 	)
 	add("wait_for_updates",
-		badCall{name: "negative timeout", args: q("timeout_seconds", -1), want: []string{"timeout_seconds -1: must be between 1 and 300"}},
-		badCall{name: "timeout too long", args: q("timeout_seconds", 301), want: []string{"timeout_seconds 301: must be between 1 and 300"}},
+		badCall{name: "negative timeout", args: q("timeout_seconds", -1), want: []string{"/properties/timeout_seconds", "minimum"}, sdk: true},
+		badCall{name: "timeout too long", args: q("timeout_seconds", 301), want: []string{"/properties/timeout_seconds", "maximum", "300"}, sdk: true},
 		badCall{name: "timeout a fraction", args: q("timeout_seconds", 1.5), want: []string{"/properties/timeout_seconds", `want "integer"`}, sdk: true},
-		badCall{name: "negative max_events", args: q("max_events", -5), want: []string{"max_events -5: must not be negative"}},
+		badCall{name: "negative max_events", args: q("max_events", -5), want: []string{"/properties/max_events", "minimum"}, sdk: true},
 		badCall{name: "negative cursor", args: q("cursor", -1), want: []string{"/properties/cursor", "minimum"}, sdk: true},
 		badCall{name: "cursor a string", args: q("cursor", "abc"), want: []string{"/properties/cursor", `want "integer"`}, sdk: true},
 		badCall{name: "task_id a number", args: q("task_id", 7), want: []string{"/properties/task_id", `want "string"`}, sdk: true},
@@ -141,9 +142,9 @@ func TestToolBadInput(t *testing.T) {
 	add("manage_task",
 		badCall{name: "missing action", args: mt("", "action", nil), want: []string{"missing properties", "action"}, sdk: true},
 		badCall{name: "missing task_id", args: mt("cancel_task", "task_id", nil), want: []string{"missing properties", "task_id"}, sdk: true},
-		badCall{name: "empty action", args: mt(""), want: []string{`action "": must be one of add_stage, finish_stage, retry_stage, finish_task, cancel_task`}},
-		badCall{name: "unknown action", args: mt("pause_task"), want: []string{`action "pause_task": must be one of`}},
-		badCall{name: "add_task is add_task's job", args: mt("add_task"), want: []string{`action "add_task": must be one of`}},
+		badCall{name: "empty action", args: mt(""), want: []string{"/properties/action", "enum", "add_stage finish_stage retry_stage finish_task cancel_task"}, sdk: true},
+		badCall{name: "unknown action", args: mt("pause_task"), want: []string{"/properties/action", "enum", "pause_task"}, sdk: true},
+		badCall{name: "add_task is add_task's job", args: mt("add_task"), want: []string{"/properties/action", "enum", "add_task"}, sdk: true},
 		badCall{name: "action a number", args: mt("", "action", 1), want: []string{"/properties/action", `want "string"`}, sdk: true},
 		badCall{name: "empty task_id", args: mt("cancel_task", "task_id", ""), want: []string{"task_id: is empty"}},
 		badCall{name: "unknown task_id", args: mt("cancel_task", "task_id", noSuchID), want: []string{`task_id "` + noSuchID + `": no such task`}},
@@ -151,7 +152,7 @@ func TestToolBadInput(t *testing.T) {
 		badCall{name: "finish_stage unknown stage", args: mt("finish_stage", "stage_id", noSuchID), want: []string{`stage_id "` + noSuchID + `": no such stage`}},
 		badCall{name: "finish_stage not running", args: mt("finish_stage", "stage_id", f.Stages[1]), want: []string{`stage_id "` + f.Stages[1] + `": is init, not running`}},
 		badCall{name: "add_stage without stages", args: mt("add_stage"), want: []string{"stages: is empty"}},
-		badCall{name: "add_stage stages a string", args: mt("add_stage", "stages", "review"), want: []string{"/properties/stages", `want one of "null, array"`}, sdk: true},
+		badCall{name: "add_stage stages a string", args: mt("add_stage", "stages", "review"), want: []string{"/properties/stages", `want "array"`}, sdk: true},
 		badCall{name: "add_stage stage without intention", args: mt("add_stage", "stages", []map[string]any{{"agent_allocation": map[string]string{f.Bob: "x"}}}),
 			want: []string{"/properties/stages/items", "missing properties", "stage_intention"}, sdk: true},
 		badCall{name: "add_stage empty intention", args: mt("add_stage", "stages", stage(" ", map[string]string{f.Bob: "x"})), want: []string{"stages[0].stage_intention: is empty"}},
@@ -178,9 +179,9 @@ func TestToolBadInput(t *testing.T) {
 	}
 	add("manage_agent",
 		badCall{name: "missing action", args: ma(""), want: []string{"missing properties", "action"}, sdk: true},
-		badCall{name: "unknown action", args: ma("fire_agent"), want: []string{`action "fire_agent": must be one of init_new_agent, add_task_participant`}},
+		badCall{name: "unknown action", args: ma("fire_agent"), want: []string{"/properties/action", "enum", "fire_agent", "init_new_agent add_task_participant"}, sdk: true},
 		badCall{name: "init without agent_config", args: ma("init_new_agent"), want: []string{"agent_config: is missing"}},
-		badCall{name: "agent_config a string", args: ma("init_new_agent", "agent_config", "researcher"), want: []string{"/properties/agent_config", `want one of "null, object"`}, sdk: true},
+		badCall{name: "agent_config a string", args: ma("init_new_agent", "agent_config", "researcher"), want: []string{"/properties/agent_config", `want "object"`}, sdk: true},
 		badCall{name: "unknown template", args: ma("init_new_agent", "agent_config", map[string]any{"template": "astronaut"}), want: []string{`agent_config.template "astronaut": no such template`, "researcher"}},
 		badCall{name: "no name", args: ma("init_new_agent", "agent_config", map[string]any{"role": "r"}), want: []string{"agent_config.name: is empty"}},
 		badCall{name: "no role", args: ma("init_new_agent", "agent_config", map[string]any{"name": "n"}), want: []string{"agent_config.role: is empty"}},
@@ -282,13 +283,17 @@ func findTask(l []engine.TaskState, id string) engine.TaskState {
 	return engine.TaskState{}
 }
 
-// TestAskInfoBadTypeListsEveryType: the error for a bad type lists every
-// type the tool accepts, the server's own "tasks" included.
+// TestAskInfoBadTypeListsEveryType: the error for a bad type (now the
+// schema's enum) lists every type the tool accepts, the server's own
+// "tasks" included.
 func TestAskInfoBadTypeListsEveryType(t *testing.T) {
 	e := newEnv(t)
 	for _, typ := range []string{"", "weather"} {
-		if txt := e.callErr("ask_info", map[string]any{"type": typ}); !strings.Contains(txt, ", tasks") {
-			t.Errorf("type %q: error %q does not list tasks", typ, txt)
+		txt := e.callErr("ask_info", map[string]any{"type": typ})
+		for _, want := range append(slices.Clone(engine.QueryTypes), "tasks]") {
+			if !strings.Contains(txt, want) {
+				t.Errorf("type %q: error %q does not list %s", typ, txt, want)
+			}
 		}
 	}
 }

@@ -31,10 +31,10 @@ func (s *Server) tools() []tool {
 			"Hand the multi-agent system a task. Its manager agent staffs it with agents and splits it into stages; this returns at once with the task's ID and resource URI (it never waits for the agents' work). Watch progress with wait_for_updates, read_resource or a subscription to the task's resource; agents' questions arrive in get_inbox.",
 			writes(false), s.addTask),
 		defTool("send_message", "Message agents",
-			"Send a message as the operator to agents of a task (spec's HumanAgent send_message). To answer an agent's question, send to that agent: a pending question from it (see get_inbox) is answered automatically, and an agent blocked waiting for your reply resumes. need_reply asks the receivers to answer; waiting marks it urgent (they answer before anything else).",
+			"Send a message as the operator to agents of a task. To answer an agent's question, send to that agent: a pending question from it (see get_inbox) is answered automatically, and an agent blocked waiting for your reply resumes. need_reply asks the receivers to answer; waiting marks it urgent (they answer before anything else).",
 			writes(false), s.sendMessage),
 		defTool("ask_info", "Query the system",
-			"Query the MAS from its current state (never waits for agents). Types: "+strings.Join(queryTypes(), ", ")+". Returns markdown and the same facts as structured data.",
+			"Look up the team's current state (never waits for agents); returns markdown and the same facts as structured data. Pick type: tasks (every task: IDs, names, states), task_info (task_id), stage_info (task_id, stage_id), task_agents (task_id), stage_agents (task_id, stage_id), agent (agent_id: one ID or a list), all_agents, team_agents, available_agents_config (agent templates for manage_agent), skills_and_tools, managed_task_and_stage_info and assigned_task_and_stage_info (what you manage or are assigned).",
 			readOnly(), s.askInfo),
 		defTool("get_inbox", "Read the operator's inbox",
 			"The messages agents sent to you (the operator), those awaiting your reply first (urgent ones first), then the newest. Answer one with send_message to its sender.",
@@ -43,10 +43,10 @@ func (s *Server) tools() []tool {
 			"Long-poll for changes of the MAS, for hosts that cannot subscribe to resources: returns the events after cursor (0 for the latest), waiting up to timeout_seconds for the first one. Pass the returned cursor to the next call. Sends progress notifications while it waits.",
 			readOnly(), s.waitForUpdates),
 		defTool("manage_task", "Manage a task",
-			"The operator's task management (spec task_manager): add_stage (stages, each with stage_intention and agent_allocation {agent_id: goal}), finish_stage (stage_id), retry_stage (old_stage_id, new_stage_intention, new_agent_allocation), finish_task (summary), cancel_task. IDs come from ask_info or the task's resource.",
+			"Steer a task yourself instead of through its manager agent. Pick action: add_stage appends stages (stages: each a stage_intention and an agent_allocation {agent_id: goal}); finish_stage ends the running stage (stage_id); retry_stage replaces a stage that went wrong with a corrected one (old_stage_id, new_stage_intention, new_agent_allocation); finish_task ends the task with its result (summary, required); cancel_task stops it (summary optional). Every action needs task_id. Find IDs with ask_info (tasks, task_info) or the task's resource.",
 			destructive(), s.manageTask),
 		defTool("manage_agent", "Manage agents",
-			"The operator's agent management (spec agent_manager): init_new_agent (agent_config: a template name from ask_info available_agents_config, or name, role, profile, skills, tools), add_task_participant (task_id, agents).",
+			"Create agents and add them to a task. Pick action: init_new_agent creates an agent (agent_config: either template, the name of a template from ask_info available_agents_config, or name, role, profile, skills and tools) and returns its agent_id; add_task_participant adds agents (agents: one agent_id or a list) to a task's group (task_id), so stages can allocate work to them.",
 			writes(false), s.manageAgent),
 		defTool("read_resource", "Read a resource",
 			"Read any of the server's resources by URI (for hosts that do not read resources themselves): mas://tasks, mas://tasks/{task_id}, mas://tasks/{task_id}/stages/{stage_id}, mas://tasks/{task_id}/conversation, mas://agents, mas://agents/{agent_id}, mas://agents/{agent_id}/steps, mas://operators/{agent_id}/inbox, mas://catalog.",
@@ -65,7 +65,8 @@ func (s *Server) addTools() {
 func defTool[In, Out any](name, title, desc string, ann *mcp.ToolAnnotations, h mcp.ToolHandlerFor[In, Out]) tool {
 	ann.Title = title
 	return tool{
-		def: &mcp.Tool{Name: name, Title: title, Description: desc, Annotations: ann},
+		def: &mcp.Tool{Name: name, Title: title, Description: desc, Annotations: ann,
+			InputSchema: schemaOf[In](), OutputSchema: schemaOf[Out]()},
 		add: func(srv *mcp.Server, def *mcp.Tool, l *Limits) { mcp.AddTool(srv, def, checked(l, h)) },
 	}
 }
@@ -134,13 +135,13 @@ func (s *Server) addTask(ctx context.Context, req *mcp.CallToolRequest, in AddTa
 
 // SendMessageIn is send_message's input.
 type SendMessageIn struct {
-	TaskID        string   `json:"task_id" jsonschema:"the task the conversation belongs to (the base task for general requests to the manager)"`
-	Receiver      []string `json:"receiver" jsonschema:"agent_ids of the receivers, members of the task's group"`
-	Content       string   `json:"content" jsonschema:"the message text"`
-	StageRelative string   `json:"stage_relative,omitempty" jsonschema:"a stage_id of the task if the message concerns that stage; default no_relative"`
-	NeedReply     *bool    `json:"need_reply,omitempty" jsonschema:"whether the receivers must answer (default: false when this answers their pending question, else true)"`
-	Waiting       bool     `json:"waiting,omitempty" jsonschema:"urgent: the receivers answer before any other step (default false)"`
-	ReplyTo       string   `json:"reply_to,omitempty" jsonschema:"message_id of the inbox message this answers; default: the oldest unanswered one from each receiver"`
+	TaskID        string            `json:"task_id" jsonschema:"the task the conversation belongs to (the base task for general requests to the manager)"`
+	Receiver      engine.StringList `json:"receiver" jsonschema:"agent_id of the receiver, or a list of them; members of the task's group (ask_info task_agents)"`
+	Content       string            `json:"content" jsonschema:"the message text"`
+	StageRelative string            `json:"stage_relative,omitempty" jsonschema:"a stage_id of the task if the message concerns that stage; default no_relative"`
+	NeedReply     *bool             `json:"need_reply,omitempty" jsonschema:"whether the receivers must answer (default: false when this answers their pending question, else true)"`
+	Waiting       bool              `json:"waiting,omitempty" jsonschema:"urgent: the receivers answer before any other step (default false)"`
+	ReplyTo       string            `json:"reply_to,omitempty" jsonschema:"message_id of the inbox message this answers; default: the oldest unanswered one from each receiver"`
 }
 
 // SentMessage is one message sent (one per receiver).
@@ -161,7 +162,7 @@ func (s *Server) sendMessage(ctx context.Context, req *mcp.CallToolRequest, in S
 	op := s.operator(ctx, req.Extra)
 	needReply := s.defaultNeedReply(op, in)
 	msgs, err := s.sys.HumanSend(op, engine.HumanMessage{
-		TaskID: in.TaskID, Receiver: in.Receiver, Content: in.Content, StageRelative: in.StageRelative,
+		TaskID: in.TaskID, Receiver: []string(in.Receiver), Content: in.Content, StageRelative: in.StageRelative,
 		NeedReply: needReply, Waiting: in.Waiting, ReplyTo: in.ReplyTo,
 	})
 	if err != nil {
@@ -204,18 +205,18 @@ func (s *Server) defaultNeedReply(op string, in SendMessageIn) bool {
 
 // AskInfoIn is ask_info's input.
 type AskInfoIn struct {
-	Type    string   `json:"type" jsonschema:"the query type"`
-	TaskID  string   `json:"task_id,omitempty" jsonschema:"for task_info, stage_info, task_agents, stage_agents"`
-	StageID string   `json:"stage_id,omitempty" jsonschema:"for stage_info, stage_agents"`
-	TeamID  string   `json:"team_id,omitempty" jsonschema:"for team_agents (the MAS has one team, default)"`
-	AgentID []string `json:"agent_id,omitempty" jsonschema:"for agent: one or more agent_ids"`
+	Type    string            `json:"type" jsonschema:"what to look up (see the tool's description for the IDs each type needs)"`
+	TaskID  string            `json:"task_id,omitempty" jsonschema:"the task, for task_info, stage_info, task_agents and stage_agents"`
+	StageID string            `json:"stage_id,omitempty" jsonschema:"the stage, for stage_info and stage_agents"`
+	TeamID  string            `json:"team_id,omitempty" jsonschema:"the team, for team_agents (default: the only team)"`
+	AgentID engine.StringList `json:"agent_id,omitempty" jsonschema:"for agent: one agent_id or a list of them"`
 }
 
 // AskInfoOut is ask_info's output.
 type AskInfoOut struct {
 	Type     string `json:"type"`
 	Markdown string `json:"markdown"`
-	Data     any    `json:"data" jsonschema:"the facts of the answer as JSON; their shape depends on the query type"`
+	Data     any    `json:"data" jsonschema:"the facts of the answer as JSON (an object or a list, depending on the type)"`
 }
 
 // Query types beyond the spec's, for the operator to find IDs.
@@ -258,14 +259,20 @@ func (s *Server) askInfo(ctx context.Context, req *mcp.CallToolRequest, in AskIn
 // GetInboxIn is get_inbox's input.
 type GetInboxIn struct {
 	OnlyAwaitingReply bool `json:"only_awaiting_reply,omitempty" jsonschema:"only messages still awaiting your reply"`
-	Limit             int  `json:"limit,omitempty" jsonschema:"at most this many messages (default 50)"`
+	Limit             int  `json:"limit,omitempty" jsonschema:"at most this many messages, 1 or more (default 50)"`
 }
 
 // GetInboxOut is get_inbox's output.
 type GetInboxOut struct {
-	OperatorID    string              `json:"operator_id"`
-	AwaitingReply int                 `json:"awaiting_reply"`
-	Messages      []engine.InboxEntry `json:"messages"`
+	OperatorID    string         `json:"operator_id"`
+	AwaitingReply int            `json:"awaiting_reply"`
+	Messages      []InboxMessage `json:"messages"`
+}
+
+// InboxMessage is a message in the operator's inbox, with its sender's name.
+type InboxMessage struct {
+	engine.InboxEntry
+	SenderName string `json:"sender_name"`
 }
 
 func (s *Server) getInbox(ctx context.Context, req *mcp.CallToolRequest, in GetInboxIn) (*mcp.CallToolResult, GetInboxOut, error) {
@@ -280,43 +287,55 @@ func (s *Server) getInbox(ctx context.Context, req *mcp.CallToolRequest, in GetI
 	if err != nil {
 		return nil, GetInboxOut{}, err
 	}
-	out := GetInboxOut{OperatorID: op, Messages: []engine.InboxEntry{}}
+	out := GetInboxOut{OperatorID: op, Messages: []InboxMessage{}}
 	for _, e := range entries {
 		if e.AwaitingReply {
 			out.AwaitingReply++
 		}
 		if (!in.OnlyAwaitingReply || e.AwaitingReply) && len(out.Messages) < in.Limit {
-			out.Messages = append(out.Messages, e)
+			m := InboxMessage{InboxEntry: e, SenderName: e.SenderID}
+			if b, ok := s.sys.AgentBrief(e.SenderID); ok {
+				m.SenderName = b.Name
+			}
+			out.Messages = append(out.Messages, m)
 		}
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d message(s), %d awaiting your reply.\n", len(entries), out.AwaitingReply)
 	for _, e := range out.Messages {
-		kind := "FYI"
-		switch {
-		case e.AwaitingReply && e.Waiting:
-			kind = "URGENT: the agent is blocked until you reply"
-		case e.AwaitingReply:
-			kind = "reply needed"
-		}
-		fmt.Fprintf(&b, "\n- [%s] from %s in task %s (message_id %s, %s):\n  %s\n",
-			kind, e.SenderID, e.TaskID, e.MessageID, e.Timestamp.Format("2006-01-02 15:04:05"), strings.ReplaceAll(e.Content, "\n", "\n  "))
+		fmt.Fprintf(&b, "\n- [%s] from %s (%s) in task %s (message_id %s, %s):\n  %s\n",
+			inboxLabel(e.InboxEntry), e.SenderName, e.SenderID, e.TaskID, e.MessageID, e.Timestamp.Format("2006-01-02 15:04:05"), strings.ReplaceAll(e.Content, "\n", "\n  "))
 	}
 	return textResult("%s", b.String()), out, nil
+}
+
+// inboxLabel says what a message asks of the operator.
+func inboxLabel(e engine.InboxEntry) string {
+	switch {
+	case e.AwaitingReply && e.Waiting:
+		return "URGENT: the agent is blocked until you reply"
+	case e.AwaitingReply:
+		return "reply needed"
+	case e.NeedReply && e.Replied:
+		return "answered"
+	case e.NeedReply && e.Expired:
+		return "expired: the agent stopped waiting for your reply"
+	}
+	return "FYI"
 }
 
 // --- manage_task
 
 // ManageTaskIn is manage_task's input.
 type ManageTaskIn struct {
-	Action             string             `json:"action" jsonschema:"add_stage, finish_stage, retry_stage, finish_task or cancel_task"`
-	TaskID             string             `json:"task_id" jsonschema:"the task"`
-	Stages             []engine.StageSpec `json:"stages,omitempty" jsonschema:"add_stage: the stages to append, in order"`
-	StageID            string             `json:"stage_id,omitempty" jsonschema:"finish_stage: the running stage"`
-	OldStageID         string             `json:"old_stage_id,omitempty" jsonschema:"retry_stage: the stage to retry"`
-	NewStageIntention  string             `json:"new_stage_intention,omitempty" jsonschema:"retry_stage: the corrected stage intention"`
-	NewAgentAllocation map[string]string  `json:"new_agent_allocation,omitempty" jsonschema:"retry_stage: {agent_id: goal} of the new stage"`
-	Summary            string             `json:"summary,omitempty" jsonschema:"finish_task (required) and cancel_task: the task's summary"`
+	Action             string             `json:"action" jsonschema:"what to do (see the tool's description)"`
+	TaskID             string             `json:"task_id" jsonschema:"the task to act on"`
+	Stages             []engine.StageSpec `json:"stages,omitempty" jsonschema:"for add_stage: the stages to append, in the order they run"`
+	StageID            string             `json:"stage_id,omitempty" jsonschema:"for finish_stage: the running stage"`
+	OldStageID         string             `json:"old_stage_id,omitempty" jsonschema:"for retry_stage: the stage to replace"`
+	NewStageIntention  string             `json:"new_stage_intention,omitempty" jsonschema:"for retry_stage: what the new stage must achieve"`
+	NewAgentAllocation map[string]string  `json:"new_agent_allocation,omitempty" jsonschema:"for retry_stage: the new stage's goal of each agent, {agent_id: goal}"`
+	Summary            string             `json:"summary,omitempty" jsonschema:"for finish_task (required) and cancel_task: the task's result or why it stops"`
 }
 
 // InstructionOut is what a management action did.
@@ -347,10 +366,10 @@ func (s *Server) manageTask(ctx context.Context, req *mcp.CallToolRequest, in Ma
 
 // ManageAgentIn is manage_agent's input.
 type ManageAgentIn struct {
-	Action      string              `json:"action" jsonschema:"init_new_agent or add_task_participant"`
-	AgentConfig *engine.AgentConfig `json:"agent_config,omitempty" jsonschema:"init_new_agent: a template name (template), or name, role, profile, skills, tools"`
-	TaskID      string              `json:"task_id,omitempty" jsonschema:"add_task_participant: the task"`
-	Agents      []string            `json:"agents,omitempty" jsonschema:"add_task_participant: agent_ids to add to the task's group"`
+	Action      string              `json:"action" jsonschema:"what to do (see the tool's description)"`
+	AgentConfig *engine.AgentConfig `json:"agent_config,omitempty" jsonschema:"for init_new_agent: the new agent, from a template or described field by field"`
+	TaskID      string              `json:"task_id,omitempty" jsonschema:"for add_task_participant: the task"`
+	Agents      engine.StringList   `json:"agents,omitempty" jsonschema:"for add_task_participant: one agent_id or a list of them"`
 }
 
 var manageAgentActions = []string{engine.ActionInitNewAgent, engine.ActionAddTaskParticipant}
@@ -379,7 +398,7 @@ type ReadResourceIn struct {
 // ReadResourceOut is read_resource's output: the resource's JSON document.
 type ReadResourceOut struct {
 	URI      string `json:"uri"`
-	Document any    `json:"document" jsonschema:"the resource's JSON document"`
+	Document any    `json:"document" jsonschema:"the resource's JSON document (an object, or a list for mas://tasks and mas://agents)"`
 }
 
 func (s *Server) readResourceTool(ctx context.Context, req *mcp.CallToolRequest, in ReadResourceIn) (*mcp.CallToolResult, ReadResourceOut, error) {

@@ -239,6 +239,9 @@ func (s *Server) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error
 	return nil
 }
 
+// maxWaitSeconds is the longest wait_for_updates may wait.
+const maxWaitSeconds = 300
+
 // WaitIn is wait_for_updates' input.
 type WaitIn struct {
 	Cursor         uint64 `json:"cursor,omitempty" jsonschema:"the cursor returned by the previous call; 0 waits for the next change"`
@@ -260,8 +263,8 @@ type WaitOut struct {
 
 func (s *Server) waitForUpdates(ctx context.Context, req *mcp.CallToolRequest, in WaitIn) (*mcp.CallToolResult, WaitOut, error) {
 	switch {
-	case in.TimeoutSeconds < 0 || in.TimeoutSeconds > 300:
-		return nil, WaitOut{}, fmt.Errorf("timeout_seconds %d: must be between 1 and 300", in.TimeoutSeconds)
+	case in.TimeoutSeconds < 0 || in.TimeoutSeconds > maxWaitSeconds:
+		return nil, WaitOut{}, fmt.Errorf("timeout_seconds %d: must be between 1 and %d", in.TimeoutSeconds, maxWaitSeconds)
 	case in.MaxEvents < 0:
 		return nil, WaitOut{}, fmt.Errorf("max_events %d: must not be negative", in.MaxEvents)
 	}

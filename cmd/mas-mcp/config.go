@@ -67,6 +67,9 @@ type Config struct {
 
 	// Stdio serves MCP over stdin/stdout instead of HTTP.
 	Stdio bool `yaml:"stdio"`
+	// StdioHTTP (--stdio with --http) serves HTTP too: the web monitor and
+	// MCP over HTTP, beside stdio, from the same process.
+	StdioHTTP bool `yaml:"-"`
 	// HTTP configures the HTTP transports (streamable HTTP at /mcp, SSE at /sse).
 	HTTP HTTPConfig `yaml:"http"`
 	// Limits bound what clients may hold open and send; zero values mean
@@ -206,48 +209,82 @@ func defaultConfig() Config {
 	}
 }
 
-// loadConfig builds the Config from args and the environment.
+// envVars are the environment variables mas-mcp reads, for --help.
+const envVars = `Environment (flags override it; it overrides the config file):
+  OPENAI_API_KEY     the LLM endpoint's API key (only from the environment, never a flag or file)
+  OPENAI_BASE_URL    the OpenAI-compatible endpoint (as --llm-base-url)
+  MAS_MODEL          the default model (as --model)
+  MAS_LANG           the prompt language, en or zh (as --lang)
+  MAS_CONFIG         the YAML config file (as --config)
+  MAS_DATA_DIR       the directory of the durable state (as --data-dir)
+  MAS_MCP_CONFIG     the downstream MCP servers file (as --mcp-config)
+  MAS_NATS_URL, MAS_NATS_CREDS, MAS_NATS_USER, MAS_NATS_PASSWORD, MAS_NATS_TOKEN
+                     an external NATS server and its credentials (as --nats-*)
+`
+
+// loadConfig builds the Config from args and the environment. Every flag
+// shows its default in --help; a flag overrides the file and the
+// environment only when it is given.
 func loadConfig(args []string, getenv func(string) string) (Config, error) {
+	return loadConfigTo(args, getenv, os.Stderr)
+}
+
+// loadConfigTo is loadConfig writing --help and flag errors to usage.
+func loadConfigTo(args []string, getenv func(string) string, usage io.Writer) (Config, error) {
 	cfg := defaultConfig()
+	d := defaultConfig()
 
 	fs := flag.NewFlagSet("mas-mcp", flag.ContinueOnError)
+	fs.SetOutput(usage)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: mas-mcp [flags]\n\nmas-mcp %s runs a team of LLM agents behind an MCP server (HTTP by default; --stdio for hosts such as Claude Desktop).\n\nFlags:\n", moduleVersion())
+		fs.PrintDefaults()
+		fmt.Fprintf(fs.Output(), "\n%s", envVars)
+	}
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	configPath := fs.String("config", getenv("MAS_CONFIG"), "YAML config file (env MAS_CONFIG)")
-	lang := fs.String("lang", "", `prompt language: "en" or "zh"`)
-	promptsDir := fs.String("prompts-dir", "", "directory overriding the embedded prompts and agent templates")
-	baseURL := fs.String("llm-base-url", "", "OpenAI-compatible endpoint (env OPENAI_BASE_URL; e.g. http://localhost:11434/v1 for Ollama)")
-	model := fs.String("model", "", "default model (env MAS_MODEL)")
-	timeout := fs.Duration("llm-timeout", 0, "timeout of one LLM request attempt")
-	retries := fs.Int("llm-retries", -1, "quick retries of a failed LLM request (429, 5xx, timeouts); 0: none, and no outage waiting either (default 3)")
-	outage := fs.Duration("llm-outage-window", -1, "how long an LLM call waits out an unavailable endpoint after its quick retries, the agent shown waiting; 0: not at all (default 10m)")
-	stall := fs.Duration("stall-timeout", 0, "how long a task may stay quiet (nothing running, nothing to run, no wait) before its manager is told what is outstanding (default 3m)")
-	stallNotices := fs.Int("stall-notices", 0, "notices a quiet task gets without progress before it is marked failed (default 2)")
-	retryLimit := fs.Int("retry-stage-limit", 0, "how many times one stage may be retried (default 3)")
-	conc := fs.Int("llm-concurrency", 0, "LLM requests in flight at once, across all agents")
-	operator := fs.String("operator", "", "name of the operator's HumanAgent")
-	wait := fs.Duration("wait-timeout", 0, "how long an agent waits for a reply before carrying on")
-	steps := fs.Int("stage-step-budget", 0, "steps an agent may run in one stage before it must summarise")
-	refl := fs.Int("stage-reflection-budget", 0, "reflections an agent may run in one stage before it must summarise")
+	lang := fs.String("lang", d.Lang, `prompt language: "en" or "zh" (env MAS_LANG)`)
+	promptsDir := fs.String("prompts-dir", "", "directory overriding the embedded prompts and agent templates (default: the embedded ones)")
+	baseURL := fs.String("llm-base-url", d.LLM.BaseURL, "OpenAI-compatible endpoint (env OPENAI_BASE_URL; e.g. http://localhost:11434/v1 for Ollama)")
+	model := fs.String("model", d.LLM.Model, "default model (env MAS_MODEL)")
+	timeout := fs.Duration("llm-timeout", d.LLM.Timeout, "timeout of one LLM request attempt")
+	retries := fs.Int("llm-retries", d.LLM.MaxRetries, "quick retries of a failed LLM request (429, 5xx, timeouts); 0: none, and no outage waiting either")
+	outage := fs.Duration("llm-outage-window", d.LLM.OutageWindow, "how long an LLM call waits out an unavailable endpoint after its quick retries, the agent shown waiting; 0: not at all")
+	stall := fs.Duration("stall-timeout", d.StallTimeout, "how long a task may stay quiet (nothing running, nothing to run, no wait) before its manager is told what is outstanding")
+	stallNotices := fs.Int("stall-notices", d.StallNotices, "notices a quiet task gets without progress before it is marked failed")
+	retryLimit := fs.Int("retry-stage-limit", d.RetryStageLimit, "how many times one stage may be retried")
+	conc := fs.Int("llm-concurrency", d.LLM.Concurrency, "LLM requests in flight at once, across all agents")
+	operator := fs.String("operator", d.Operator, "name of the operator's HumanAgent")
+	wait := fs.Duration("wait-timeout", d.WaitTimeout, "how long an agent waits for a reply before carrying on")
+	steps := fs.Int("stage-step-budget", d.StageStepBudget, "steps an agent may run in one stage before it must summarise")
+	refl := fs.Int("stage-reflection-budget", d.StageReflectionBudget, "reflections an agent may run in one stage before it must summarise")
 	dataDir := fs.String("data-dir", "", "directory of the durable state (env MAS_DATA_DIR; default: the user's config directory/mas-mcp)")
-	natsURL := fs.String("nats-url", "", "use this NATS server or cluster for the durable state instead of the embedded one (env MAS_NATS_URL)")
+	natsURL := fs.String("nats-url", "", "use this NATS server or cluster for the durable state instead of the embedded one (env MAS_NATS_URL; default: embedded)")
 	natsCreds := fs.String("nats-creds", "", "NATS credentials file for --nats-url (env MAS_NATS_CREDS)")
 	natsUser := fs.String("nats-user", "", "NATS user for --nats-url; the password comes from MAS_NATS_PASSWORD (env MAS_NATS_USER)")
 	natsCA := fs.String("nats-tls-ca", "", "CA file verifying the --nats-url server's TLS certificate")
 	natsCert := fs.String("nats-tls-cert", "", "client certificate file for --nats-url (with --nats-tls-key)")
 	natsKey := fs.String("nats-tls-key", "", "client certificate key file for --nats-url")
-	syncInterval := fs.Duration("sync-interval", 0, "fsync every interval instead of on every write (an OS crash may lose up to the interval)")
+	syncInterval := fs.Duration("sync-interval", d.SyncInterval, "fsync every interval instead of on every write (an OS crash may lose up to the interval); 0: on every write")
 	memory := fs.Bool("memory", false, "keep state in memory only: nothing survives a restart")
-	mcpConfig := fs.String("mcp-config", "", "downstream MCP servers file ({\"mcpServers\": …}, as Claude Desktop's) (env MAS_MCP_CONFIG)")
-	confirm := fs.Duration("confirm-timeout", 0, "how long a risky tool call waits for the operator's approval")
-	stdio := fs.Bool("stdio", false, "serve MCP over stdin/stdout (for hosts such as Claude Desktop) instead of HTTP")
-	httpAddr := fs.String("http", "", "serve MCP over HTTP on this address: streamable HTTP at /mcp, SSE at /sse (default 127.0.0.1:7777)")
-	logFormat := fs.String("log-format", "", `log format on stderr: "text" or "json"`)
-	logLevel := fs.String("log-level", "", "log level: debug, info, warn, error")
+	mcpConfig := fs.String("mcp-config", "", "downstream MCP servers file ({\"mcpServers\": …}, as Claude Desktop's) (env MAS_MCP_CONFIG; default: none)")
+	confirm := fs.Duration("confirm-timeout", d.ConfirmTimeout, "how long a risky tool call waits for the operator's approval")
+	stdio := fs.Bool("stdio", false, "serve MCP over stdin/stdout (for hosts such as Claude Desktop); with --http, also serve HTTP (the web monitor)")
+	httpAddr := fs.String("http", d.HTTP.Addr, "serve MCP over HTTP on this address: streamable HTTP at /mcp, SSE at /sse, the web monitor at /")
+	logFormat := fs.String("log-format", d.LogFormat, `log format on stderr: "text" or "json"`)
+	logLevel := fs.String("log-level", d.LogLevel, "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q (flags start with -)", fs.Arg(0))
 	}
+	if *showVersion {
+		fmt.Fprintln(os.Stdout, "mas-mcp", moduleVersion())
+		return cfg, flag.ErrHelp
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
 	if *configPath != "" {
 		data, err := os.ReadFile(*configPath)
@@ -287,74 +324,32 @@ func loadConfig(args []string, getenv func(string) string) (Config, error) {
 	}
 	cfg.apiKey = getenv("OPENAI_API_KEY")
 
-	setStr := func(dst *string, v string) {
-		if v != "" {
-			*dst = v
+	// Flags given on the command line override the rest.
+	for name, apply := range map[string]func(){
+		"lang": func() { cfg.Lang = *lang }, "prompts-dir": func() { cfg.PromptsDir = *promptsDir },
+		"llm-base-url": func() { cfg.LLM.BaseURL = *baseURL }, "model": func() { cfg.LLM.Model = *model },
+		"operator": func() { cfg.Operator = *operator }, "log-format": func() { cfg.LogFormat = *logFormat },
+		"log-level": func() { cfg.LogLevel = *logLevel }, "http": func() { cfg.HTTP.Addr = *httpAddr },
+		"mcp-config": func() { cfg.MCPConfig = *mcpConfig }, "data-dir": func() { cfg.DataDir = *dataDir },
+		"nats-url": func() { cfg.NATSURL = *natsURL }, "nats-creds": func() { cfg.NATS.CredsFile = *natsCreds },
+		"nats-user": func() { cfg.NATS.User = *natsUser }, "nats-tls-ca": func() { cfg.NATS.TLSCA = *natsCA },
+		"nats-tls-cert": func() { cfg.NATS.TLSCert = *natsCert }, "nats-tls-key": func() { cfg.NATS.TLSKey = *natsKey },
+		"sync-interval": func() { cfg.SyncInterval = *syncInterval }, "memory": func() { cfg.Memory = *memory },
+		"confirm-timeout": func() { cfg.ConfirmTimeout = *confirm }, "stdio": func() { cfg.Stdio = *stdio },
+		"llm-timeout": func() { cfg.LLM.Timeout = *timeout }, "llm-retries": func() { cfg.LLM.MaxRetries = *retries },
+		"llm-outage-window": func() { cfg.LLM.OutageWindow = *outage }, "stall-timeout": func() { cfg.StallTimeout = *stall },
+		"stall-notices": func() { cfg.StallNotices = *stallNotices }, "retry-stage-limit": func() { cfg.RetryStageLimit = *retryLimit },
+		"llm-concurrency": func() { cfg.LLM.Concurrency = *conc }, "wait-timeout": func() { cfg.WaitTimeout = *wait },
+		"stage-step-budget": func() { cfg.StageStepBudget = *steps }, "stage-reflection-budget": func() { cfg.StageReflectionBudget = *refl },
+	} {
+		if set[name] {
+			apply()
 		}
 	}
-	setStr(&cfg.Lang, *lang)
-	setStr(&cfg.PromptsDir, *promptsDir)
-	setStr(&cfg.LLM.BaseURL, *baseURL)
-	setStr(&cfg.LLM.Model, *model)
-	setStr(&cfg.Operator, *operator)
-	setStr(&cfg.LogFormat, *logFormat)
-	setStr(&cfg.HTTP.Addr, *httpAddr)
-	setStr(&cfg.MCPConfig, *mcpConfig)
-	setStr(&cfg.DataDir, *dataDir)
-	setStr(&cfg.NATSURL, *natsURL)
-	setStr(&cfg.NATS.CredsFile, *natsCreds)
-	setStr(&cfg.NATS.User, *natsUser)
-	setStr(&cfg.NATS.TLSCA, *natsCA)
-	setStr(&cfg.NATS.TLSCert, *natsCert)
-	setStr(&cfg.NATS.TLSKey, *natsKey)
 	cfg.natsPassword = getenv(cmp.Or(cfg.NATS.PasswordEnv, "MAS_NATS_PASSWORD"))
 	cfg.natsToken = getenv(cmp.Or(cfg.NATS.TokenEnv, "MAS_NATS_TOKEN"))
-	if *syncInterval != 0 {
-		cfg.SyncInterval = *syncInterval
-	}
-	if *memory {
-		cfg.Memory = true
-	}
-	if *confirm != 0 {
-		cfg.ConfirmTimeout = *confirm
-	}
-	if *stdio {
-		cfg.Stdio = true
-	}
-	if cfg.Stdio && *httpAddr != "" {
-		return cfg, errors.New("--stdio and --http: choose one transport")
-	}
-	setStr(&cfg.LogLevel, *logLevel)
-	if *timeout != 0 {
-		cfg.LLM.Timeout = *timeout
-	}
-	if *retries >= 0 {
-		cfg.LLM.MaxRetries = *retries
-	}
-	if *outage >= 0 {
-		cfg.LLM.OutageWindow = *outage
-	}
-	if *stall != 0 {
-		cfg.StallTimeout = *stall
-	}
-	if *stallNotices != 0 {
-		cfg.StallNotices = *stallNotices
-	}
-	if *retryLimit != 0 {
-		cfg.RetryStageLimit = *retryLimit
-	}
-	if *conc != 0 {
-		cfg.LLM.Concurrency = *conc
-	}
-	if *wait != 0 {
-		cfg.WaitTimeout = *wait
-	}
-	if *steps != 0 {
-		cfg.StageStepBudget = *steps
-	}
-	if *refl != 0 {
-		cfg.StageReflectionBudget = *refl
-	}
+	// --stdio with --http serves both from one process.
+	cfg.StdioHTTP = cfg.Stdio && set["http"]
 	return cfg, cfg.validate()
 }
 

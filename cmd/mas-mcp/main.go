@@ -46,7 +46,7 @@ func main() {
 // the data directory, a stdio run relays its host's session to that one
 // (and takes over if it stops).
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	cfg, err := loadConfig(args, getenv)
+	cfg, err := loadConfigTo(args, getenv, stderr)
 	if err != nil {
 		return err
 	}
@@ -63,6 +63,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			return fmt.Errorf("%w: serving HTTP needs a data directory of its own (--data-dir); "+
 				"or point your MCP client at the running mas-mcp (a --stdio mas-mcp on this directory joins it)", err)
 		}
+		if cfg.StdioHTTP {
+			log.Warn("another mas-mcp owns the data directory: it serves the web monitor, not this one (--http ignored)", "data_dir", cfg.DataDir)
+		}
 		return relayStdio(ctx, cfg, log, getenv, inUse, os.Stdin, os.Stdout)
 	}
 	if err != nil {
@@ -72,23 +75,69 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	checked := checkLLM(ctx, cfg, log)
 	defer func() { cancel(); <-checked }()
 
-	ready := func(transport, where string) {
-		log.Info("mas-mcp ready",
-			"transport", transport, "listen", where, "lang", cfg.Lang, "model", cfg.LLM.Model, "llm", llm.RedactURL(cfg.LLM.BaseURL),
-			"api_key_set", cfg.apiKey != "", "operators", len(inst.tokens), "mcp_servers", len(inst.pool.ToolGuides()),
-			"base_task", inst.sys.BaseTaskID(), "manager", inst.sys.ManagerID(), "operator", inst.sys.OperatorID())
-	}
-	if cfg.Stdio {
-		ready("stdio", "stdin/stdout")
+	if cfg.Stdio && cfg.StdioHTTP {
+		err = serveBoth(ctx, inst, func(addr string) {
+			logReady(log, cfg, inst, "stdio and http://"+addr+"/mcp (SSE: /sse)", "http://"+addr+"/")
+		})
+	} else if cfg.Stdio {
+		logReady(log, cfg, inst, "stdio", "none (add --http 127.0.0.1:7777 to serve it)")
 		err = inst.srv.ServeStdio(ctx)
 	} else {
-		err = inst.srv.ServeHTTP(ctx, func(addr string) { ready("http", "http://"+addr+"/mcp (SSE: /sse)") })
+		err = inst.srv.ServeHTTP(ctx, func(addr string) { logReady(log, cfg, inst, "http://"+addr+"/mcp (SSE: /sse)", "http://"+addr+"/") })
 	}
 	log.Info("shutting down")
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
+}
+
+// logReady logs the line a user looks for: where MCP and the web monitor
+// are served, who the operator is, whether an API key is set, the model.
+func logReady(log *slog.Logger, cfg Config, inst *instance, mcpAt, monitorAt string) {
+	operator := inst.sys.OperatorID()
+	if b, ok := inst.sys.AgentBrief(operator); ok {
+		operator = fmt.Sprintf("%s (%s)", b.Name, b.AgentID)
+	}
+	operators := 0
+	for _, b := range inst.sys.AgentBriefs() {
+		if b.Kind == engine.KindHuman {
+			operators++
+		}
+	}
+	log.Info("mas-mcp ready",
+		"mcp", mcpAt, "monitor", monitorAt, "operator", operator, "api_key_set", cfg.apiKey != "",
+		"model", cfg.LLM.Model, "llm", llm.RedactURL(cfg.LLM.BaseURL), "lang", cfg.Lang, "version", moduleVersion(),
+		"operators", operators, "mcp_servers", len(inst.pool.ToolGuides()),
+		"base_task", inst.sys.BaseTaskID(), "manager", inst.sys.ManagerID())
+}
+
+// serveBoth serves MCP on stdio and HTTP (MCP and the web monitor) from one
+// process until the stdio client disconnects or ctx is done; then it stops
+// the HTTP server too. ready is called once HTTP listens.
+func serveBoth(ctx context.Context, inst *instance, ready func(addr string)) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- inst.srv.ServeHTTP(ctx, ready) }()
+	stdioDone := make(chan error, 1)
+	go func() { stdioDone <- inst.srv.ServeStdio(ctx) }()
+	select {
+	case err := <-stdioDone:
+		cancel()
+		if herr := <-httpDone; err == nil && herr != nil && !errors.Is(herr, context.Canceled) {
+			err = herr
+		}
+		return err
+	case err := <-httpDone:
+		// The HTTP server failed (its address is taken, say): stop.
+		cancel()
+		<-stdioDone
+		if err == nil || errors.Is(err, context.Canceled) {
+			return ctx.Err()
+		}
+		return fmt.Errorf("http: %w", err)
+	}
 }
 
 // instance is a running MAS: its store, engine, downstream pool and MCP
@@ -136,7 +185,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, getenv func(string
 		return inst, err
 	}
 	inst.srv, err = server.New(server.Config{
-		System: inst.sys, Version: version, Logger: log.With("component", "server"),
+		System: inst.sys, Version: moduleVersion(), Logger: log.With("component", "server"),
 		HTTP: server.HTTPConfig{
 			Addr: cfg.HTTP.Addr, Tokens: inst.tokens, AllowedOrigins: cfg.HTTP.AllowedOrigins,
 			AllowedHosts: cfg.HTTP.AllowedHosts, MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
@@ -221,9 +270,6 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, stop func()) (
 	}
 	return st, img, nil
 }
-
-// version is set at build time (-ldflags "-X main.version=…").
-var version = "dev"
 
 // closeWithin closes the MAS, giving up waiting after d.
 func closeWithin(sys *engine.System, log *slog.Logger, d time.Duration) {

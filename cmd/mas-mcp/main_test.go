@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"flag"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -151,5 +154,58 @@ func TestOperatorTokensAndPasswords(t *testing.T) {
 	delete(vars, "PW_B")
 	if _, err := operatorTokens(cfg, sys, env(vars)); err == nil || !strings.Contains(err.Error(), "PW_B") {
 		t.Errorf("missing password variable: error %v, want it named", err)
+	}
+}
+
+// TestHelpShowsDefaultsAndEnvironment: --help shows every flag's default
+// (the README's, not a sentinel like -1) and names the environment
+// variables.
+func TestHelpShowsDefaultsAndEnvironment(t *testing.T) {
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"--help"}, env(nil), &out)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	help := out.String()
+	for _, want := range []string{
+		"-llm-retries int", "(default 3)", "(default 10m0s)", `(default "gpt-4o-mini")`, `(default "127.0.0.1:7777")`,
+		"(default 8)", "(default 60)", "OPENAI_API_KEY", "OPENAI_BASE_URL", "MAS_LANG", "MAS_MODEL", "MAS_DATA_DIR", "-version",
+	} {
+		if !strings.Contains(help, want) {
+			t.Errorf("--help lacks %s:\n%s", want, help)
+		}
+	}
+	if strings.Contains(help, "(default -1)") {
+		t.Errorf("--help shows a sentinel default:\n%s", help)
+	}
+}
+
+// TestFlagsOverrideOnlyWhenGiven: a flag left out keeps the file's and the
+// environment's values even though --help shows it with a default; a flag
+// given as 0 counts.
+func TestFlagsOverrideOnlyWhenGiven(t *testing.T) {
+	got, err := loadConfig([]string{"--llm-retries", "0"}, env(map[string]string{"MAS_MODEL": "from-env", "MAS_LANG": "zh"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.LLM.Model != "from-env" || got.Lang != "zh" || got.LLM.MaxRetries != 0 {
+		t.Errorf("model %q lang %q retries %d, want from-env, zh, 0", got.LLM.Model, got.Lang, got.LLM.MaxRetries)
+	}
+}
+
+func TestVersionOf(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		bi   debug.BuildInfo
+		want string
+	}{
+		{"a tagged module", debug.BuildInfo{Main: debug.Module{Version: "v1.2.3"}}, "v1.2.3"},
+		{"a commit", debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{
+			{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.modified", Value: "true"}}}, "devel-0123456789ab+dirty"},
+		{"nothing known", debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "dev"},
+	} {
+		if got := versionOf(&tc.bi); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }

@@ -82,13 +82,14 @@ func TestProviderSecretsNowhere(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	// The start-up check asks for /models; the agents for completions.
+	// The start-up check (GET /v1/models) comes first; every request keeps
+	// the configured query string.
 	if !slices.Contains(uris, "/v1/chat/completions?api-key="+marker) {
 		t.Errorf("the LLM was asked %q, want /v1/chat/completions?api-key=%s among them", uris, marker)
 	}
 	for _, u := range uris {
 		if !strings.HasSuffix(u, "?api-key="+marker) {
-			t.Errorf("the LLM was asked %q: its query was lost", u)
+			t.Errorf("the LLM was asked %q without the configured query string", u)
 		}
 	}
 }
