@@ -134,6 +134,10 @@ func (in ManageTaskIn) check(l *Limits) error {
 func (in ManageAgentIn) check(l *Limits) error {
 	c := inputCheck{l: l}
 	c.name("action", in.Action)
+	c.name("agent_id", in.AgentID)
+	c.name("step_id", in.StepID)
+	c.text("instruction", in.Instruction)
+	c.text("reason", in.Reason)
 	if a := in.AgentConfig; a != nil {
 		c.name("agent_config.template", a.Template)
 		c.name("agent_config.name", a.Name)

@@ -43,10 +43,10 @@ func (s *Server) tools() []tool {
 			"Long-poll for changes of the MAS, for hosts that cannot subscribe to resources: returns the events after cursor (0 for the latest), waiting up to timeout_seconds for the first one. Pass the returned cursor to the next call. Sends progress notifications while it waits.",
 			readOnly(), s.waitForUpdates),
 		defTool("manage_task", "Manage a task",
-			"Steer a task yourself instead of through its manager agent. Pick action: add_stage appends stages (stages: each a stage_intention and an agent_allocation {agent_id: goal}); finish_stage ends the running stage (stage_id); retry_stage replaces a stage that went wrong with a corrected one (old_stage_id, new_stage_intention, new_agent_allocation); finish_task ends the task with its result (summary, required); cancel_task stops it (summary optional). Every action needs task_id. Find IDs with ask_info (tasks, task_info) or the task's resource.",
+			"Steer a task yourself instead of through its manager agent. Pick action: add_stage appends stages (stages: each a stage_intention and an agent_allocation {agent_id: goal}); finish_stage ends the running stage (stage_id); retry_stage replaces a stage that went wrong with a corrected one (old_stage_id, new_stage_intention, new_agent_allocation); finish_task ends the task with its result (summary, required); cancel_task stops it (summary optional); pause_task holds it (no new step starts, steps already running finish, its supervision and wait timeouts wait too, and it stays paused across restarts) until resume_task. Every action needs task_id. Find IDs with ask_info (tasks, task_info) or the task's resource.",
 			destructive(), s.manageTask),
 		defTool("manage_agent", "Manage agents",
-			"Create agents and add them to a task. Pick action: init_new_agent creates an agent (agent_config: either template, the name of a template from ask_info available_agents_config, or name, role, profile, skills and tools) and returns its agent_id; add_task_participant adds agents (agents: one agent_id or a list) to a task's group (task_id), so stages can allocate work to them.",
+			"Create agents and add them to a task. Pick action: init_new_agent creates an agent (agent_config: either template, the name of a template from ask_info available_agents_config, or name, role, profile, skills and tools) and returns its agent_id; add_task_participant adds agents (agents: one agent_id or a list) to a task's group (task_id), so stages can allocate work to them; pause_agent holds agents (agents) — they start no new step — until resume_agent; interrupt stops the step an agent (agent_id) is running now (an LLM call or a tool call is cancelled) and makes your instruction (instruction, required; reason optional) its next step, so it re-plans; cancel_step cancels one running tool call (agent_id, step_id) and the agent carries on as after a failed step.",
 			writes(false), s.manageAgent),
 		defTool("read_resource", "Read a resource",
 			"Read any of the server's resources by URI (for hosts that do not read resources themselves): mas://tasks, mas://tasks/{task_id}, mas://tasks/{task_id}/stages/{stage_id}, mas://tasks/{task_id}/conversation, mas://agents, mas://agents/{agent_id}, mas://agents/{agent_id}/steps, mas://operators/{agent_id}/inbox, mas://catalog.",
@@ -344,7 +344,8 @@ type InstructionOut struct {
 	Result map[string]any `json:"result"`
 }
 
-var manageTaskActions = []string{engine.ActionAddStage, engine.ActionFinishStage, engine.ActionRetryStage, engine.ActionFinishTask, engine.ActionCancelTask}
+var manageTaskActions = []string{engine.ActionAddStage, engine.ActionFinishStage, engine.ActionRetryStage, engine.ActionFinishTask, engine.ActionCancelTask,
+	engine.ActionPauseTask, engine.ActionResumeTask}
 
 func (s *Server) manageTask(ctx context.Context, req *mcp.CallToolRequest, in ManageTaskIn) (*mcp.CallToolResult, InstructionOut, error) {
 	if !slices.Contains(manageTaskActions, in.Action) {
@@ -369,18 +370,45 @@ type ManageAgentIn struct {
 	Action      string              `json:"action" jsonschema:"what to do (see the tool's description)"`
 	AgentConfig *engine.AgentConfig `json:"agent_config,omitempty" jsonschema:"for init_new_agent: the new agent, from a template or described field by field"`
 	TaskID      string              `json:"task_id,omitempty" jsonschema:"for add_task_participant: the task"`
-	Agents      engine.StringList   `json:"agents,omitempty" jsonschema:"for add_task_participant: one agent_id or a list of them"`
+	Agents      engine.StringList   `json:"agents,omitempty" jsonschema:"for add_task_participant, pause_agent and resume_agent: one agent_id or a list of them"`
+	AgentID     string              `json:"agent_id,omitempty" jsonschema:"for interrupt and cancel_step: the agent"`
+	StepID      string              `json:"step_id,omitempty" jsonschema:"for cancel_step: the running tool step to cancel"`
+	Instruction string              `json:"instruction,omitempty" jsonschema:"for interrupt: what the agent should do instead (required)"`
+	Reason      string              `json:"reason,omitempty" jsonschema:"for interrupt and cancel_step: why, recorded on the stopped step"`
 }
 
-var manageAgentActions = []string{engine.ActionInitNewAgent, engine.ActionAddTaskParticipant}
+// Operator controls of running agents, beyond the agent_manager skill's
+// actions.
+const (
+	actionInterrupt  = "interrupt"
+	actionCancelStep = "cancel_step"
+)
+
+var manageAgentActions = []string{engine.ActionInitNewAgent, engine.ActionAddTaskParticipant,
+	engine.ActionPauseAgent, engine.ActionResumeAgent, actionInterrupt, actionCancelStep}
 
 func (s *Server) manageAgent(ctx context.Context, req *mcp.CallToolRequest, in ManageAgentIn) (*mcp.CallToolResult, InstructionOut, error) {
 	if !slices.Contains(manageAgentActions, in.Action) {
 		return nil, InstructionOut{}, fmt.Errorf("action %q: must be one of %s", in.Action, strings.Join(manageAgentActions, ", "))
 	}
-	res, err := s.sys.AgentInstruction(s.operator(ctx, req.Extra), engine.AgentInstruction{
-		Action: in.Action, AgentConfig: in.AgentConfig, TaskID: in.TaskID, Agents: in.Agents,
-	})
+	op := s.operator(ctx, req.Extra)
+	var res map[string]any
+	var err error
+	switch in.Action {
+	case actionInterrupt:
+		var stepID string
+		if stepID, err = s.sys.Interrupt(op, in.AgentID, in.Reason, in.Instruction); err == nil {
+			res = map[string]any{"agent_id": in.AgentID, "interrupted_step": stepID}
+		}
+	case actionCancelStep:
+		if err = s.sys.CancelStep(op, in.AgentID, in.StepID, in.Reason); err == nil {
+			res = map[string]any{"agent_id": in.AgentID, "cancelled_step": in.StepID}
+		}
+	default:
+		res, err = s.sys.AgentInstruction(op, engine.AgentInstruction{
+			Action: in.Action, AgentConfig: in.AgentConfig, TaskID: in.TaskID, Agents: in.Agents,
+		})
+	}
 	if err != nil {
 		return nil, InstructionOut{}, err
 	}

@@ -335,6 +335,20 @@ func TestManageTask(t *testing.T) {
 				t.Errorf("task %s %q, result %v", task.ExecutionState, task.TaskSummary, res)
 			}
 		}},
+		{engine.ActionPauseTask, func(f taskFixture) map[string]any {
+			return map[string]any{}
+		}, func(t *testing.T, f taskFixture, res map[string]any, task engine.TaskState) {
+			if !task.Paused || res["paused"] != true || res["changed"] != true {
+				t.Errorf("task paused=%v, result %v", task.Paused, res)
+			}
+		}},
+		{engine.ActionResumeTask, func(f taskFixture) map[string]any {
+			return map[string]any{}
+		}, func(t *testing.T, f taskFixture, res map[string]any, task engine.TaskState) {
+			if task.Paused || res["paused"] != false || res["changed"] != false {
+				t.Errorf("task paused=%v, result %v: resuming a running task changes nothing", task.Paused, res)
+			}
+		}},
 		{engine.ActionCancelTask, func(f taskFixture) map[string]any {
 			return map[string]any{}
 		}, func(t *testing.T, f taskFixture, res map[string]any, task engine.TaskState) {
@@ -386,6 +400,22 @@ func TestManageAgent(t *testing.T) {
 	}
 	if g := e.stack.Task(f.TaskID).TaskGroup; !slices.Contains(g, carol) || slices.Contains(g, dave) {
 		t.Errorf("task group %v, want carol and not dave", g)
+	}
+	var paused server.InstructionOut
+	e.call("manage_agent", map[string]any{"action": "pause_agent", "agents": carol}, &paused)
+	if a, _ := sys.Agent(carol); !a.Paused || a.WorkingState != engine.WorkingPaused {
+		t.Errorf("after pause_agent carol is paused=%v %s", a.Paused, a.WorkingState)
+	}
+	e.call("manage_agent", map[string]any{"action": "resume_agent", "agents": []string{carol}}, &paused)
+	if a, _ := sys.Agent(carol); a.Paused {
+		t.Error("carol is still paused after resume_agent")
+	}
+	// Carol runs no step: there is nothing to interrupt or cancel.
+	if msg := e.callErr("manage_agent", map[string]any{"action": "interrupt", "agent_id": carol, "instruction": "stop"}); !strings.Contains(msg, "runs no step now") {
+		t.Errorf("interrupt of an idle agent: %q", msg)
+	}
+	if msg := e.callErr("manage_agent", map[string]any{"action": "cancel_step", "agent_id": carol, "step_id": "s"}); !strings.Contains(msg, "runs no step now") {
+		t.Errorf("cancel_step of an idle agent: %q", msg)
 	}
 }
 
