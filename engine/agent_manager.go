@@ -214,6 +214,11 @@ func (s *System) addParticipants(actorID string, human bool, taskID string, agen
 		}
 		return nil, errf(ErrNotFound, "task_id %q: no such task", taskID)
 	}
+	if human {
+		if err := s.MayOperate(actorID, taskID); err != nil {
+			return nil, err
+		}
+	}
 	if len(agents) == 0 {
 		return nil, errf(ErrInvalid, "agents: is empty")
 	}
@@ -230,6 +235,15 @@ func (s *System) addParticipants(actorID string, human bool, taskID string, agen
 	if t.endedLocked() {
 		t.mu.Unlock()
 		return nil, errf(ErrEnded, "task_id %q: has ended", taskID)
+	}
+	if human {
+		// An operator who may operate the task and adds another operator
+		// to it shares the task with it (visibility.go).
+		for _, id := range agents {
+			if s.isHuman(id) {
+				t.shareLocked(id)
+			}
+		}
 	}
 	t.mu.Unlock()
 	var added []string
