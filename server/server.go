@@ -102,6 +102,9 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("server: http: a token is bound to %q, which is not an operator HumanAgent", op)
 		}
 	}
+	if err := cfg.System.SetAdmins(cfg.HTTP.Admins); err != nil {
+		return nil, fmt.Errorf("server: http: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, sys: cfg.System, log: cfg.Logger, ctx: ctx, cancel: cancel, draining: make(chan struct{})}
 	l := &s.cfg.Limits
@@ -127,6 +130,7 @@ func New(cfg Config) (*Server, error) {
 			},
 			KeepAlive: 0,
 		})
+	s.mcp.AddReceivingMiddleware(s.filterLists)
 	s.addTools()
 	s.addResources()
 	s.addPrompts()

@@ -43,7 +43,7 @@ func (s *Server) tools() []tool {
 			"Long-poll for changes of the MAS, for hosts that cannot subscribe to resources: returns the events after cursor (0 for the latest), waiting up to timeout_seconds for the first one. Pass the returned cursor to the next call. Sends progress notifications while it waits.",
 			readOnly(), s.waitForUpdates),
 		defTool("manage_task", "Manage a task",
-			"The operator's task management (spec task_manager): add_stage (stages, each with stage_intention and agent_allocation {agent_id: goal}), finish_stage (stage_id), retry_stage (old_stage_id, new_stage_intention, new_agent_allocation), finish_task (summary), cancel_task. IDs come from ask_info or the task's resource.",
+			"The operator's task management (spec task_manager): add_stage (stages, each with stage_intention and agent_allocation {agent_id: goal}), finish_stage (stage_id), retry_stage (old_stage_id, new_stage_intention, new_agent_allocation), finish_task (summary), cancel_task, share (operator: let another operator manage, message inside and see the task; only its owner, operators it is shared with and admins may act on a task). IDs come from ask_info or the task's resource.",
 			destructive(), s.manageTask),
 		defTool("manage_agent", "Manage agents",
 			"The operator's agent management (spec agent_manager): init_new_agent (agent_config: a template name from ask_info available_agents_config, or name, role, profile, skills, tools), add_task_participant (task_id, agents).",
@@ -234,7 +234,7 @@ func (s *Server) askInfo(ctx context.Context, req *mcp.CallToolRequest, in AskIn
 		return nil, AskInfoOut{}, fmt.Errorf("type %q: must be one of %s", in.Type, strings.Join(queryTypes(), ", "))
 	}
 	if in.Type == queryTasks {
-		list := s.taskList()
+		list := s.taskList(s.operator(ctx, req.Extra))
 		var b strings.Builder
 		b.WriteString("### Tasks\n\n")
 		for _, t := range list {
@@ -309,7 +309,7 @@ func (s *Server) getInbox(ctx context.Context, req *mcp.CallToolRequest, in GetI
 
 // ManageTaskIn is manage_task's input.
 type ManageTaskIn struct {
-	Action             string             `json:"action" jsonschema:"add_stage, finish_stage, retry_stage, finish_task or cancel_task"`
+	Action             string             `json:"action" jsonschema:"add_stage, finish_stage, retry_stage, finish_task, cancel_task or share"`
 	TaskID             string             `json:"task_id" jsonschema:"the task"`
 	Stages             []engine.StageSpec `json:"stages,omitempty" jsonschema:"add_stage: the stages to append, in order"`
 	StageID            string             `json:"stage_id,omitempty" jsonschema:"finish_stage: the running stage"`
@@ -317,6 +317,7 @@ type ManageTaskIn struct {
 	NewStageIntention  string             `json:"new_stage_intention,omitempty" jsonschema:"retry_stage: the corrected stage intention"`
 	NewAgentAllocation map[string]string  `json:"new_agent_allocation,omitempty" jsonschema:"retry_stage: {agent_id: goal} of the new stage"`
 	Summary            string             `json:"summary,omitempty" jsonschema:"finish_task (required) and cancel_task: the task's summary"`
+	Operator           string             `json:"operator,omitempty" jsonschema:"share: the agent_id of the operator to share the task with"`
 }
 
 // InstructionOut is what a management action did.
@@ -325,11 +326,22 @@ type InstructionOut struct {
 	Result map[string]any `json:"result"`
 }
 
-var manageTaskActions = []string{engine.ActionAddStage, engine.ActionFinishStage, engine.ActionRetryStage, engine.ActionFinishTask, engine.ActionCancelTask}
+// actionShare is manage_task's action beyond the spec: the task's owner lets
+// another operator manage, message inside and see it (engine/visibility.go).
+const actionShare = "share"
+
+var manageTaskActions = []string{engine.ActionAddStage, engine.ActionFinishStage, engine.ActionRetryStage, engine.ActionFinishTask, engine.ActionCancelTask, actionShare}
 
 func (s *Server) manageTask(ctx context.Context, req *mcp.CallToolRequest, in ManageTaskIn) (*mcp.CallToolResult, InstructionOut, error) {
 	if !slices.Contains(manageTaskActions, in.Action) {
 		return nil, InstructionOut{}, fmt.Errorf("action %q: must be one of %s", in.Action, strings.Join(manageTaskActions, ", "))
+	}
+	if in.Action == actionShare {
+		res, err := s.sys.ShareTask(s.operator(ctx, req.Extra), in.TaskID, in.Operator)
+		if err != nil {
+			return nil, InstructionOut{}, err
+		}
+		return textResult("share done:\n%s", jsonText(res)), InstructionOut{Action: in.Action, Result: res}, nil
 	}
 	res, err := s.sys.TaskInstruction(s.operator(ctx, req.Extra), engine.TaskInstruction{
 		Action: in.Action, TaskID: in.TaskID, Stages: in.Stages, StageID: in.StageID,
