@@ -281,10 +281,17 @@ func (s *System) filterAgent(viewerID string, st *AgentState, hidden []string) {
 	st.Waits = slices.DeleteFunc(st.Waits, func(w Wait) bool { return !seen(w.TaskID) })
 }
 
-// carries reports whether a step's texts hold one of the hidden messages.
+// carries reports whether a step's texts hold one of the hidden messages,
+// or a hidden message shows the step's tool call arguments (a risk-gate
+// approval question quotes them as JSON).
 func carries(sp *StepState, hidden []string) bool {
 	if len(hidden) == 0 {
 		return false
+	}
+	if args, ok := sp.InstructionContent["arguments"].(map[string]any); ok && len(args) > 0 {
+		if b, err := json.Marshal(args); err == nil && slices.ContainsFunc(hidden, func(h string) bool { return strings.Contains(h, string(b)) }) {
+			return true
+		}
 	}
 	texts := []string{sp.StepIntention, sp.TextContent}
 	for _, m := range []map[string]any{sp.InstructionContent, sp.ExecuteResult} {

@@ -145,6 +145,22 @@ func TestPrivateMessagesFiltered(t *testing.T) {
 		t.Fatal(err)
 	}
 	step := b.inject(w1, base, NoRelative, false, StepSpec{StepIntention: "relay", Type: StepSkill, Executor: SkillSendMessage, TextContent: "tell: " + marker})
+	// A tool step whose call a risk-gate question to other quotes.
+	gate := b.sys.newMessage("", base, w1, []string{other}, `Approve delete_file {"path":"/gate-args"}?`, NoRelative)
+	if err := b.sys.post(gate); err != nil {
+		t.Fatal(err)
+	}
+	if a, ok := b.sys.agent(w1); ok {
+		a.mu.Lock()
+		ids := a.addStepsLocked(base, NoRelative, []StepSpec{{StepIntention: "delete", Type: StepTool, Executor: "files"}}, false, "")
+		for i := range a.st.AgentStep.StepList {
+			if a.st.AgentStep.StepList[i].StepID == ids[0] {
+				a.st.AgentStep.StepList[i].InstructionContent = map[string]any{"tool_name": "delete_file", "arguments": map[string]any{"path": "/gate-args"}}
+			}
+		}
+		a.st.AgentStep.TodoList = slices.DeleteFunc(a.st.AgentStep.TodoList, func(id string) bool { return id == ids[0] })
+		a.mu.Unlock()
+	}
 	b.waitFor("the message in the conversation", func() bool {
 		return strings.Contains(jsonOf(t, b.task(base).SharedConversationPool), "MARKER")
 	})
@@ -158,10 +174,11 @@ func TestPrivateMessagesFiltered(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := map[string]bool{
-			"conversation": strings.Contains(jsonOf(t, ts), "MARKER"),
-			"agent":        strings.Contains(jsonOf(t, mustAgent(t, b.sys, tc.viewer, w1)), "MARKER"),
-			"agents":       strings.Contains(jsonOf(t, b.sys.AgentsFor(tc.viewer)), "MARKER"),
-			"task list":    strings.Contains(jsonOf(t, b.sys.TasksFor(tc.viewer)), "MARKER"),
+			"gate arguments": strings.Contains(jsonOf(t, b.sys.AgentsFor(tc.viewer)), "gate-args"),
+			"conversation":   strings.Contains(jsonOf(t, ts), "MARKER"),
+			"agent":          strings.Contains(jsonOf(t, mustAgent(t, b.sys, tc.viewer, w1)), "MARKER"),
+			"agents":         strings.Contains(jsonOf(t, b.sys.AgentsFor(tc.viewer)), "MARKER"),
+			"task list":      strings.Contains(jsonOf(t, b.sys.TasksFor(tc.viewer)), "MARKER"),
 		}
 		for what, saw := range got {
 			if saw != tc.sees {
