@@ -67,6 +67,7 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 			if !s.allowed(askerID, &ts) {
 				continue
 			}
+			s.filterTask(askerID, &ts)
 			managed := ts.TaskManager == askerID
 			if typ == QueryManagedTaskAndStageInfo && !managed {
 				continue
@@ -95,7 +96,9 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		ti := taskInfo(t.read())
+		ts := t.read()
+		s.filterTask(askerID, &ts) // conversation_length counts what the asker may see
+		ti := taskInfo(ts)
 		writeTask(&b, ti)
 		res.Data = ti
 	case QueryStageInfo:
