@@ -187,8 +187,19 @@ func TestOperatorIsolation(t *testing.T) {
 		stream.WriteString(ev.Event + " " + ev.Data + "\n")
 	}
 	iso.stack.WaitFor("rest after alice's message", func() bool { return atRest(sys) })
+	// Her session gets step logs of the base task: the logs in her view
+	// are not empty by accident.
+	var logs []*mcp.LoggingMessageParams
+	for len(logs) == 0 || !strings.Contains(jsonString(logs[len(logs)-1].Data), sys.BaseTaskID()) {
+		select {
+		case l := <-alice.logs:
+			logs = append(logs, l)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("alice's session got no step log of the base task (got %s)", jsonString(logs))
+		}
+	}
 
-	aliceView := iso.view(alice, iso.aliceAPI, aliceEvents, []string{task}) + stream.String()
+	aliceView := iso.view(alice, iso.aliceAPI, aliceEvents, []string{task}) + stream.String() + jsonString(logs)
 	for _, want := range []string{"alice here", "operator-carol", sys.BaseTaskID(), "== /api/states?type=step", "message_delivered"} {
 		if !strings.Contains(aliceView, want) {
 			t.Errorf("alice's view lacks %q: it is not the whole view", want)
