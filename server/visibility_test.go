@@ -331,3 +331,18 @@ func (iso *isolation) view(p *peer, api *apiClient, events *eventStream, probed 
 	}
 	return b.String()
 }
+
+// TestAdminsMustBeOperators: an admin that is not an operator HumanAgent
+// is a configuration error naming it.
+func TestAdminsMustBeOperators(t *testing.T) {
+	e := newEnv(t)
+	for _, id := range []string{noSuchID, e.stack.Sys.ManagerID()} {
+		srv, err := server.New(server.Config{System: e.stack.Sys, HTTP: server.HTTPConfig{Admins: []string{id}}})
+		if err == nil {
+			_ = srv.Close()
+			t.Errorf("server.New accepted the admin %s", id)
+		} else if !strings.Contains(err.Error(), id) || !strings.Contains(err.Error(), "admins") {
+			t.Errorf("admin %s: error %v, want it named", id, err)
+		}
+	}
+}
