@@ -35,7 +35,7 @@ func (s *System) agentInstruction(actorID string, ai AgentInstruction, origin st
 	case ActionAddTaskParticipant:
 		return s.addParticipants(actorID, human, ai.TaskID, ai.Agents)
 	case ActionPauseAgent, ActionResumeAgent:
-		return s.pauseAgents(human, ai.Agents, strings.TrimSpace(ai.Action) == ActionPauseAgent)
+		return s.pauseAgents(actorID, human, ai.Agents, strings.TrimSpace(ai.Action) == ActionPauseAgent)
 	case "":
 		return nil, errf(ErrInvalid, "action: is empty; one of init_new_agent, add_task_participant, pause_agent, resume_agent")
 	default:
@@ -216,6 +216,11 @@ func (s *System) addParticipants(actorID string, human bool, taskID string, agen
 		}
 		return nil, errf(ErrNotFound, "task_id %q: no such task", taskID)
 	}
+	if human {
+		if err := s.MayOperate(actorID, taskID); err != nil {
+			return nil, err
+		}
+	}
 	if len(agents) == 0 {
 		return nil, errf(ErrInvalid, "agents: is empty")
 	}
@@ -232,6 +237,15 @@ func (s *System) addParticipants(actorID string, human bool, taskID string, agen
 	if t.endedLocked() {
 		t.mu.Unlock()
 		return nil, errf(ErrEnded, "task_id %q: has ended", taskID)
+	}
+	if human {
+		// An operator who may operate the task and adds another operator
+		// to it shares the task with it (visibility.go).
+		for _, id := range agents {
+			if s.isHuman(id) {
+				t.shareLocked(id)
+			}
+		}
 	}
 	t.mu.Unlock()
 	var added []string

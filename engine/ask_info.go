@@ -64,6 +64,10 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 		var out []TaskInfo
 		for _, t := range s.allTasks() {
 			ts := t.read()
+			if !s.allowed(askerID, &ts) {
+				continue
+			}
+			s.filterTask(askerID, &ts)
 			managed := ts.TaskManager == askerID
 			if typ == QueryManagedTaskAndStageInfo && !managed {
 				continue
@@ -88,15 +92,17 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 		}
 		res.Data = nonNil(out)
 	case QueryTaskInfo:
-		t, err := s.queryTask(q.TaskID)
+		t, err := s.queryTask(askerID, q.TaskID)
 		if err != nil {
 			return nil, err
 		}
-		ti := taskInfo(t.read())
+		ts := t.read()
+		s.filterTask(askerID, &ts) // conversation_length counts what the asker may see
+		ti := taskInfo(ts)
 		writeTask(&b, ti)
 		res.Data = ti
 	case QueryStageInfo:
-		st, err := s.queryStage(q.TaskID, q.StageID)
+		st, err := s.queryStage(askerID, q.TaskID, q.StageID)
 		if err != nil {
 			return nil, err
 		}
@@ -124,14 +130,14 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 		writeBriefs(&b, briefs, nil)
 		res.Data = nonNil(briefs)
 	case QueryTaskAgents:
-		if _, err := s.queryTask(q.TaskID); err != nil {
+		if _, err := s.queryTask(askerID, q.TaskID); err != nil {
 			return nil, err
 		}
 		briefs := s.briefs(s.taskGroup(q.TaskID))
 		writeBriefs(&b, briefs, nil)
 		res.Data = nonNil(briefs)
 	case QueryStageAgents:
-		st, err := s.queryStage(q.TaskID, q.StageID)
+		st, err := s.queryStage(askerID, q.TaskID, q.StageID)
 		if err != nil {
 			return nil, err
 		}
@@ -143,12 +149,14 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 			return nil, errf(ErrInvalid, "agent_id: is empty; give one agent ID or a list")
 		}
 		var states []AgentState
+		hidden := s.hiddenContents(askerID)
 		for _, id := range q.AgentID {
 			a, ok := s.agent(id)
 			if !ok {
 				return nil, errf(ErrNotFound, "agent_id %q: no such agent", id)
 			}
 			st := a.read()
+			s.filterAgent(askerID, &st, hidden)
 			st.ConversationPool = nil // an operator's conversations are its own
 			states = append(states, st)
 			writeAgent(&b, st)
@@ -209,7 +217,7 @@ func (s *System) askFromAgent(a *agent, step *StepState, q AskInfoQuery) error {
 	return nil
 }
 
-func (s *System) queryTask(id string) (*task, error) {
+func (s *System) queryTask(askerID, id string) (*task, error) {
 	if strings.TrimSpace(id) == "" {
 		return nil, errf(ErrInvalid, "task_id: is empty")
 	}
@@ -217,11 +225,14 @@ func (s *System) queryTask(id string) (*task, error) {
 	if !ok {
 		return nil, errf(ErrNotFound, "task_id %q: no such task", id)
 	}
+	if !s.Visible(askerID, id) {
+		return nil, notVisible(id, askerID)
+	}
 	return t, nil
 }
 
-func (s *System) queryStage(taskID, id string) (StageState, error) {
-	t, err := s.queryTask(taskID)
+func (s *System) queryStage(askerID, taskID, id string) (StageState, error) {
+	t, err := s.queryTask(askerID, taskID)
 	if err != nil {
 		return StageState{}, err
 	}

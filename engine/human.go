@@ -155,6 +155,9 @@ func (s *System) HumanSend(humanID string, hm HumanMessage) ([]Message, error) {
 	if !ok {
 		return nil, errf(ErrNotFound, "task_id %q: no such task", hm.TaskID)
 	}
+	if err := s.MayOperate(humanID, hm.TaskID); err != nil {
+		return nil, err
+	}
 	if strings.TrimSpace(hm.Content) == "" {
 		return nil, errf(ErrInvalid, "content: is empty")
 	}

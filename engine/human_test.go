@@ -136,7 +136,7 @@ func TestHumanSendErrors(t *testing.T) {
 		{"an LLM agent is no human", w1, with(func(m *HumanMessage) { m.Receiver = []string{b.mgr()} }), ErrNotFound, "human_agent_id"},
 		{"unknown task", op, with(func(m *HumanMessage) { m.TaskID = "t-404" }), ErrNotFound, `task_id "t-404"`},
 		{"empty content", op, with(func(m *HumanMessage) { m.Content = " \n" }), ErrInvalid, "content"},
-		{"human not in the group", op2, with(func(m *HumanMessage) { m.TaskID = task }), ErrForbidden, "not in this task's group"},
+		{"another operator's task", op2, with(func(m *HumanMessage) { m.TaskID = task }), ErrForbidden, "only its owner, operators it is shared with and admins may manage it"},
 		{"no receiver", op, with(func(m *HumanMessage) { m.Receiver = nil }), ErrInvalid, "receiver: is empty"},
 		{"unknown receiver", op, with(func(m *HumanMessage) { m.Receiver = []string{w1, "a-404"} }), ErrNotFound, `receiver "a-404"`},
 		{"receiver outside the group", op, with(func(m *HumanMessage) { m.Receiver = []string{outsider} }), ErrInvalid, "not in the task group"},

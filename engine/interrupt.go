@@ -53,8 +53,21 @@ func (s *System) stopStep(operatorID, agentID, stepID, reason, instruction strin
 	if a.kind != KindLLM {
 		return "", errf(ErrInvalid, "agent_id %q: is a HumanAgent, which runs no steps", agentID)
 	}
+	// The operator must be allowed on the running step's task (read
+	// before taking the agent's mutex: no path holds two owners').
+	a.mu.Lock()
+	runID, runTask := a.running, a.runningKey.task
+	a.mu.Unlock()
+	if runID != "" {
+		if err := s.MayOperate(operatorID, runTask); err != nil {
+			return "", err
+		}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.running != runID {
+		return "", errf(ErrInvalid, "agent_id %q: its running step changed meanwhile; try again", agentID)
+	}
 	running := a.stepLocked(a.running)
 	switch {
 	case running == nil:

@@ -103,8 +103,9 @@ func (a *agent) shiftWaitsLocked(taskID string, d time.Duration) {
 }
 
 // pauseAgents pauses or resumes LLM agents (pause_agent, resume_agent):
-// operators only.
-func (s *System) pauseAgents(human bool, ids []string, pause bool) (map[string]any, error) {
+// operators only, and only agents whose every open task (beyond the base
+// task) the operator may operate — a pause holds all of them.
+func (s *System) pauseAgents(actorID string, human bool, ids []string, pause bool) (map[string]any, error) {
 	if !human {
 		return nil, errf(ErrForbidden, "pause_agent and resume_agent are for operators")
 	}
@@ -119,6 +120,21 @@ func (s *System) pauseAgents(human bool, ids []string, pause bool) (map[string]a
 			return nil, errf(ErrNotFound, "agents: agent %q: no such agent", id)
 		case a.kind != KindLLM:
 			return nil, errf(ErrInvalid, "agents: agent %q: is a HumanAgent, which runs no steps", id)
+		}
+		for _, t := range s.allTasks() {
+			ts := t.brief()
+			if ts.Base || ts.ExecutionState == StateFinished || ts.ExecutionState == StateFailed {
+				continue
+			}
+			t.mu.Lock()
+			member := t.inGroupLocked(a.id)
+			t.mu.Unlock()
+			if !member {
+				continue
+			}
+			if err := s.MayOperate(actorID, ts.TaskID); err != nil {
+				return nil, errf(ErrForbidden, "agents: agent %q also works on task %s, which you may not operate: %v", id, ts.TaskID, err)
+			}
 		}
 		agents = append(agents, a)
 	}

@@ -182,3 +182,37 @@ func TestPauseSuspendsWaitTimeouts(t *testing.T) {
 		}
 	})
 }
+
+// TestControlsFollowOwnership: another operator may not pause, resume or
+// interrupt what belongs to a task it may not operate.
+func TestControlsFollowOwnership(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := bubbleBed(t, nil)
+		other, err := b.sys.AddOperator("other")
+		if err != nil {
+			t.Fatal(err)
+		}
+		alice := b.newAgent("alice")
+		id := b.newTask("report", alice)
+		started := make(chan struct{})
+		b.sc.onAgent("alice", SkillPlanning, func(ctx context.Context, _ *ExecInput) *Output {
+			close(started)
+			<-ctx.Done()
+			return &Output{Err: ctx.Err()}
+		})
+		b.addStages(id, StageSpec{StageIntention: "collect", AgentAllocation: map[string]string{alice: "collect facts"}})
+		<-started
+		_, err = b.sys.TaskInstruction(other, TaskInstruction{Action: ActionPauseTask, TaskID: id})
+		isErr(t, err, ErrForbidden, "owned by operator")
+		_, err = b.sys.AgentInstruction(other, AgentInstruction{Action: ActionPauseAgent, Agents: StringList{alice}})
+		isErr(t, err, ErrForbidden, id)
+		_, err = b.sys.Interrupt(other, alice, "", "stop")
+		isErr(t, err, ErrForbidden, "owned by operator")
+		if b.task(id).Paused || b.agent(alice).Paused {
+			t.Error("a refused control changed something")
+		}
+		if _, err := b.sys.Interrupt(b.op(), alice, "", "stop"); err != nil {
+			t.Errorf("the owner's interrupt: %v", err)
+		}
+	})
+}

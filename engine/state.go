@@ -84,6 +84,9 @@ type TaskState struct {
 	// Operator is the HumanAgent the task reports to (the one who handed it
 	// over, or the base task's operator).
 	Operator string `json:"operator,omitempty"`
+	// SharedWith lists the operators the owner shared the task with
+	// (visibility.go).
+	SharedWith []string `json:"shared_with,omitempty"`
 	// HandedOver marks a task someone else handed to its manager (add_task
 	// by an operator): the manager was sent a start_task instruction.
 	HandedOver bool `json:"handed_over,omitempty"`
@@ -284,6 +287,7 @@ type PrivateMessage struct {
 func (t *TaskState) clone() TaskState {
 	c := *t
 	c.TaskGroup = slices.Clone(t.TaskGroup)
+	c.SharedWith = slices.Clone(t.SharedWith)
 	c.SharedInfoPool = slices.Clone(t.SharedInfoPool)
 	c.CommunicationQueue = cloneMessages(t.CommunicationQueue)
 	c.SharedConversationPool = cloneMessages(t.SharedConversationPool)

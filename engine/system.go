@@ -175,6 +175,8 @@ type System struct {
 	confirmMu sync.Mutex
 	confirms  map[string]chan string // waiting ID -> AskOperator call waiting on it
 
+	access access // the admins (visibility.go)
+
 	mu         sync.RWMutex // guards the fields below
 	started    bool
 	closed     bool

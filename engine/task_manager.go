@@ -56,6 +56,11 @@ func (s *System) taskInstruction(actorID string, ti TaskInstruction, origin stri
 		}
 		return nil, errf(ErrNotFound, "task_id %q: no such task", ti.TaskID)
 	}
+	if human {
+		if err := s.MayOperate(actorID, ti.TaskID); err != nil {
+			return nil, err
+		}
+	}
 	switch action {
 	case ActionAddStage:
 		return s.addStages(t, actorID, human, ti.Stages, origin)

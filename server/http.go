@@ -45,6 +45,10 @@ type HTTPConfig struct {
 	MaxBodyBytes int64
 	// SessionTimeout closes sessions idle that long. Default 10 minutes.
 	SessionTimeout time.Duration
+	// Admins lists operator HumanAgent IDs who may manage and see every
+	// task (engine.System.SetAdmins); the other operators act only on their
+	// own tasks and those shared with them.
+	Admins []string
 }
 
 func (h *HTTPConfig) check() error {

@@ -167,28 +167,23 @@ func (s *Server) apiStates(w http.ResponseWriter, r *http.Request) {
 	out := map[string]any{}
 	switch typ := r.URL.Query().Get("type"); typ {
 	case "task":
-		for _, t := range s.sys.Tasks() {
+		for _, t := range s.sys.TasksFor(op) {
 			out[t.TaskID] = t
 		}
 	case "stage":
-		for _, t := range s.sys.Tasks() {
+		for _, t := range s.sys.TasksFor(op) {
 			for _, st := range t.StageList {
 				out[st.StageID] = st
 			}
 		}
 	case "agent":
-		for _, a := range s.sys.Agents() {
-			if a.Kind == engine.KindHuman && a.AgentID != op {
-				a.ConversationPool = nil // an operator's conversations are its own
-				a.AgentStep.StepList = nil
-			}
+		// An operator's conversations and steps are its own; what an
+		// operator may not see is left out (engine/visibility.go).
+		for _, a := range s.sys.AgentsFor(op) {
 			out[a.AgentID] = a
 		}
 	case "step":
-		for _, a := range s.sys.Agents() {
-			if a.Kind == engine.KindHuman && a.AgentID != op {
-				continue
-			}
+		for _, a := range s.sys.AgentsFor(op) {
 			for _, st := range a.AgentStep.StepList {
 				out[st.StepID] = st
 			}
@@ -204,7 +199,8 @@ func (s *Server) apiStates(w http.ResponseWriter, r *http.Request) {
 // it happens. A client that fell behind gets an "resync" event (re-read the
 // states); ": ping" comments keep idle connections open through proxies.
 func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.authed(w, r); !ok {
+	op, ok := s.authed(w, r)
+	if !ok {
 		return
 	}
 	flusher, ok := w.(http.Flusher)
@@ -233,13 +229,17 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
 				dropped = d
 				fmt.Fprint(w, "event: resync\ndata: {}\n\n")
 			}
-			b, _ := json.Marshal(ev)
-			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Kind, b)
+			// Events of tasks the operator may not see are left out.
+			write := func(ev engine.Event) {
+				if s.sys.EventVisible(op, ev) {
+					b, _ := json.Marshal(ev)
+					fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Kind, b)
+				}
+			}
+			write(ev)
 			// Send what is queued together, then flush once.
 			for len(sub.C) > 0 {
-				ev = <-sub.C
-				b, _ = json.Marshal(ev)
-				fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Kind, b)
+				write(<-sub.C)
 			}
 			flusher.Flush()
 		case <-ping.C:

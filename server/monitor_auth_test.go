@@ -67,7 +67,7 @@ func TestMonitorAPIAuth(t *testing.T) {
 	beaC.fails("POST", "/api/send_message", map[string]any{"human_agent_id": ann, "task_id": taskID, "receiver": []string{question.SenderID}, "content": "hi"},
 		http.StatusForbidden, "human_agent_id", ann)
 	beaC.fails("POST", "/api/send_message", map[string]any{"task_id": taskID, "receiver": []string{question.SenderID}, "content": "hi"},
-		http.StatusForbidden, "task_id", "not in this task's group")
+		http.StatusForbidden, "task_id", "only its owner, operators it is shared with and admins may manage it")
 	var sent sendAnswer
 	annC.json("POST", "/api/send_message", map[string]any{"human_agent_id": ann, "task_id": taskID, "receiver": []string{question.SenderID}, "content": "Markdown."}, http.StatusOK, &sent)
 

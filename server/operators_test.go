@@ -151,8 +151,8 @@ func TestOperatorsAreSeparate(t *testing.T) {
 				t.Errorf("bea's read_resource shows ann's conversation_pool")
 			}
 
-			// Bea is not in the task's group: she cannot message its agents.
-			if txt := bea.callErr("send_message", map[string]any{"task_id": added.TaskID, "receiver": []string{question.SenderID}, "content": "hi"}); !strings.Contains(txt, "not in this task's group") {
+			// Bea does not own the task and it is not shared with her: she cannot message its agents.
+			if txt := bea.callErr("send_message", map[string]any{"task_id": added.TaskID, "receiver": []string{question.SenderID}, "content": "hi"}); !strings.Contains(txt, "only its owner, operators it is shared with and admins may manage it") {
 				t.Errorf("bea's send_message: %q", txt)
 			}
 			// Ann answers; her inbox empties.

@@ -115,15 +115,15 @@ func (s *Server) document(uri, reader string) (any, error) {
 	}
 	switch {
 	case len(parts) == 1 && parts[0] == "tasks":
-		return s.taskList(), nil
+		return s.taskList(reader), nil
 	case len(parts) == 1 && parts[0] == "agents":
 		return s.sys.AgentBriefs(), nil
 	case len(parts) == 1 && parts[0] == "catalog":
 		return s.catalog(), nil
 	case parts[0] == "tasks" && (len(parts) == 2 || len(parts) == 3 || len(parts) == 4):
-		t, ok := s.sys.Task(parts[1])
-		if !ok {
-			return nil, notFound("no such task")
+		t, err := s.sys.TaskFor(reader, parts[1])
+		if err != nil {
+			return nil, notFound(err.Error())
 		}
 		switch {
 		case len(parts) == 2:
@@ -139,7 +139,7 @@ func (s *Server) document(uri, reader string) (any, error) {
 			return nil, notFound("no such stage in task " + t.TaskID)
 		}
 	case parts[0] == "agents" && (len(parts) == 2 || len(parts) == 3):
-		a, ok := s.sys.Agent(parts[1])
+		a, ok := s.sys.AgentFor(reader, parts[1])
 		if !ok {
 			return nil, notFound("no such agent")
 		}
@@ -182,9 +182,10 @@ type TaskBrief struct {
 	URI            string `json:"uri"`
 }
 
-func (s *Server) taskList() []TaskBrief {
+// taskList is mas://tasks as the operator viewer sees it.
+func (s *Server) taskList(viewer string) []TaskBrief {
 	out := []TaskBrief{}
-	for _, t := range s.sys.Tasks() {
+	for _, t := range s.sys.TasksFor(viewer) {
 		b := TaskBrief{TaskID: t.TaskID, TaskName: t.TaskName, TaskManager: t.TaskManager,
 			ExecutionState: t.ExecutionState, Stages: len(t.StageList), Base: t.Base, URI: taskURI(t.TaskID)}
 		for _, st := range t.StageList {

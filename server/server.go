@@ -103,6 +103,13 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("server: http: a token is bound to %q, which is not an operator HumanAgent", op)
 		}
 	}
+	if len(cfg.HTTP.Admins) > 0 {
+		// Set only when configured: another Server on the same System
+		// (tests) does not clear them.
+		if err := cfg.System.SetAdmins(cfg.HTTP.Admins); err != nil {
+			return nil, fmt.Errorf("server: http: %w", err)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, sys: cfg.System, log: cfg.Logger, ctx: ctx, cancel: cancel, draining: make(chan struct{})}
 	l := &s.cfg.Limits
@@ -130,6 +137,7 @@ func New(cfg Config) (*Server, error) {
 			},
 			KeepAlive: 0,
 		})
+	s.mcp.AddReceivingMiddleware(s.filterLists)
 	s.addTools()
 	s.addResources()
 	s.addPrompts()

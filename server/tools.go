@@ -43,7 +43,7 @@ func (s *Server) tools() []tool {
 			"Long-poll for changes of the MAS, for hosts that cannot subscribe to resources: returns the events after cursor (0 for the latest), waiting up to timeout_seconds for the first one. Pass the returned cursor to the next call. Sends progress notifications while it waits.",
 			readOnly(), s.waitForUpdates),
 		defTool("manage_task", "Manage a task",
-			"Steer a task yourself instead of through its manager agent. Pick action: add_stage appends stages (stages: each a stage_intention and an agent_allocation {agent_id: goal}); finish_stage ends the running stage (stage_id); retry_stage replaces a stage that went wrong with a corrected one (old_stage_id, new_stage_intention, new_agent_allocation); finish_task ends the task with its result (summary, required); cancel_task stops it (summary optional); pause_task holds it (no new step starts, steps already running finish, its supervision and wait timeouts wait too, and it stays paused across restarts) until resume_task. Every action needs task_id. Find IDs with ask_info (tasks, task_info) or the task's resource.",
+			"Steer a task yourself instead of through its manager agent. Pick action: add_stage appends stages (stages: each a stage_intention and an agent_allocation {agent_id: goal}); finish_stage ends the running stage (stage_id); retry_stage replaces a stage that went wrong with a corrected one (old_stage_id, new_stage_intention, new_agent_allocation); finish_task ends the task with its result (summary, required); cancel_task stops it (summary optional); pause_task holds it (no new step starts, steps already running finish, its supervision and wait timeouts wait too, and it stays paused across restarts) until resume_task; share lets another operator (operator: that operator's agent_id) manage it, message inside it and see it — only a task's owner, operators it is shared with and admins may act on it. Every action needs task_id. Find IDs with ask_info (tasks, task_info) or the task's resource.",
 			destructive(), s.manageTask),
 		defTool("manage_agent", "Manage agents",
 			"Create agents and add them to a task. Pick action: init_new_agent creates an agent (agent_config: either template, the name of a template from ask_info available_agents_config, or name, role, profile, skills and tools) and returns its agent_id; add_task_participant adds agents (agents: one agent_id or a list) to a task's group (task_id), so stages can allocate work to them; pause_agent holds agents (agents) — they start no new step — until resume_agent; interrupt stops the step an agent (agent_id) is running now (an LLM call or a tool call is cancelled) and makes your instruction (instruction, required; reason optional) its next step, so it re-plans; cancel_step cancels one running tool call (agent_id, step_id) and the agent carries on as after a failed step.",
@@ -235,7 +235,7 @@ func (s *Server) askInfo(ctx context.Context, req *mcp.CallToolRequest, in AskIn
 		return nil, AskInfoOut{}, fmt.Errorf("type %q: must be one of %s", in.Type, strings.Join(queryTypes(), ", "))
 	}
 	if in.Type == queryTasks {
-		list := s.taskList()
+		list := s.taskList(s.operator(ctx, req.Extra))
 		var b strings.Builder
 		b.WriteString("### Tasks\n\n")
 		for _, t := range list {
@@ -336,6 +336,7 @@ type ManageTaskIn struct {
 	NewStageIntention  string             `json:"new_stage_intention,omitempty" jsonschema:"for retry_stage: what the new stage must achieve"`
 	NewAgentAllocation map[string]string  `json:"new_agent_allocation,omitempty" jsonschema:"for retry_stage: the new stage's goal of each agent, {agent_id: goal}"`
 	Summary            string             `json:"summary,omitempty" jsonschema:"for finish_task (required) and cancel_task: the task's result or why it stops"`
+	Operator           string             `json:"operator,omitempty" jsonschema:"for share: the agent_id of the operator to share the task with"`
 }
 
 // InstructionOut is what a management action did.
@@ -344,12 +345,23 @@ type InstructionOut struct {
 	Result map[string]any `json:"result"`
 }
 
+// actionShare is manage_task's action beyond the spec: the task's owner lets
+// another operator manage, message inside and see it (engine/visibility.go).
+const actionShare = "share"
+
 var manageTaskActions = []string{engine.ActionAddStage, engine.ActionFinishStage, engine.ActionRetryStage, engine.ActionFinishTask, engine.ActionCancelTask,
-	engine.ActionPauseTask, engine.ActionResumeTask}
+	engine.ActionPauseTask, engine.ActionResumeTask, actionShare}
 
 func (s *Server) manageTask(ctx context.Context, req *mcp.CallToolRequest, in ManageTaskIn) (*mcp.CallToolResult, InstructionOut, error) {
 	if !slices.Contains(manageTaskActions, in.Action) {
 		return nil, InstructionOut{}, fmt.Errorf("action %q: must be one of %s", in.Action, strings.Join(manageTaskActions, ", "))
+	}
+	if in.Action == actionShare {
+		res, err := s.sys.ShareTask(s.operator(ctx, req.Extra), in.TaskID, in.Operator)
+		if err != nil {
+			return nil, InstructionOut{}, err
+		}
+		return textResult("share done:\n%s", jsonText(res)), InstructionOut{Action: in.Action, Result: res}, nil
 	}
 	res, err := s.sys.TaskInstruction(s.operator(ctx, req.Extra), engine.TaskInstruction{
 		Action: in.Action, TaskID: in.TaskID, Stages: in.Stages, StageID: in.StageID,

@@ -205,14 +205,17 @@ func (u *updates) logStep(ev engine.Event) {
 		"message": fmt.Sprintf("agent %s: step %s %s", b.Name, ev.StepID, ev.Detail),
 	}
 	for ss := range u.s.mcp.Sessions() {
-		_ = ss.Log(u.s.ctx, &mcp.LoggingMessageParams{Level: level, Logger: "mas", Data: data})
+		// Only to the sessions of operators who may see the task.
+		if op, ok := u.s.sessionOperator(ss); ok && u.s.sys.EventVisible(op, ev) {
+			_ = ss.Log(u.s.ctx, &mcp.LoggingMessageParams{Level: level, Logger: "mas", Data: data})
+		}
 	}
 }
 
-// since returns the logged events after cursor that match the filters, the
-// newest sequence number, and whether events were lost (cursor older than
-// the log).
-func (u *updates) since(cursor uint64, taskID, agentID string) (evs []engine.Event, latest uint64, lost bool, changed <-chan struct{}) {
+// since returns the logged events after cursor that match the filters and
+// that viewer may see, the newest sequence number, and whether events were
+// lost (cursor older than the log).
+func (u *updates) since(viewer string, cursor uint64, taskID, agentID string) (evs []engine.Event, latest uint64, lost bool, changed <-chan struct{}) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	latest = cursor
@@ -223,7 +226,7 @@ func (u *updates) since(cursor uint64, taskID, agentID string) (evs []engine.Eve
 		}
 	}
 	for _, ev := range u.events {
-		if ev.Seq <= cursor || (taskID != "" && ev.TaskID != taskID) || (agentID != "" && ev.AgentID != agentID) {
+		if ev.Seq <= cursor || (taskID != "" && ev.TaskID != taskID) || (agentID != "" && ev.AgentID != agentID) || !u.s.sys.EventVisible(viewer, ev) {
 			continue
 		}
 		evs = append(evs, ev)
@@ -236,7 +239,7 @@ func (s *Server) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error
 	if _, err := parseURI(req.Params.URI); err != nil {
 		return err
 	}
-	return nil
+	return s.checkSubscribe(req.Params.URI, s.operator(ctx, req.Extra))
 }
 
 // maxWaitSeconds is the longest wait_for_updates may wait.
@@ -268,9 +271,10 @@ func (s *Server) waitForUpdates(ctx context.Context, req *mcp.CallToolRequest, i
 	case in.MaxEvents < 0:
 		return nil, WaitOut{}, fmt.Errorf("max_events %d: must not be negative", in.MaxEvents)
 	}
+	op := s.operator(ctx, req.Extra)
 	if in.TaskID != "" {
-		if _, ok := s.sys.Task(in.TaskID); !ok {
-			return nil, WaitOut{}, fmt.Errorf("task_id %q: no such task", in.TaskID)
+		if _, err := s.sys.TaskFor(op, in.TaskID); err != nil {
+			return nil, WaitOut{}, err
 		}
 	}
 	if in.AgentID != "" {
@@ -304,7 +308,7 @@ func (s *Server) waitForUpdates(ctx context.Context, req *mcp.CallToolRequest, i
 	}
 	start := time.Now()
 	for {
-		evs, latest, lost, changed := s.updates.since(cursor, in.TaskID, in.AgentID)
+		evs, latest, lost, changed := s.updates.since(op, cursor, in.TaskID, in.AgentID)
 		if len(evs) > 0 || lost {
 			if len(evs) > in.MaxEvents {
 				evs = evs[:in.MaxEvents]

@@ -117,6 +117,10 @@ type HTTPConfig struct {
 	// Passwords let operators bind the web monitor with their ID and a
 	// password (spec §7.4.1).
 	Passwords []PasswordConfig `yaml:"passwords"`
+	// Admins names operators (as in tokens) who may manage and see every
+	// task; the others act only on their own tasks and those shared with
+	// them.
+	Admins []string `yaml:"admins"`
 	// AllowedOrigins and AllowedHosts extend the browser-origin and Host
 	// allowlists.
 	AllowedOrigins []string      `yaml:"allowed_origins"`

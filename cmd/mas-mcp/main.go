@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -184,12 +185,16 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, getenv func(string
 	if inst.tokens, err = operatorTokens(cfg, inst.sys, getenv); err != nil {
 		return inst, err
 	}
+	admins, err := operatorAdmins(cfg, inst.sys)
+	if err != nil {
+		return inst, err
+	}
 	inst.srv, err = server.New(server.Config{
 		System: inst.sys, Version: moduleVersion(), Logger: log.With("component", "server"),
 		HTTP: server.HTTPConfig{
 			Addr: cfg.HTTP.Addr, Tokens: inst.tokens, AllowedOrigins: cfg.HTTP.AllowedOrigins,
 			AllowedHosts: cfg.HTTP.AllowedHosts, MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
-			SessionTimeout: cfg.HTTP.SessionTimeout,
+			SessionTimeout: cfg.HTTP.SessionTimeout, Admins: admins,
 		},
 		Limits: cfg.Limits.server(),
 	})
@@ -328,6 +333,27 @@ func operatorTokens(cfg Config, sys *engine.System, getenv func(string) string) 
 		if err := sys.SetOperatorPassword(id, pw); err != nil {
 			return nil, fmt.Errorf("http.passwords: operator %s: %w", name, err)
 		}
+	}
+	return out, nil
+}
+
+// operatorAdmins resolves http.admins (operator names) to HumanAgent IDs;
+// operatorTokens has created the operators already.
+func operatorAdmins(cfg Config, sys *engine.System) ([]string, error) {
+	var out []string
+	for i, name := range cfg.HTTP.Admins {
+		name = strings.TrimSpace(name)
+		id := ""
+		for _, b := range sys.AgentBriefs() {
+			if b.Kind == engine.KindHuman && b.Name == name {
+				id = b.AgentID
+				break
+			}
+		}
+		if id == "" {
+			return nil, fmt.Errorf("http.admins[%d] %q: no such operator (name the operator of a token, a password or the default operator)", i, name)
+		}
+		out = append(out, id)
 	}
 	return out, nil
 }

@@ -15,6 +15,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/mas-mcp/mas-mcp/engine"
 )
 
 func env(m map[string]string) func(string) string {
@@ -114,7 +116,8 @@ func TestOperatorTokensAndPasswords(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "mas.yaml")
 	yaml := "http:\n  tokens:\n    - {operator: alice, token_env: TOK_A}\n    - {operator: operator, token_env: TOK_D}\n" +
-		"  passwords:\n    - {operator: alice, password_env: PW_A}\n    - {operator: bob, password_env: PW_B}\n"
+		"  passwords:\n    - {operator: alice, password_env: PW_A}\n    - {operator: bob, password_env: PW_B}\n" +
+		"  admins: [bob]\n"
 	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -150,6 +153,28 @@ func TestOperatorTokensAndPasswords(t *testing.T) {
 	}
 	if !sys.CheckOperatorPassword(ids["alice"], "pw-alice") || !sys.CheckOperatorPassword(ids["bob"], "pw-bob") || sys.CheckOperatorPassword(ids["bob"], "pw-alice") {
 		t.Error("passwords not set as configured")
+	}
+	// http.admins names operators: bob may manage alice's task.
+	admins, err := operatorAdmins(cfg, sys)
+	if err != nil || len(admins) != 1 || admins[0] != ids["bob"] {
+		t.Fatalf("admins %v, %v; want bob (%s)", admins, err, ids["bob"])
+	}
+	if err := sys.SetAdmins(admins); err != nil {
+		t.Fatal(err)
+	}
+	task, err := sys.AddTask(ids["alice"], engine.AddTaskRequest{TaskName: "a", TaskIntention: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sys.MayOperate(ids["bob"], task); err != nil {
+		t.Errorf("the admin bob on alice's task: %v", err)
+	}
+	if err := sys.MayOperate(sys.OperatorID(), task); err == nil {
+		t.Errorf("the default operator, no admin, may operate alice's task")
+	}
+	cfg.HTTP.Admins = []string{"nobody"}
+	if _, err := operatorAdmins(cfg, sys); err == nil || !strings.Contains(err.Error(), `http.admins[0] "nobody"`) {
+		t.Errorf("an unknown admin: error %v, want it named", err)
 	}
 	delete(vars, "PW_B")
 	if _, err := operatorTokens(cfg, sys, env(vars)); err == nil || !strings.Contains(err.Error(), "PW_B") {

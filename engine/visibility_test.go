@@ -1,0 +1,220 @@
+package engine
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestOwnershipRule: the operator who adds a task owns it; another operator
+// may neither manage it, add participants, message inside it, share it, nor
+// see it, until the owner shares it; admins and the MAS's agents may; the
+// base task is everyone's.
+func TestOwnershipRule(t *testing.T) {
+	b := newTestbed(t, nil)
+	owner, base, mgr := b.op(), b.sys.BaseTaskID(), b.mgr()
+	w1 := b.newAgent("w1")
+	other, err := b.sys.AddOperator("other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := b.sys.AddOperator("admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.sys.SetAdmins([]string{admin}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.sys.SetAdmins([]string{w1}); err == nil {
+		t.Errorf("SetAdmins accepted an LLM agent")
+	}
+	task := b.newTask("owned", w1)
+	b.settle()
+	const rule = "only its owner, operators it is shared with and admins may manage it"
+
+	for _, tc := range []struct {
+		who  string
+		task string
+		ok   bool
+	}{
+		{owner, task, true}, {admin, task, true}, {mgr, task, true}, {w1, task, true},
+		{other, task, false}, {other, base, true}, {"a-404", task, false},
+	} {
+		err := b.sys.MayOperate(tc.who, tc.task)
+		if tc.ok != (err == nil) || tc.ok != b.sys.Visible(tc.who, tc.task) {
+			t.Errorf("MayOperate(%s, %s) = %v, Visible %v; want allowed %v", tc.who, tc.task, err, b.sys.Visible(tc.who, tc.task), tc.ok)
+		}
+		if !tc.ok {
+			isErr(t, err, ErrForbidden, "owned by operator "+owner+"; "+rule)
+		}
+	}
+
+	// Every operator action of the other operator is refused, naming the rule.
+	seq := b.sys.EventSeq()
+	for name, call := range map[string]func() error{
+		"add_stage": func() error {
+			_, err := b.sys.TaskInstruction(other, TaskInstruction{Action: ActionAddStage, TaskID: task,
+				Stages: []StageSpec{{StageIntention: "x", AgentAllocation: map[string]string{w1: "x"}}}})
+			return err
+		},
+		"cancel_task": func() error {
+			_, err := b.sys.TaskInstruction(other, TaskInstruction{Action: ActionCancelTask, TaskID: task})
+			return err
+		},
+		"finish_task": func() error {
+			_, err := b.sys.TaskInstruction(other, TaskInstruction{Action: ActionFinishTask, TaskID: task, Summary: "x"})
+			return err
+		},
+		"add_task_participant": func() error {
+			_, err := b.sys.AgentInstruction(other, AgentInstruction{Action: ActionAddTaskParticipant, TaskID: task, Agents: StringList{other}})
+			return err
+		},
+		"send_message": func() error {
+			_, err := b.sys.HumanSend(other, HumanMessage{TaskID: task, Receiver: []string{w1}, Content: "x"})
+			return err
+		},
+		"share": func() error { _, err := b.sys.ShareTask(other, task, other); return err },
+		"task_info": func() error {
+			_, err := b.sys.Query(other, AskInfoQuery{Type: QueryTaskInfo, TaskID: task})
+			return err
+		},
+		"TaskFor": func() error { _, err := b.sys.TaskFor(other, task); return err },
+	} {
+		err := call()
+		if err == nil {
+			t.Errorf("%s by another operator: accepted", name)
+			continue
+		}
+		if !strings.Contains(err.Error(), rule) && !strings.Contains(err.Error(), "no such task visible to operator "+other) {
+			t.Errorf("%s by another operator: error %q does not name the rule", name, err)
+		}
+	}
+	if got := b.sys.EventSeq(); got != seq {
+		t.Errorf("refused actions changed the state (%d events)", got-seq)
+	}
+	if slices.ContainsFunc(b.sys.TasksFor(other), func(ts TaskState) bool { return ts.TaskID == task }) {
+		t.Errorf("TasksFor(other) lists the owner's task")
+	}
+	if !slices.ContainsFunc(b.sys.TasksFor(other), func(ts TaskState) bool { return ts.TaskID == base }) {
+		t.Errorf("TasksFor(other) lacks the base task")
+	}
+	res, err := b.sys.Query(other, AskInfoQuery{Type: QueryAssignedTaskAndStageInfo})
+	if err != nil || slices.ContainsFunc(res.Data.([]TaskInfo), func(ti TaskInfo) bool { return ti.TaskID == task }) {
+		t.Errorf("assigned_task_and_stage_info for the other operator: %v %v", res, err)
+	}
+
+	// The owner shares the task: the other operator joins its group and may act.
+	out, err := b.sys.ShareTask(owner, task, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.task(task); !slices.Contains(got.SharedWith, other) || !slices.Contains(got.TaskGroup, other) {
+		t.Errorf("after share: shared_with %v, group %v; want %s in both (result %v)", got.SharedWith, got.TaskGroup, other, out)
+	}
+	if err := b.sys.MayOperate(other, task); err != nil {
+		t.Errorf("after share: %v", err)
+	}
+	if _, err := b.sys.HumanSend(other, HumanMessage{TaskID: task, Receiver: []string{w1}, Content: "hello from a sharer", NeedReply: false}); err != nil {
+		t.Errorf("after share, send_message: %v", err)
+	}
+	if _, err := b.sys.ShareTask(owner, base, other); err == nil {
+		t.Errorf("sharing the base task: accepted")
+	}
+	if _, err := b.sys.ShareTask(owner, task, w1); err == nil {
+		t.Errorf("sharing with an LLM agent: accepted")
+	}
+}
+
+// TestPrivateMessagesFiltered: a message to an operator is seen by that
+// operator and its sender only: not in another operator's view of the
+// task's conversation, nor in an agent's steps that carry it.
+func TestPrivateMessagesFiltered(t *testing.T) {
+	b := newTestbed(t, nil)
+	op, base := b.op(), b.sys.BaseTaskID()
+	w1 := b.newAgent("w1")
+	b.join(base, w1)
+	other, err := b.sys.AddOperator("other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.settle()
+	const marker = "MARKER-private-to-other \"quoted\""
+	m := b.sys.newMessage("", base, w1, []string{other}, marker, NoRelative)
+	if err := b.sys.post(m); err != nil {
+		t.Fatal(err)
+	}
+	step := b.inject(w1, base, NoRelative, false, StepSpec{StepIntention: "relay", Type: StepSkill, Executor: SkillSendMessage, TextContent: "tell: " + marker})
+	// A tool step whose call a risk-gate question to other quotes.
+	gate := b.sys.newMessage("", base, w1, []string{other}, `Approve delete_file {"path":"/gate-args"}?`, NoRelative)
+	if err := b.sys.post(gate); err != nil {
+		t.Fatal(err)
+	}
+	if a, ok := b.sys.agent(w1); ok {
+		a.mu.Lock()
+		ids := a.addStepsLocked(base, NoRelative, []StepSpec{{StepIntention: "delete", Type: StepTool, Executor: "files"}}, false, "")
+		for i := range a.st.AgentStep.StepList {
+			if a.st.AgentStep.StepList[i].StepID == ids[0] {
+				a.st.AgentStep.StepList[i].InstructionContent = map[string]any{"tool_name": "delete_file", "arguments": map[string]any{"path": "/gate-args"}}
+			}
+		}
+		a.st.AgentStep.TodoList = slices.DeleteFunc(a.st.AgentStep.TodoList, func(id string) bool { return id == ids[0] })
+		a.mu.Unlock()
+	}
+	b.waitFor("the message in the conversation", func() bool {
+		return strings.Contains(jsonOf(t, b.task(base).SharedConversationPool), "MARKER")
+	})
+
+	for _, tc := range []struct {
+		viewer string
+		sees   bool
+	}{{op, false}, {other, true}, {w1, true}} {
+		ts, err := b.sys.TaskFor(tc.viewer, base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]bool{
+			"gate arguments": strings.Contains(jsonOf(t, b.sys.AgentsFor(tc.viewer)), "gate-args"),
+			"conversation":   strings.Contains(jsonOf(t, ts), "MARKER"),
+			"agent":          strings.Contains(jsonOf(t, mustAgent(t, b.sys, tc.viewer, w1)), "MARKER"),
+			"agents":         strings.Contains(jsonOf(t, b.sys.AgentsFor(tc.viewer)), "MARKER"),
+			"task list":      strings.Contains(jsonOf(t, b.sys.TasksFor(tc.viewer)), "MARKER"),
+		}
+		for what, saw := range got {
+			if saw != tc.sees {
+				t.Errorf("viewer %s, %s: sees the marker %v, want %v", tc.viewer, what, saw, tc.sees)
+			}
+		}
+		if tc.viewer == op {
+			a, _ := b.sys.AgentFor(op, w1)
+			if slices.Contains(a.AgentStep.TodoList, step[0]) {
+				t.Errorf("the hidden step stays in w1's todo list as op sees it")
+			}
+		}
+	}
+	res, err := b.sys.Query(op, AskInfoQuery{Type: QueryAgent, AgentID: StringList{w1, other}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(jsonOf(t, res), "MARKER") {
+		t.Errorf("ask_info agent shows op the message to other")
+	}
+}
+
+func mustAgent(t *testing.T, s *System, viewer, id string) AgentState {
+	t.Helper()
+	a, ok := s.AgentFor(viewer, id)
+	if !ok {
+		t.Fatalf("no agent %s", id)
+	}
+	return a
+}
+
+func jsonOf(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
