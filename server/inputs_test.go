@@ -64,13 +64,14 @@ func TestInputLimits(t *testing.T) {
 			t.Errorf("no input-limit case for %s", tool)
 		}
 	}
-	// Within the limits, the same tool works.
-	var added server.AddTaskOut
-	e.call("add_task", map[string]any{"task_name": strings.Repeat("n", 40), "task_intention": strings.Repeat("x", 100)}, &added)
-
 	// The monitor API's send_message is bounded alike (400).
 	before := masSnapshot(e.stack.Sys)
 	m.client().fails(http.MethodPost, "/api/send_message",
 		map[string]any{"task_id": base, "receiver": []string{manager}, "content": long}, http.StatusBadRequest, "content: 101 bytes", "limits.text_bytes")
 	e.unchanged("/api/send_message", before)
+
+	// Within the limits, the same tool works. (Last: the task it adds sets
+	// agents to work, so the MAS would not stay unchanged after it.)
+	var added server.AddTaskOut
+	e.call("add_task", map[string]any{"task_name": strings.Repeat("n", 40), "task_intention": strings.Repeat("x", 100)}, &added)
 }
