@@ -62,6 +62,7 @@ type playbook struct {
 	fallback  func(*Call) Reply // guarded by mu
 	calls     []Call            // guarded by mu
 	unmatched []Call            // guarded by mu
+	cache     prefixCache       // guarded by mu
 }
 
 // scripted is a rule with its remaining uses (-1: unlimited).
@@ -150,6 +151,7 @@ func (p *playbook) Pending() []Rule {
 func (p *playbook) answer(c *Call) Reply {
 	p.mu.Lock()
 	c.N = len(p.calls) + 1
+	c.CachedTokens = p.cache.lookup(serialize(c.Messages))
 	p.calls = append(p.calls, c.clone())
 	var (
 		reply   Reply
