@@ -45,6 +45,7 @@ var HeadingKeys = []string{
 	"system", "role", "role_info", "skills_tools", "skills", "tools", "no_skills", "no_tools",
 	"current_step", "history", "no_history", "memory", "memory_rules", "memory_content",
 	"no_memory", "tool_step", "tool_history", "no_tool_history", "mcp", "executed", "pending",
+	"skill_rules", "history_folded", "memory_full",
 }
 
 // TextKeys are the engine's own texts (messages and step texts it writes)
@@ -68,6 +69,7 @@ var TextKeys = []string{
 	"stall_no_stages", "stall_stage", "stall_no_running_stage", "stall_base", "stall_notice", "stall_failed",
 	"llm_waiting", "llm_outage_began", "llm_outage_ended", "llm_outage_gave_up", "llm_refused",
 	"reply_lost_intention", "reply_lost_text", "operator_task_failed",
+	"history_digest",
 }
 
 // SkillPrompt is one skill's prompt file.

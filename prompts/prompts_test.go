@@ -96,6 +96,7 @@ var textFields = map[string][]string{
 	"reply_lost_intention":    {"ReceiverIDs", "Reason"},
 	"reply_lost_text":         {"ReceiverIDs", "Reason"},
 	"operator_task_failed":    {"TaskID", "TaskName", "Reason"},
+	"history_digest":          {"N", "Finished", "Failed"},
 }
 
 // sample returns data for a text: every field gets a distinct marker value,
@@ -324,7 +325,7 @@ func TestHeadingLevels(t *testing.T) {
 func TestHeadings(t *testing.T) {
 	level := map[string]string{
 		"system": "# ", "role": "# ", "current_step": "# ", "history": "# ", "memory": "# ",
-		"tool_step": "# ", "tool_history": "# ", "mcp": "# ",
+		"tool_step": "# ", "tool_history": "# ", "mcp": "# ", "skill_rules": "# ",
 		"role_info": "## ", "skills_tools": "## ", "memory_rules": "## ", "memory_content": "## ",
 		"executed": "## ", "pending": "## ",
 		"skills": "### ", "tools": "### ",
@@ -334,6 +335,7 @@ func TestHeadings(t *testing.T) {
 		"system": "system_prompt", "role_info": "agent_role", "skills_tools": "available_skills_and_tools",
 		"current_step": "current_step", "history": "history_step", "memory": "persistent_memory",
 		"tool_step": "tool_step", "tool_history": "tool_history", "mcp": "mcp_base_prompt",
+		"skill_rules": "skill_prompt",
 	}
 	for _, lang := range Languages {
 		s := mustLoad(t, lang, "")
