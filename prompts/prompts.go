@@ -70,6 +70,7 @@ var TextKeys = []string{
 	"llm_waiting", "llm_outage_began", "llm_outage_ended", "llm_outage_gave_up", "llm_refused",
 	"reply_lost_intention", "reply_lost_text", "operator_task_failed",
 	"history_digest",
+	"memory_added", "memory_deleted", "memory_no_key", "memory_ignored", "memory_refused",
 }
 
 // SkillPrompt is one skill's prompt file.

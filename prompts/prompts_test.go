@@ -97,6 +97,11 @@ var textFields = map[string][]string{
 	"reply_lost_text":         {"ReceiverIDs", "Reason"},
 	"operator_task_failed":    {"TaskID", "TaskName", "Reason"},
 	"history_digest":          {"N", "Finished", "Failed"},
+	"memory_added":            {"Key"},
+	"memory_deleted":          {"Key"},
+	"memory_no_key":           {"Key"},
+	"memory_ignored":          {},
+	"memory_refused":          {"Entries", "MaxEntries", "Chars", "MaxChars", "Size"},
 }
 
 // sample returns data for a text: every field gets a distinct marker value,

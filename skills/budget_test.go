@@ -130,3 +130,20 @@ func TestPromptBudgetNegative(t *testing.T) {
 		t.Errorf("Executors with PromptBudget -1: error %v, want one naming PromptBudget", err)
 	}
 }
+
+// TestMemoryFullNotice: an agent whose last memory add was refused is told,
+// in every language, that its memory is full; otherwise not.
+func TestMemoryFullNotice(t *testing.T) {
+	for _, lang := range prompts.Languages {
+		set := loadSet(t, lang)
+		r := budgetRunner(t, set, 0)
+		for _, full := range []bool{false, true} {
+			in := longStage(1)
+			in.Agent.MemoryFull = full
+			_, user := r.render(in)
+			if got := strings.Contains(user, set.Heading("memory_full")); got != full {
+				t.Errorf("%s: MemoryFull %v: notice shown = %v", lang, full, got)
+			}
+		}
+	}
+}

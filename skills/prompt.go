@@ -321,6 +321,9 @@ func writeHistoryStep(b *strings.Builder, s engine.StepState, results bool) {
 func (r *runner) writeMemory(b *strings.Builder, in *engine.ExecInput) {
 	p := r.cfg.Prompts
 	fmt.Fprintf(b, "\n%s\n", p.Heading("memory_content"))
+	if in.Agent.MemoryFull {
+		fmt.Fprintf(b, "%s\n", p.Heading("memory_full"))
+	}
 	pm := in.Agent.PersistentMemory
 	if len(pm) == 0 {
 		fmt.Fprintf(b, "%s\n", p.Heading("no_memory"))

@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/mas-mcp/mas-mcp/server"
+	"github.com/mas-mcp/mas-mcp/skills"
 	"github.com/mas-mcp/mas-mcp/store"
 )
 
@@ -64,6 +65,13 @@ type Config struct {
 	// told; after StallNotices notices without progress it fails.
 	StallTimeout time.Duration `yaml:"stall_timeout"`
 	StallNotices int           `yaml:"stall_notices"`
+	// PromptBudget is the character budget of each prompt's variable
+	// sections (history, tool history, memory, message); older history
+	// folds to stay within it.
+	PromptBudget int `yaml:"prompt_budget"`
+	// MemoryMaxEntries and MemoryMaxChars cap each agent's persistent memory.
+	MemoryMaxEntries int `yaml:"memory_max_entries"`
+	MemoryMaxChars   int `yaml:"memory_max_chars"`
 
 	// Stdio serves MCP over stdin/stdout instead of HTTP.
 	Stdio bool `yaml:"stdio"`
@@ -200,6 +208,9 @@ func defaultConfig() Config {
 		RetryStageLimit:       3,
 		StallTimeout:          3 * time.Minute,
 		StallNotices:          2,
+		PromptBudget:          skills.DefaultPromptBudget,
+		MemoryMaxEntries:      30,
+		MemoryMaxChars:        6000,
 		HTTP:                  HTTPConfig{Addr: "127.0.0.1:7777"},
 		LogFormat:             "text",
 		LogLevel:              "info",
@@ -227,6 +238,9 @@ func loadConfig(args []string, getenv func(string) string) (Config, error) {
 	wait := fs.Duration("wait-timeout", 0, "how long an agent waits for a reply before carrying on")
 	steps := fs.Int("stage-step-budget", 0, "steps an agent may run in one stage before it must summarise")
 	refl := fs.Int("stage-reflection-budget", 0, "reflections an agent may run in one stage before it must summarise")
+	promptBudget := fs.Int("prompt-budget", 0, "characters of a prompt's variable sections (history, memory, message) before older history folds (default 16000)")
+	memEntries := fs.Int("memory-max-entries", 0, "entries an agent's persistent memory may hold before adds are refused (default 30)")
+	memChars := fs.Int("memory-max-chars", 0, "characters an agent's persistent memory may hold before adds are refused (default 6000)")
 	dataDir := fs.String("data-dir", "", "directory of the durable state (env MAS_DATA_DIR; default: the user's config directory/mas-mcp)")
 	natsURL := fs.String("nats-url", "", "use this NATS server or cluster for the durable state instead of the embedded one (env MAS_NATS_URL)")
 	natsCreds := fs.String("nats-creds", "", "NATS credentials file for --nats-url (env MAS_NATS_CREDS)")
@@ -355,6 +369,15 @@ func loadConfig(args []string, getenv func(string) string) (Config, error) {
 	if *refl != 0 {
 		cfg.StageReflectionBudget = *refl
 	}
+	if *promptBudget != 0 {
+		cfg.PromptBudget = *promptBudget
+	}
+	if *memEntries != 0 {
+		cfg.MemoryMaxEntries = *memEntries
+	}
+	if *memChars != 0 {
+		cfg.MemoryMaxChars = *memChars
+	}
 	return cfg, cfg.validate()
 }
 
@@ -396,6 +419,12 @@ func (c Config) validate() error {
 		return fmt.Errorf("stage_step_budget %d: must be positive", c.StageStepBudget)
 	case c.StageReflectionBudget <= 0:
 		return fmt.Errorf("stage_reflection_budget %d: must be positive", c.StageReflectionBudget)
+	case c.PromptBudget <= 0:
+		return fmt.Errorf("prompt_budget %d: must be positive", c.PromptBudget)
+	case c.MemoryMaxEntries <= 0:
+		return fmt.Errorf("memory_max_entries %d: must be positive", c.MemoryMaxEntries)
+	case c.MemoryMaxChars <= 0:
+		return fmt.Errorf("memory_max_chars %d: must be positive", c.MemoryMaxChars)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("log_format %q: must be text or json", c.LogFormat)
 	}
