@@ -191,8 +191,8 @@ type AgentState struct {
 	// MemoryFull reports that the agent's last memory ops had an add
 	// refused at the memory's cap (Config.MemoryMaxEntries,
 	// MemoryMaxChars); its prompts say so until it consolidates.
-	MemoryFull bool `json:"memory_full,omitempty"`
-	AgentStep        AgentStep         `json:"agent_step"`
+	MemoryFull bool      `json:"memory_full,omitempty"`
+	AgentStep  AgentStep `json:"agent_step"`
 	// StepLock holds the waiting IDs the agent is blocked on (spec §9.1).
 	StepLock []string `json:"step_lock"`
 	Tools    []string `json:"tools"`
