@@ -105,14 +105,16 @@ func (c *Config) withDefaults() (Config, error) {
 	if cfg.OperatorName == "" {
 		cfg.OperatorName = "operator"
 	}
+	// The base task's texts come from the prompt set, so that they are in
+	// its language and its name is the one its system prompt uses.
 	if cfg.BaseTaskName == "" {
-		cfg.BaseTaskName = "MAS base task"
+		cfg.BaseTaskName = cfg.Texts.Text("base_task_name", nil)
 	}
 	if cfg.BaseTaskIntention == "" {
-		cfg.BaseTaskIntention = "Keep the MAS ready for the operator: receive requests, create and manage tasks. This task never ends."
+		cfg.BaseTaskIntention = cfg.Texts.Text("base_task_intention", nil)
 	}
 	if cfg.BaseStageGoal == "" {
-		cfg.BaseStageGoal = "Answer the operator and turn requests into tasks with task_manager and agent_manager."
+		cfg.BaseStageGoal = cfg.Texts.Text("base_stage_goal", nil)
 	}
 	if cfg.WaitTimeout < 0 || cfg.StageStepBudget < 0 || cfg.StageReflectionBudget < 0 || cfg.SummaryAttempts < 0 ||
 		cfg.RetryStageLimit < 0 || cfg.StallTimeout < 0 || cfg.StallNotices < 0 || cfg.MaxTextChars < 0 || cfg.MaxDocumentBytes < 0 ||

@@ -71,6 +71,9 @@ var TextKeys = []string{
 	"reply_lost_intention", "reply_lost_text", "operator_task_failed",
 	"history_digest",
 	"memory_added", "memory_deleted", "memory_no_key", "memory_ignored", "memory_refused",
+	"shared_info_step", "stage_no_step_left", "stage_step_failed", "tool_instruction_intention",
+	"base_task_name", "base_task_intention", "base_stage_goal",
+	"reason_plan_ends", "reason_goal_met", "reason_reflection_ends",
 }
 
 // SkillPrompt is one skill's prompt file.
