@@ -50,9 +50,10 @@ const DefaultPromptBudget = 16000
 // so an OpenAI-compatible endpoint serves it from its cache.
 //
 // The variable sections share r.budget characters: memory, the current
-// step and the tool sections are shown whole (memory has its own cap in the
-// engine), and the stage history gets what is left, at least a quarter of
-// the budget, folding its older steps to fit (foldHistory).
+// step and the tool step are shown whole (memory has its own cap in the
+// engine), and the stage history or the tool history gets what is left, at
+// least a quarter of the budget, folding its older steps to fit
+// (foldHistory, writeToolHistory).
 func (r *runner) render(in *engine.ExecInput) (system, user string) {
 	p := r.cfg.Prompts
 	system = p.Heading("system") + "\n" + strings.TrimSpace(p.SystemPrompt()) + "\n"
@@ -84,18 +85,17 @@ func (r *runner) render(in *engine.ExecInput) (system, user string) {
 		case secToolStep:
 			r.writeToolStep(&b, in)
 			variable[sec] = b.String()
-		case secToolHistory:
-			r.writeToolHistory(&b, in)
-			variable[sec] = b.String()
 		}
 	}
-	if slices.Contains(r.sk.sections, secHistory) {
-		used := utf8.RuneCountInString(memory)
-		for _, v := range variable {
-			used += utf8.RuneCountInString(v)
-		}
+	if slices.Contains(r.sk.sections, secToolHistory) {
+		// Like the stage history: what the other variable sections leave.
 		var b strings.Builder
-		r.writeHistory(&b, in, max(r.budget-used, r.budget/4))
+		r.writeToolHistory(&b, in, max(r.budget-r.used(memory, variable), r.budget/4))
+		variable[secToolHistory] = b.String()
+	}
+	if slices.Contains(r.sk.sections, secHistory) {
+		var b strings.Builder
+		r.writeHistory(&b, in, max(r.budget-r.used(memory, variable), r.budget/4))
 		variable[secHistory] = b.String()
 	}
 
@@ -119,6 +119,15 @@ func (r *runner) render(in *engine.ExecInput) (system, user string) {
 		}
 	}
 	return system, b.String()
+}
+
+// used is the characters the variable sections rendered so far take.
+func (r *runner) used(memory string, variable map[section]string) int {
+	n := utf8.RuneCountInString(memory)
+	for _, v := range variable {
+		n += utf8.RuneCountInString(v)
+	}
+	return n
 }
 
 func (r *runner) writeRole(b *strings.Builder, in *engine.ExecInput) {
