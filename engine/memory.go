@@ -1,9 +1,9 @@
 package engine
 
 import (
-	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // memoryKeyLayout is the persistent-memory key format, %Y%m%dT%H%M%S (spec §9.3.1).
@@ -11,14 +11,33 @@ const memoryKeyLayout = "20060102T150405"
 
 // applyMemoryLocked applies persistent-memory ops (spec §5.10): add stores
 // the text under a new timestamp key (made unique by stepping forward a
-// second when taken), delete removes a key. It returns what happened to each
-// op, for the step's result. a.mu must be held.
+// second when taken), delete removes a key. Ops apply in order, so a block
+// that deletes first makes room for its adds. An add that would take the
+// memory past Config.MemoryMaxEntries or MemoryMaxChars is refused, never
+// stored in part, and nothing else is dropped to make room: the agent is
+// told in the report and, through MemoryFull, in its next prompts until it
+// consolidates. It returns what happened to each op, in the prompt set's
+// language, for the step's result. a.mu must be held.
 func (a *agent) applyMemoryLocked(ops []MemoryOp) []string {
 	var report []string
 	pm := a.st.PersistentMemory
+	chars := 0
+	for _, m := range pm {
+		chars += utf8.RuneCountInString(m)
+	}
+	maxEntries, maxChars := a.sys.cfg.MemoryMaxEntries, a.sys.cfg.MemoryMaxChars
+	refused := false
 	for _, op := range ops {
 		switch {
 		case strings.TrimSpace(op.Add) != "":
+			text := demoteHeadings(strings.TrimSpace(op.Add))
+			n := utf8.RuneCountInString(text)
+			if len(pm)+1 > maxEntries || chars+n > maxChars {
+				refused = true
+				report = append(report, a.sys.text("memory_refused", map[string]any{
+					"Entries": len(pm), "MaxEntries": maxEntries, "Chars": chars, "MaxChars": maxChars, "Size": n}))
+				continue
+			}
 			t := a.sys.now()
 			key := t.Format(memoryKeyLayout)
 			for {
@@ -28,20 +47,25 @@ func (a *agent) applyMemoryLocked(ops []MemoryOp) []string {
 				t = t.Add(time.Second)
 				key = t.Format(memoryKeyLayout)
 			}
-			pm[key] = demoteHeadings(strings.TrimSpace(op.Add))
-			report = append(report, "added "+key)
+			pm[key] = text
+			chars += n
+			report = append(report, a.sys.text("memory_added", map[string]any{"Key": key}))
 		case op.Delete != "":
 			key := strings.TrimSpace(op.Delete)
-			if _, ok := pm[key]; ok {
+			if m, ok := pm[key]; ok {
+				chars -= utf8.RuneCountInString(m)
 				delete(pm, key)
-				report = append(report, "deleted "+key)
+				report = append(report, a.sys.text("memory_deleted", map[string]any{"Key": key}))
 			} else {
-				report = append(report, fmt.Sprintf("delete %q: no such key", key))
+				report = append(report, a.sys.text("memory_no_key", map[string]any{"Key": key}))
 			}
 		default:
-			report = append(report, "ignored an op with neither add nor delete")
+			report = append(report, a.sys.text("memory_ignored", nil))
 		}
 	}
+	// Full until a block of ops is applied without a refusal (the agent
+	// deleted or merged entries, or added only what fits).
+	a.st.MemoryFull = refused
 	a.changedLocked(Event{Detail: "persistent_memory"})
 	return report
 }

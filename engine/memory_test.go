@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,5 +107,48 @@ func TestMemoryFromAStep(t *testing.T) {
 	wantReport := []string{"added 20250613T103022", "added 20250613T103023", `delete "missing": no such key`}
 	if diff := cmp.Diff(jsonNorm(t, wantReport), jsonNorm(t, st.ExecuteResult["persistent_memory"])); diff != "" {
 		t.Errorf("execute_result.persistent_memory mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestPersistentMemoryCap: adds past the entry or character cap are refused
+// whole and reported, nothing else is dropped, MemoryFull is set until a
+// block applies without refusal, and a delete first makes room.
+func TestPersistentMemoryCap(t *testing.T) {
+	s := bareSystem(t, func(c *Config) { c.Now = fixedClock; c.MemoryMaxEntries = 2; c.MemoryMaxChars = 10 })
+	a := looseAgent(s, "x")
+	a.mu.Lock()
+	defer a.mu.Unlock()
+
+	steps := []struct {
+		ops      []MemoryOp
+		wantKeys []string
+		wantFull bool
+		refused  int
+	}{
+		{[]MemoryOp{{Add: "12345"}, {Add: "123456"}}, []string{"20250613T103022"}, true, 1}, // chars: 5+6 > 10
+		{[]MemoryOp{{Add: "abc"}}, []string{"20250613T103022", "20250613T103023"}, false, 0},
+		{[]MemoryOp{{Add: "z"}}, []string{"20250613T103022", "20250613T103023"}, true, 1}, // entries: 3 > 2
+		{[]MemoryOp{{Delete: "20250613T103022"}, {Add: "merged"}}, []string{"20250613T103022", "20250613T103023"}, false, 0},
+	}
+	for i, st := range steps {
+		report := a.applyMemoryLocked(st.ops)
+		refused := 0
+		for _, r := range report {
+			if strings.HasPrefix(r, "refused to add") {
+				refused++
+			}
+		}
+		if refused != st.refused {
+			t.Errorf("step %d: %d refusals in %q, want %d", i, refused, report, st.refused)
+		}
+		if diff := cmp.Diff(st.wantKeys, sortedKeys(a.st.PersistentMemory)); diff != "" {
+			t.Errorf("step %d: keys mismatch (-want +got):\n%s", i, diff)
+		}
+		if a.st.MemoryFull != st.wantFull {
+			t.Errorf("step %d: MemoryFull = %v, want %v", i, a.st.MemoryFull, st.wantFull)
+		}
+	}
+	if got := a.st.PersistentMemory["20250613T103022"]; got != "merged" {
+		t.Errorf("entry after delete and add = %q, want %q", got, "merged")
 	}
 }

@@ -89,7 +89,7 @@ func (s *System) checkPlan(ag *AgentState, skill string, specs []StepSpec) ([]St
 				continue
 			}
 			paired = append(paired, StepSpec{
-				StepIntention: "Generate the call for: " + sp.StepIntention,
+				StepIntention: s.text("tool_instruction_intention", map[string]any{"Intention": sp.StepIntention}),
 				Type:          StepSkill,
 				Executor:      SkillInstructionGeneration,
 				TextContent:   sp.TextContent,
@@ -105,14 +105,14 @@ func (s *System) checkPlan(ag *AgentState, skill string, specs []StepSpec) ([]St
 	switch skill {
 	case SkillPlanning:
 		if !lastIs(SkillReflection) {
-			kept = append(kept, s.reflectionSpec("a plan ends with a reflection"))
+			kept = append(kept, s.reflectionSpec(s.text("reason_plan_ends", nil)))
 		}
 	case SkillReflection:
 		switch {
 		case len(kept) == 0:
-			kept = append(kept, s.summarySpec("reflection found the stage goal met"))
+			kept = append(kept, s.summarySpec(s.text("reason_goal_met", nil)))
 		case !lastIs(SkillReflection, SkillSummary):
-			kept = append(kept, s.reflectionSpec("a reflection's new steps end with a reflection"))
+			kept = append(kept, s.reflectionSpec(s.text("reason_reflection_ends", nil)))
 		}
 	case SkillToolDecision:
 		if len(kept) > 2 {

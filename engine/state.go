@@ -198,7 +198,11 @@ type AgentState struct {
 	WorkingMemory map[string]map[string][]string `json:"working_memory"`
 	// PersistentMemory is {"%Y%m%dT%H%M%S" timestamp: markdown} (spec §9.3).
 	PersistentMemory map[string]string `json:"persistent_memory"`
-	AgentStep        AgentStep         `json:"agent_step"`
+	// MemoryFull reports that the agent's last memory ops had an add
+	// refused at the memory's cap (Config.MemoryMaxEntries,
+	// MemoryMaxChars); its prompts say so until it consolidates.
+	MemoryFull bool      `json:"memory_full,omitempty"`
+	AgentStep  AgentStep `json:"agent_step"`
 	// StepLock holds the waiting IDs the agent is blocked on (spec §9.1).
 	StepLock []string `json:"step_lock"`
 	Tools    []string `json:"tools"`

@@ -165,10 +165,11 @@ func (s *System) apply(a *agent, step StepState, out *Output, cancelled bool) {
 	// task takes a step's report once, by its step ID).
 	if t, ok := s.task(step.TaskID); ok {
 		report := func() error {
-			info := fmt.Sprintf("%s step %s", step.Executor, state)
+			why := ""
 			if failure != nil {
-				info += ": " + truncate(failure.Error(), 300)
+				why = truncate(failure.Error(), 300)
 			}
+			info := s.text("shared_info_step", map[string]any{"Executor": step.Executor, "State": state, "Reason": why})
 			var err error
 			notices, err = t.report(stepReport{
 				StageID: step.StageID, AgentID: a.id, Role: role, StepID: step.StepID,
@@ -246,9 +247,9 @@ func (s *System) keepMoving(a *agent, step *StepState, failure error) {
 		return
 	}
 	c := a.count(stageKey{step.TaskID, step.StageID})
-	reason := "no step left"
+	reason := s.text("stage_no_step_left", nil)
 	if failure != nil {
-		reason = fmt.Sprintf("step %s (%s) failed: %s", step.StepID, step.Executor, truncate(failure.Error(), 300))
+		reason = s.text("stage_step_failed", map[string]any{"StepID": step.StepID, "Executor": step.Executor, "Reason": truncate(failure.Error(), 300)})
 	}
 	if step.Executor == SkillSummary || c.reflections >= s.cfg.StageReflectionBudget || c.steps >= s.cfg.StageStepBudget {
 		a.ensureSummaryLocked(step.TaskID, step.StageID, reason)

@@ -79,6 +79,12 @@ type Config struct {
 	// oldest shared-info entries) are shortened. It must stay below the
 	// store's message limit (1 MiB on NATS). Default 640 KiB.
 	MaxDocumentBytes int
+	// MemoryMaxEntries and MemoryMaxChars cap each agent's persistent
+	// memory (spec §9.3): an add past either is refused and the agent is
+	// told to consolidate; nothing is dropped. Defaults 30 entries and
+	// 6,000 characters (every entry is in every prompt of the agent).
+	MemoryMaxEntries int
+	MemoryMaxChars   int
 
 	// Store persists every change (nil: memory only).
 	Store Store
@@ -99,24 +105,29 @@ func (c *Config) withDefaults() (Config, error) {
 	if cfg.OperatorName == "" {
 		cfg.OperatorName = "operator"
 	}
+	// The base task's texts come from the prompt set, so that they are in
+	// its language and its name is the one its system prompt uses.
 	if cfg.BaseTaskName == "" {
-		cfg.BaseTaskName = "MAS base task"
+		cfg.BaseTaskName = cfg.Texts.Text("base_task_name", nil)
 	}
 	if cfg.BaseTaskIntention == "" {
-		cfg.BaseTaskIntention = "Keep the MAS ready for the operator: receive requests, create and manage tasks. This task never ends."
+		cfg.BaseTaskIntention = cfg.Texts.Text("base_task_intention", nil)
 	}
 	if cfg.BaseStageGoal == "" {
-		cfg.BaseStageGoal = "Answer the operator and turn requests into tasks with task_manager and agent_manager."
+		cfg.BaseStageGoal = cfg.Texts.Text("base_stage_goal", nil)
 	}
 	if cfg.WaitTimeout < 0 || cfg.StageStepBudget < 0 || cfg.StageReflectionBudget < 0 || cfg.SummaryAttempts < 0 ||
-		cfg.RetryStageLimit < 0 || cfg.StallTimeout < 0 || cfg.StallNotices < 0 || cfg.MaxTextChars < 0 || cfg.MaxDocumentBytes < 0 {
-		return cfg, errors.New("engine: config: WaitTimeout, StageStepBudget, StageReflectionBudget, SummaryAttempts, RetryStageLimit, StallTimeout, StallNotices, MaxTextChars and MaxDocumentBytes must not be negative")
+		cfg.RetryStageLimit < 0 || cfg.StallTimeout < 0 || cfg.StallNotices < 0 || cfg.MaxTextChars < 0 || cfg.MaxDocumentBytes < 0 ||
+		cfg.MemoryMaxEntries < 0 || cfg.MemoryMaxChars < 0 {
+		return cfg, errors.New("engine: config: WaitTimeout, StageStepBudget, StageReflectionBudget, SummaryAttempts, RetryStageLimit, StallTimeout, StallNotices, MaxTextChars, MaxDocumentBytes, MemoryMaxEntries and MemoryMaxChars must not be negative")
 	}
 	cfg.RetryStageLimit = cmp.Or(cfg.RetryStageLimit, 3)
 	cfg.StallTimeout = cmp.Or(cfg.StallTimeout, 3*time.Minute)
 	cfg.StallNotices = cmp.Or(cfg.StallNotices, 2)
 	cfg.MaxTextChars = cmp.Or(cfg.MaxTextChars, 16000)
 	cfg.MaxDocumentBytes = cmp.Or(cfg.MaxDocumentBytes, 640<<10)
+	cfg.MemoryMaxEntries = cmp.Or(cfg.MemoryMaxEntries, 30)
+	cfg.MemoryMaxChars = cmp.Or(cfg.MemoryMaxChars, 6000)
 	if cfg.WaitTimeout == 0 {
 		cfg.WaitTimeout = 10 * time.Minute
 	}

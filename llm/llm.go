@@ -45,6 +45,10 @@ type Usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
 	TotalTokens      int `json:"total_tokens"`
+	// CachedTokens is the part of PromptTokens the endpoint served from its
+	// prompt cache (usage.prompt_tokens_details.cached_tokens; 0 where the
+	// endpoint does not report it).
+	CachedTokens int `json:"cached_tokens"`
 	// Calls counts the HTTP-level completions that succeeded or failed
 	// after retries (one per Complete call).
 	Calls int `json:"calls"`
@@ -60,6 +64,7 @@ func (u *Usage) Add(o Usage) {
 	u.PromptTokens += o.PromptTokens
 	u.CompletionTokens += o.CompletionTokens
 	u.TotalTokens += o.TotalTokens
+	u.CachedTokens += o.CachedTokens
 	u.Calls += o.Calls
 	u.LatencyMS += o.LatencyMS
 	u.PromptChars += o.PromptChars

@@ -197,6 +197,9 @@ func (o *OpenAI) Complete(ctx context.Context, req *Request) (*Response, error) 
 			resp.Usage.PromptTokens = cres.Usage.PromptTokens
 			resp.Usage.CompletionTokens = cres.Usage.CompletionTokens
 			resp.Usage.TotalTokens = cres.Usage.TotalTokens
+			if d := cres.Usage.PromptTokensDetails; d != nil {
+				resp.Usage.CachedTokens = d.CachedTokens
+			}
 			resp.Model = cmp.Or(cres.Model, model)
 			if len(cres.Choices) == 0 {
 				f = &failure{status: http.StatusOK, detail: "status 200: response has no choices"}

@@ -37,6 +37,18 @@ func TestCompleteSuccess(t *testing.T) {
 			},
 		},
 		{
+			name: "cached prompt tokens reported",
+			reply: reply{body: `{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],` +
+				`"usage":{"prompt_tokens":2048,"completion_tokens":1,"total_tokens":2049,"prompt_tokens_details":{"cached_tokens":1152}}}`},
+			req: userRequest("abc"),
+			wantResp: &Response{
+				Content: "ok",
+				Model:   "m",
+				Usage: Usage{PromptTokens: 2048, CompletionTokens: 1, TotalTokens: 2049, CachedTokens: 1152,
+					Calls: 1, PromptChars: 3, ResponseChars: 2},
+			},
+		},
+		{
 			name:  "no usage from the endpoint",
 			reply: reply{body: completionBody("served-model", "plain answer", nil)},
 			req:   userRequest("héllo"),

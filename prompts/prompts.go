@@ -45,6 +45,7 @@ var HeadingKeys = []string{
 	"system", "role", "role_info", "skills_tools", "skills", "tools", "no_skills", "no_tools",
 	"current_step", "history", "no_history", "memory", "memory_rules", "memory_content",
 	"no_memory", "tool_step", "tool_history", "no_tool_history", "mcp", "executed", "pending",
+	"skill_rules", "history_folded", "memory_full",
 }
 
 // TextKeys are the engine's own texts (messages and step texts it writes)
@@ -69,6 +70,11 @@ var TextKeys = []string{
 	"llm_waiting", "llm_outage_began", "llm_outage_ended", "llm_outage_gave_up", "llm_refused",
 	"reply_lost_intention", "reply_lost_text", "operator_task_failed",
 	"interrupt_intention", "interrupt_text",
+	"history_digest",
+	"memory_added", "memory_deleted", "memory_no_key", "memory_ignored", "memory_refused",
+	"shared_info_step", "stage_no_step_left", "stage_step_failed", "tool_instruction_intention",
+	"base_task_name", "base_task_intention", "base_stage_goal",
+	"reason_plan_ends", "reason_goal_met", "reason_reflection_ends",
 }
 
 // SkillPrompt is one skill's prompt file.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/mas-mcp/mas-mcp/engine"
 )
@@ -27,36 +28,106 @@ const (
 const (
 	maxTextShown   = 1500
 	maxResultShown = 4000
+	// foldedResultShown is how much of a folded step's result its one
+	// line keeps: the first words, enough to recognise it.
+	foldedResultShown = 120
 )
 
-// render assembles the skill's prompt in the spec's order: the system prompt
-// (§5.1) as the system message, the other sections as the user message.
+// DefaultPromptBudget is the default character budget of a prompt's
+// variable sections (Config.PromptBudget).
+const DefaultPromptBudget = 16000
+
+// render assembles the skill's prompt: the system prompt (§5.1) as the
+// system message, the other sections as the user message.
+//
+// The sections are the spec's (§5), ordered for providers' prompt caching:
+// first everything that is the same in every call of this skill by this
+// agent — role (§5.2), the skill's rules and return format (§5.3), the MCP
+// guide (§5.11), the rules of persistent memory (§5.5) — then what changes:
+// the memory's content (changes only when the agent edits it), then the
+// skill's variable sections in the skill's order (current step, history,
+// tool step, tool history). The fixed part is byte-identical across calls,
+// so an OpenAI-compatible endpoint serves it from its cache.
+//
+// The variable sections share r.budget characters: memory, the current
+// step and the tool step are shown whole (memory has its own cap in the
+// engine), and the stage history or the tool history gets what is left, at
+// least a quarter of the budget, folding its older steps to fit
+// (foldHistory, writeToolHistory).
 func (r *runner) render(in *engine.ExecInput) (system, user string) {
 	p := r.cfg.Prompts
 	system = p.Heading("system") + "\n" + strings.TrimSpace(p.SystemPrompt()) + "\n"
-	var b strings.Builder
-	for i, sec := range r.sk.sections {
-		if i > 0 {
-			b.WriteString("\n")
-		}
+
+	fixed := map[section]string{}
+	var memory string
+	variable := map[section]string{}
+	for _, sec := range r.sk.sections {
+		var b strings.Builder
 		switch sec {
 		case secRole:
 			r.writeRole(&b, in)
+			fixed[sec] = b.String()
 		case secStep:
+			r.writeRules(&b)
+			fixed[sec] = b.String()
+			b.Reset()
 			r.writeStep(&b, in)
-		case secHistory:
-			r.writeHistory(&b, in)
-		case secToolStep:
-			r.writeToolStep(&b, in)
+			variable[sec] = b.String()
 		case secMCP:
 			fmt.Fprintf(&b, "%s\n%s\n", p.Heading("mcp"), strings.TrimSpace(p.MCPBasePrompt()))
-		case secToolHistory:
-			r.writeToolHistory(&b, in)
+			fixed[sec] = b.String()
 		case secMemory:
+			fmt.Fprintf(&b, "%s\n%s\n%s\n", p.Heading("memory"), p.Heading("memory_rules"), strings.TrimSpace(p.PersistentMemoryPrompt()))
+			fixed[sec] = b.String()
+			b.Reset()
 			r.writeMemory(&b, in)
+			memory = b.String()
+		case secToolStep:
+			r.writeToolStep(&b, in)
+			variable[sec] = b.String()
+		}
+	}
+	if slices.Contains(r.sk.sections, secToolHistory) {
+		// Like the stage history: what the other variable sections leave.
+		var b strings.Builder
+		r.writeToolHistory(&b, in, max(r.budget-r.used(memory, variable), r.budget/4))
+		variable[secToolHistory] = b.String()
+	}
+	if slices.Contains(r.sk.sections, secHistory) {
+		var b strings.Builder
+		r.writeHistory(&b, in, max(r.budget-r.used(memory, variable), r.budget/4))
+		variable[secHistory] = b.String()
+	}
+
+	var b strings.Builder
+	for _, sec := range []section{secRole, secStep, secMCP, secMemory} {
+		if part, ok := fixed[sec]; ok {
+			if b.Len() > 0 {
+				b.WriteString("\n")
+			}
+			b.WriteString(part)
+		}
+	}
+	if slices.Contains(r.sk.sections, secMemory) {
+		// Right after the memory rules, which end the fixed part.
+		b.WriteString(memory)
+	}
+	for _, sec := range r.sk.sections {
+		if v, ok := variable[sec]; ok {
+			b.WriteString("\n")
+			b.WriteString(v)
 		}
 	}
 	return system, b.String()
+}
+
+// used is the characters the variable sections rendered so far take.
+func (r *runner) used(memory string, variable map[section]string) int {
+	n := utf8.RuneCountInString(memory)
+	for _, v := range variable {
+		n += utf8.RuneCountInString(v)
+	}
+	return n
 }
 
 func (r *runner) writeRole(b *strings.Builder, in *engine.ExecInput) {
@@ -90,17 +161,25 @@ func (r *runner) writeRole(b *strings.Builder, in *engine.ExecInput) {
 	}
 }
 
+// writeRules writes the skill's rules and return format (spec §5.3), the
+// same in every call of the skill.
+func (r *runner) writeRules(b *strings.Builder) {
+	p := r.cfg.Prompts
+	sp, _ := p.Skill(r.sk.name)
+	fmt.Fprintf(b, "%s\n%s\n\n%s\n", p.Heading("skill_rules"), strings.TrimSpace(sp.UsePrompt.SkillPrompt), strings.TrimSpace(sp.UsePrompt.ReturnFormat))
+}
+
+// writeStep writes the current step (spec §5.3); the skill's rules are
+// written apart by writeRules, in the prompt's fixed part.
 func (r *runner) writeStep(b *strings.Builder, in *engine.ExecInput) {
 	p := r.cfg.Prompts
 	s := &in.Step
-	sp, _ := p.Skill(r.sk.name)
 	fmt.Fprintf(b, "%s\n", p.Heading("current_step"))
 	fmt.Fprintf(b, "- step_id: %s\n- executor: %s\n- task_id: %s\n- stage_id: %s\n", s.StepID, s.Executor, s.TaskID, s.StageID)
 	if goal := stageGoal(in); goal != "" {
 		fmt.Fprintf(b, "- stage_goal: %s\n", indent(goal))
 	}
-	fmt.Fprintf(b, "- step_intention: %s\n- text_content:\n\n%s\n\n", oneLine(s.StepIntention), strings.TrimSpace(s.TextContent))
-	fmt.Fprintf(b, "%s\n\n%s\n", strings.TrimSpace(sp.UsePrompt.SkillPrompt), strings.TrimSpace(sp.UsePrompt.ReturnFormat))
+	fmt.Fprintf(b, "- step_intention: %s\n- text_content:\n\n%s\n", oneLine(s.StepIntention), strings.TrimSpace(s.TextContent))
 }
 
 // stageGoal is the agent's own goal in the step's stage (its entry in the
@@ -129,7 +208,11 @@ func stageSteps(in *engine.ExecInput) []engine.StepState {
 	return out
 }
 
-func (r *runner) writeHistory(b *strings.Builder, in *engine.ExecInput) {
+// writeHistory writes this stage's other steps (spec §5.6) in at most
+// budget characters (at least the newest executed step is shown whole):
+// pending steps first take what they need, then executed steps are folded
+// by foldHistory.
+func (r *runner) writeHistory(b *strings.Builder, in *engine.ExecInput, budget int) {
 	p := r.cfg.Prompts
 	fmt.Fprintf(b, "%s\n", p.Heading("history"))
 	var done, pending []engine.StepState
@@ -147,20 +230,88 @@ func (r *runner) writeHistory(b *strings.Builder, in *engine.ExecInput) {
 		fmt.Fprintf(b, "%s\n", p.Heading("no_history"))
 		return
 	}
-	fmt.Fprintf(b, "%s\n", p.Heading("executed"))
-	for _, s := range done {
-		writeHistoryStep(b, s, true)
+	// Pending steps: whole while they fit in half the budget, else one
+	// line each (they have no result yet; their texts are the plan).
+	var pb strings.Builder
+	for _, s := range pending {
+		writeHistoryStep(&pb, s, false)
 	}
+	if utf8.RuneCountInString(pb.String()) > budget/2 {
+		pb.Reset()
+		for _, s := range pending {
+			pb.WriteString(foldedStep(s))
+		}
+	}
+	pendingText := pb.String()
+	if len(pending) == 0 {
+		pendingText = "-\n"
+	}
+
+	fmt.Fprintf(b, "%s\n", p.Heading("executed"))
 	if len(done) == 0 {
 		b.WriteString("-\n")
+	} else {
+		b.WriteString(r.foldHistory(done, budget-utf8.RuneCountInString(pendingText)))
 	}
-	fmt.Fprintf(b, "\n%s\n", p.Heading("pending"))
-	for _, s := range pending {
-		writeHistoryStep(b, s, false)
+	fmt.Fprintf(b, "\n%s\n%s", p.Heading("pending"), pendingText)
+}
+
+// foldHistory renders executed steps, oldest first, in about budget
+// characters, deterministically and without any LLM call: going back from
+// the newest, steps are shown whole while they fit (the newest always is),
+// then one line each (foldedStep) while those fit, and the steps older than
+// that are counted in one digest line at the top. When anything is folded,
+// a note says how to read a folded step's full result.
+func (r *runner) foldHistory(done []engine.StepState, budget int) string {
+	p := r.cfg.Prompts
+	lines := make([]string, len(done))
+	used, oldest, whole := 0, len(done), true
+	for i := len(done) - 1; i >= 0; i-- {
+		if whole {
+			var sb strings.Builder
+			writeHistoryStep(&sb, done[i], true)
+			if n := utf8.RuneCountInString(sb.String()); i == len(done)-1 || used+n <= budget {
+				lines[i], used, oldest = sb.String(), used+n, i
+				continue
+			}
+			whole = false
+		}
+		l := foldedStep(done[i])
+		n := utf8.RuneCountInString(l)
+		if used+n > budget {
+			break
+		}
+		lines[i], used, oldest = l, used+n, i
 	}
-	if len(pending) == 0 {
-		b.WriteString("-\n")
+	if whole {
+		return strings.Join(lines, "")
 	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n", p.Heading("history_folded"))
+	if oldest > 0 {
+		finished, failed := 0, 0
+		for _, s := range done[:oldest] {
+			switch s.ExecutionState {
+			case engine.StateFinished:
+				finished++
+			case engine.StateFailed:
+				failed++
+			}
+		}
+		fmt.Fprintf(&b, "%s\n", p.Text("history_digest", map[string]any{"N": oldest, "Finished": finished, "Failed": failed}))
+	}
+	b.WriteString(strings.Join(lines[oldest:], ""))
+	return b.String()
+}
+
+// foldedStep is one step in one line: its ID, state, executor, intention
+// and the first words of its result.
+func foldedStep(s engine.StepState) string {
+	line := fmt.Sprintf("- step_id %s [%s] %s: %s", s.StepID, s.ExecutionState, s.Executor, truncate(oneLine(s.StepIntention), foldedResultShown))
+	if len(s.ExecuteResult) > 0 {
+		line += " → " + compactJSON(s.ExecuteResult, foldedResultShown)
+	}
+	return line + "\n"
 }
 
 func writeHistoryStep(b *strings.Builder, s engine.StepState, results bool) {
@@ -178,8 +329,10 @@ func writeHistoryStep(b *strings.Builder, s engine.StepState, results bool) {
 
 func (r *runner) writeMemory(b *strings.Builder, in *engine.ExecInput) {
 	p := r.cfg.Prompts
-	fmt.Fprintf(b, "%s\n%s\n%s\n\n%s\n", p.Heading("memory"), p.Heading("memory_rules"),
-		strings.TrimSpace(p.PersistentMemoryPrompt()), p.Heading("memory_content"))
+	fmt.Fprintf(b, "\n%s\n", p.Heading("memory_content"))
+	if in.Agent.MemoryFull {
+		fmt.Fprintf(b, "%s\n", p.Heading("memory_full"))
+	}
 	pm := in.Agent.PersistentMemory
 	if len(pm) == 0 {
 		fmt.Fprintf(b, "%s\n", p.Heading("no_memory"))

@@ -303,24 +303,27 @@ func (v fixtureView) Stage(taskID, stageID string) (engine.StageState, bool) {
 func (fixtureView) AgentBrief(string) (engine.AgentBrief, bool) { return engine.AgentBrief{}, false }
 
 // sectionKeys are the heading keys of the user message's sections.
-var sectionKeys = []string{"role", "current_step", "history", "tool_step", "mcp", "tool_history", "memory"}
+var sectionKeys = []string{"role", "skill_rules", "current_step", "history", "tool_step", "mcp", "tool_history", "memory"}
 
-// wantSections is each skill's section order after the system prompt, as
-// spec §3 lists it ("提示词顺序" and "提示词").
+// wantSections is each skill's section order after the system prompt: the
+// spec's sections (§3 "提示词顺序" and "提示词"), with the part that is the
+// same in every call first — role, the skill's rules, the MCP guide, the
+// memory rules (followed by the memory's content) — so that providers cache
+// it (issue 14), then the variable sections in the spec's relative order.
 var wantSections = map[string][]string{
-	engine.SkillPlanning:              {"role", "current_step", "memory"},
-	engine.SkillReflection:            {"role", "current_step", "history", "memory"},
-	engine.SkillSummary:               {"role", "current_step", "history", "memory"},
-	engine.SkillInstructionGeneration: {"role", "current_step", "tool_step", "memory"},
-	engine.SkillThink:                 {"role", "current_step", "history", "memory"},
-	engine.SkillQuickThink:            {"role", "current_step", "memory"},
-	engine.SkillSendMessage:           {"role", "current_step", "history", "memory"},
-	engine.SkillProcessMessage:        {"role", "history", "memory", "current_step"},
-	engine.SkillTaskManager:           {"role", "current_step", "history", "memory"},
-	engine.SkillAgentManager:          {"role", "current_step", "history", "memory"},
-	engine.SkillAskInfo:               {"role", "current_step", "memory"},
-	engine.SkillToolDecision:          {"role", "current_step", "mcp", "tool_history", "memory"},
-	engine.SkillDecision:              {"role", "current_step", "history", "memory"},
+	engine.SkillPlanning:              {"role", "skill_rules", "memory", "current_step"},
+	engine.SkillReflection:            {"role", "skill_rules", "memory", "current_step", "history"},
+	engine.SkillSummary:               {"role", "skill_rules", "memory", "current_step", "history"},
+	engine.SkillInstructionGeneration: {"role", "skill_rules", "memory", "current_step", "tool_step"},
+	engine.SkillThink:                 {"role", "skill_rules", "memory", "current_step", "history"},
+	engine.SkillQuickThink:            {"role", "skill_rules", "memory", "current_step"},
+	engine.SkillSendMessage:           {"role", "skill_rules", "memory", "current_step", "history"},
+	engine.SkillProcessMessage:        {"role", "skill_rules", "memory", "history", "current_step"},
+	engine.SkillTaskManager:           {"role", "skill_rules", "memory", "current_step", "history"},
+	engine.SkillAgentManager:          {"role", "skill_rules", "memory", "current_step", "history"},
+	engine.SkillAskInfo:               {"role", "skill_rules", "memory", "current_step"},
+	engine.SkillToolDecision:          {"role", "skill_rules", "mcp", "memory", "current_step", "tool_history"},
+	engine.SkillDecision:              {"role", "skill_rules", "memory", "current_step", "history"},
 }
 
 func goldenPath(lang, name string) string {

@@ -1,6 +1,7 @@
 package skills
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +24,11 @@ type Config struct {
 	Tools engine.ToolCatalog
 	// Logger receives debug logs of calls (nil: discarded).
 	Logger *slog.Logger
+	// PromptBudget is the character budget of each prompt's variable
+	// sections (stage history, tool history, persistent memory, the current
+	// step with its message): older history steps are folded to stay within
+	// it. 0: DefaultPromptBudget; negative is rejected.
+	PromptBudget int
 }
 
 // skill is one LLM skill: how its prompt is assembled and how its answer
@@ -51,6 +57,10 @@ func Executors(cfg Config) (map[string]engine.Executor, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	if cfg.PromptBudget < 0 {
+		return nil, fmt.Errorf("skills: config: PromptBudget %d: must not be negative", cfg.PromptBudget)
+	}
+	budget := cmp.Or(cfg.PromptBudget, DefaultPromptBudget)
 	// Every prompt lists the agent's skills with their guides: render each
 	// guide once.
 	guides := map[string]string{}
@@ -62,7 +72,7 @@ func Executors(cfg Config) (map[string]engine.Executor, error) {
 		if _, ok := cfg.Prompts.Skill(sk.name); !ok {
 			return nil, fmt.Errorf("skills: prompt set %q has no skill %q", cfg.Prompts.Lang(), sk.name)
 		}
-		out[sk.name] = &runner{cfg: cfg, sk: sk, guides: guides}
+		out[sk.name] = &runner{cfg: cfg, sk: sk, guides: guides, budget: budget}
 	}
 	for _, n := range engine.SkillNames {
 		if out[n] == nil {
@@ -88,6 +98,8 @@ type runner struct {
 	sk  skill
 	// guides are the skills' use guides, one line each.
 	guides map[string]string
+	// budget is the variable sections' character budget (Config.PromptBudget).
+	budget int
 }
 
 // Execute implements engine.Executor.

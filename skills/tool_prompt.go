@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/mas-mcp/mas-mcp/engine"
 )
@@ -148,7 +149,10 @@ func stopped(d engine.StepState) bool {
 	return false
 }
 
-func (r *runner) writeToolHistory(b *strings.Builder, in *engine.ExecInput) {
+// writeToolHistory writes this tool's calls so far (spec §5.9) in about
+// budget characters: going back from the newest call, calls are shown whole
+// while they fit (the newest always is), older ones in one line each.
+func (r *runner) writeToolHistory(b *strings.Builder, in *engine.ExecInput, budget int) {
 	p := r.cfg.Prompts
 	fmt.Fprintf(b, "%s\n", p.Heading("tool_history"))
 	name := toolName(in)
@@ -160,16 +164,33 @@ func (r *runner) writeToolHistory(b *strings.Builder, in *engine.ExecInput) {
 	// Field-style labels, like the rest of the prompt, read the same in
 	// every language set.
 	fmt.Fprintf(b, "- tool: %s\n- initial_step_intention: %s\n", name, oneLine(chain[0].tool.StepIntention))
-	for n, c := range chain {
-		fmt.Fprintf(b, "\n#### [%d] step_id %s (%s)\n", n+1, c.tool.StepID, c.tool.ExecutionState)
-		fmt.Fprintf(b, "- step_intention: %s\n", oneLine(c.tool.StepIntention))
-		if t := strings.TrimSpace(c.tool.TextContent); t != "" {
-			fmt.Fprintf(b, "- text_content: %s\n", indent(truncate(t, maxTextShown)))
+	entries := make([]string, len(chain))
+	used, whole, folded := 0, true, false
+	for n := len(chain) - 1; n >= 0; n-- {
+		c := chain[n]
+		if whole {
+			var e strings.Builder
+			fmt.Fprintf(&e, "\n#### [%d] step_id %s (%s)\n", n+1, c.tool.StepID, c.tool.ExecutionState)
+			fmt.Fprintf(&e, "- step_intention: %s\n", oneLine(c.tool.StepIntention))
+			if t := strings.TrimSpace(c.tool.TextContent); t != "" {
+				fmt.Fprintf(&e, "- text_content: %s\n", indent(truncate(t, maxTextShown)))
+			}
+			fmt.Fprintf(&e, "- instruction_content: %s\n", compactJSON(c.tool.InstructionContent, maxResultShown))
+			fmt.Fprintf(&e, "- execute_result: %s\n", compactJSON(c.tool.ExecuteResult, maxResultShown))
+			if c.decision != nil {
+				fmt.Fprintf(&e, "- tool_decision_result: %s\n", compactJSON(c.decision.ExecuteResult, maxResultShown))
+			}
+			if k := utf8.RuneCountInString(e.String()); n == len(chain)-1 || used+k <= budget {
+				entries[n], used = e.String(), used+k
+				continue
+			}
+			whole = false
 		}
-		fmt.Fprintf(b, "- instruction_content: %s\n", compactJSON(c.tool.InstructionContent, maxResultShown))
-		fmt.Fprintf(b, "- execute_result: %s\n", compactJSON(c.tool.ExecuteResult, maxResultShown))
-		if c.decision != nil {
-			fmt.Fprintf(b, "- tool_decision_result: %s\n", compactJSON(c.decision.ExecuteResult, maxResultShown))
-		}
+		folded = true
+		entries[n] = fmt.Sprintf("\n#### [%d] %s", n+1, foldedStep(c.tool))
 	}
+	if folded {
+		fmt.Fprintf(b, "%s\n", p.Heading("history_folded"))
+	}
+	b.WriteString(strings.Join(entries, ""))
 }

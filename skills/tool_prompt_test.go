@@ -233,7 +233,7 @@ func TestToolHistoryPrompt(t *testing.T) {
 	set := loadSet(t, "en")
 	r := newTestRunner(t, set, execTD, nil)
 	var b strings.Builder
-	r.writeToolHistory(&b, fixture(execTD))
+	r.writeToolHistory(&b, fixture(execTD), DefaultPromptBudget)
 	got := b.String()
 	for _, want := range []string{
 		"- tool: filesystem\n- initial_step_intention: Read the report\n",
@@ -254,8 +254,24 @@ func TestToolHistoryPrompt(t *testing.T) {
 		t.Errorf("tool history shows an earlier chain:\n%s", got)
 	}
 
+	// Over a tiny budget the newest call stays whole, the older one folds
+	// to one line, and the prompt says how to read it.
 	b.Reset()
-	r.writeToolHistory(&b, decidingOn("<tool_name>filesystem</tool_name>", skillStep("p", "planning")))
+	r.writeToolHistory(&b, fixture(execTD), 10)
+	folded := b.String()
+	for _, want := range []string{
+		set.Heading("history_folded") + "\n",
+		"#### [1] - step_id step-3 [finished] filesystem: Read the report → ",
+		"#### [2] step_id step-6 (finished)\n",
+		`- instruction_content: {"arguments":{"path":"/data/report.md"},"tool_name":"read_file"}`,
+	} {
+		if !strings.Contains(folded, want) {
+			t.Errorf("folded tool history lacks %q:\n%s", want, folded)
+		}
+	}
+
+	b.Reset()
+	r.writeToolHistory(&b, decidingOn("<tool_name>filesystem</tool_name>", skillStep("p", "planning")), DefaultPromptBudget)
 	if want := set.Heading("tool_history") + "\n" + set.Heading("no_tool_history") + "\n"; b.String() != want {
 		t.Errorf("empty tool history = %q, want %q", b.String(), want)
 	}

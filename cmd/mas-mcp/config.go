@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/mas-mcp/mas-mcp/server"
+	"github.com/mas-mcp/mas-mcp/skills"
 	"github.com/mas-mcp/mas-mcp/store"
 )
 
@@ -64,6 +65,13 @@ type Config struct {
 	// told; after StallNotices notices without progress it fails.
 	StallTimeout time.Duration `yaml:"stall_timeout"`
 	StallNotices int           `yaml:"stall_notices"`
+	// PromptBudget is the character budget of each prompt's variable
+	// sections (history, tool history, memory, message); older history
+	// folds to stay within it.
+	PromptBudget int `yaml:"prompt_budget"`
+	// MemoryMaxEntries and MemoryMaxChars cap each agent's persistent memory.
+	MemoryMaxEntries int `yaml:"memory_max_entries"`
+	MemoryMaxChars   int `yaml:"memory_max_chars"`
 
 	// Stdio serves MCP over stdin/stdout instead of HTTP.
 	Stdio bool `yaml:"stdio"`
@@ -207,6 +215,9 @@ func defaultConfig() Config {
 		RetryStageLimit:       3,
 		StallTimeout:          3 * time.Minute,
 		StallNotices:          2,
+		PromptBudget:          skills.DefaultPromptBudget,
+		MemoryMaxEntries:      30,
+		MemoryMaxChars:        6000,
 		HTTP:                  HTTPConfig{Addr: "127.0.0.1:7777"},
 		LogFormat:             "text",
 		LogLevel:              "info",
@@ -262,6 +273,9 @@ func loadConfigTo(args []string, getenv func(string) string, usage io.Writer) (C
 	wait := fs.Duration("wait-timeout", d.WaitTimeout, "how long an agent waits for a reply before carrying on")
 	steps := fs.Int("stage-step-budget", d.StageStepBudget, "steps an agent may run in one stage before it must summarise")
 	refl := fs.Int("stage-reflection-budget", d.StageReflectionBudget, "reflections an agent may run in one stage before it must summarise")
+	promptBudget := fs.Int("prompt-budget", d.PromptBudget, "characters of a prompt's variable sections (history, memory, message) before older history folds")
+	memEntries := fs.Int("memory-max-entries", d.MemoryMaxEntries, "entries an agent's persistent memory may hold before adds are refused")
+	memChars := fs.Int("memory-max-chars", d.MemoryMaxChars, "characters an agent's persistent memory may hold before adds are refused")
 	dataDir := fs.String("data-dir", "", "directory of the durable state (env MAS_DATA_DIR; default: the user's config directory/mas-mcp)")
 	natsURL := fs.String("nats-url", "", "use this NATS server or cluster for the durable state instead of the embedded one (env MAS_NATS_URL; default: embedded)")
 	natsCreds := fs.String("nats-creds", "", "NATS credentials file for --nats-url (env MAS_NATS_CREDS)")
@@ -345,6 +359,8 @@ func loadConfigTo(args []string, getenv func(string) string, usage io.Writer) (C
 		"stall-notices": func() { cfg.StallNotices = *stallNotices }, "retry-stage-limit": func() { cfg.RetryStageLimit = *retryLimit },
 		"llm-concurrency": func() { cfg.LLM.Concurrency = *conc }, "wait-timeout": func() { cfg.WaitTimeout = *wait },
 		"stage-step-budget": func() { cfg.StageStepBudget = *steps }, "stage-reflection-budget": func() { cfg.StageReflectionBudget = *refl },
+		"prompt-budget": func() { cfg.PromptBudget = *promptBudget }, "memory-max-entries": func() { cfg.MemoryMaxEntries = *memEntries },
+		"memory-max-chars": func() { cfg.MemoryMaxChars = *memChars },
 	} {
 		if set[name] {
 			apply()
@@ -395,6 +411,12 @@ func (c Config) validate() error {
 		return fmt.Errorf("stage_step_budget %d: must be positive", c.StageStepBudget)
 	case c.StageReflectionBudget <= 0:
 		return fmt.Errorf("stage_reflection_budget %d: must be positive", c.StageReflectionBudget)
+	case c.PromptBudget <= 0:
+		return fmt.Errorf("prompt_budget %d: must be positive", c.PromptBudget)
+	case c.MemoryMaxEntries <= 0:
+		return fmt.Errorf("memory_max_entries %d: must be positive", c.MemoryMaxEntries)
+	case c.MemoryMaxChars <= 0:
+		return fmt.Errorf("memory_max_chars %d: must be positive", c.MemoryMaxChars)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("log_format %q: must be text or json", c.LogFormat)
 	}

@@ -384,7 +384,8 @@ func build(cfg Config, log *slog.Logger, st engine.Store) (*engine.System, *down
 		return nil, nil, err
 	}
 	pool := downstream.NewPool(mcpCfg, log.With("component", "downstream"))
-	execs, err := skills.Executors(skills.Config{LLM: client, Prompts: set, Tools: pool, Logger: log.With("component", "skills")})
+	execs, err := skills.Executors(skills.Config{LLM: client, Prompts: set, Tools: pool, Logger: log.With("component", "skills"),
+		PromptBudget: cfg.PromptBudget})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -401,6 +402,8 @@ func build(cfg Config, log *slog.Logger, st engine.Store) (*engine.System, *down
 		RetryStageLimit:       cfg.RetryStageLimit,
 		StallTimeout:          cfg.StallTimeout,
 		StallNotices:          cfg.StallNotices,
+		MemoryMaxEntries:      cfg.MemoryMaxEntries,
+		MemoryMaxChars:        cfg.MemoryMaxChars,
 		Store:                 st,
 		Logger:                log.With("component", "engine"),
 	})

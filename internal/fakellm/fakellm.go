@@ -88,6 +88,13 @@ type Call struct {
 	Temperature *float32
 	// MaxTokens is 0 when the request did not set it.
 	MaxTokens int
+	// CachedTokens is the prompt prefix, in tokens, that a provider's prompt
+	// cache would have served: the longest byte-identical beginning shared
+	// with one of the last 64 requests, counted from 1024 tokens on in steps
+	// of 128 at four bytes a token (as OpenAI reports
+	// usage.prompt_tokens_details.cached_tokens). Reported in the usage of
+	// a successful reply, at most its prompt tokens.
+	CachedTokens int
 }
 
 // clone returns a copy of c that shares no memory with it, so recorded calls
@@ -134,7 +141,7 @@ func (r Reply) check() error {
 }
 
 // usage returns the token counts reported for a successful answer to c.
-func (r Reply) usage(c *Call) (prompt, completion int) {
+func (r Reply) usage(c *Call) (prompt, completion, cached int) {
 	prompt, completion = r.PromptTokens, r.CompletionTokens
 	if prompt == 0 {
 		prompt = estimateTokens(promptChars(c.Messages))
@@ -142,7 +149,7 @@ func (r Reply) usage(c *Call) (prompt, completion int) {
 	if completion == 0 {
 		completion = estimateTokens(len(r.Content))
 	}
-	return prompt, completion
+	return prompt, completion, min(c.CachedTokens, prompt)
 }
 
 // errorMessage is the message of an error reply.

@@ -71,9 +71,10 @@ func (in *Instant) Complete(ctx context.Context, req *llm.Request) (*llm.Respons
 	if reply.failed() {
 		return fail(&StatusError{Status: reply.Status, RetryAfter: reply.RetryAfter, Message: reply.errorMessage()})
 	}
-	prompt, completion := reply.usage(&c)
+	prompt, completion, cached := reply.usage(&c)
 	resp.Content = reply.Content
 	resp.Usage.PromptTokens = prompt
+	resp.Usage.CachedTokens = cached
 	resp.Usage.CompletionTokens = completion
 	resp.Usage.TotalTokens = prompt + completion
 	resp.Usage.ResponseChars = len(reply.Content)

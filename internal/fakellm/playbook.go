@@ -31,20 +31,33 @@ func newCall(model string, msgs []llm.Message, temperature *float32, maxTokens i
 		return c
 	}
 	c.Prompt = msgs[firstUser].Content
-	fields := []struct {
-		prefix string
-		dst    *string
-	}{
-		{"- agent_id:", &c.AgentID},
-		{"- name:", &c.AgentName},
-		{"- step_id:", &c.StepID},
-		{"- executor:", &c.Skill},
-	}
+	// The role section comes first: its agent_id and name lines are the
+	// first ones. The step's lines are read under the current-step heading
+	// (a "# …" line ending in the identifier current_step), since the
+	// skill's rules before it may quote "- executor: …" as an example; a
+	// prompt without that heading is read from its beginning.
+	step := c.Prompt
 	for line := range strings.Lines(c.Prompt) {
-		line = strings.TrimLeft(line, " \t")
-		for _, f := range fields {
-			if *f.dst == "" && strings.HasPrefix(line, f.prefix) {
+		if t := strings.TrimSpace(line); strings.HasPrefix(t, "# ") && strings.HasSuffix(t, " current_step") {
+			step = c.Prompt[strings.Index(c.Prompt, line):]
+			break
+		}
+	}
+	fields := []struct {
+		text, prefix string
+		dst          *string
+	}{
+		{c.Prompt, "- agent_id:", &c.AgentID},
+		{c.Prompt, "- name:", &c.AgentName},
+		{step, "- step_id:", &c.StepID},
+		{step, "- executor:", &c.Skill},
+	}
+	for _, f := range fields {
+		for line := range strings.Lines(f.text) {
+			line = strings.TrimLeft(line, " \t")
+			if strings.HasPrefix(line, f.prefix) {
 				*f.dst = strings.TrimSpace(line[len(f.prefix):])
+				break
 			}
 		}
 	}
@@ -62,6 +75,7 @@ type playbook struct {
 	fallback  func(*Call) Reply // guarded by mu
 	calls     []Call            // guarded by mu
 	unmatched []Call            // guarded by mu
+	cache     prefixCache       // guarded by mu
 }
 
 // scripted is a rule with its remaining uses (-1: unlimited).
@@ -150,6 +164,7 @@ func (p *playbook) Pending() []Rule {
 func (p *playbook) answer(c *Call) Reply {
 	p.mu.Lock()
 	c.N = len(p.calls) + 1
+	c.CachedTokens = p.cache.lookup(serialize(c.Messages))
 	p.calls = append(p.calls, c.clone())
 	var (
 		reply   Reply

@@ -78,6 +78,12 @@ type (
 		PromptTokens     int `json:"prompt_tokens"`
 		CompletionTokens int `json:"completion_tokens"`
 		TotalTokens      int `json:"total_tokens"`
+		// PromptTokensDetails is sent only when some prompt tokens were
+		// cached, as OpenAI omits it on endpoints without caching.
+		PromptTokensDetails *wireTokenDetails `json:"prompt_tokens_details,omitempty"`
+	}
+	wireTokenDetails struct {
+		CachedTokens int `json:"cached_tokens"`
 	}
 	wireResponse struct {
 		ID      string       `json:"id"`
@@ -135,7 +141,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, reply.Status, reply.errorMessage())
 		return
 	}
-	prompt, completion := reply.usage(&c)
+	prompt, completion, cached := reply.usage(&c)
+	usage := wireUsage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
+	if cached > 0 {
+		usage.PromptTokensDetails = &wireTokenDetails{CachedTokens: cached}
+	}
 	model := c.Model
 	if model == "" {
 		model = "fakellm"
@@ -149,7 +159,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			Message:      wireMessage{Role: llm.RoleAssistant, Content: reply.Content},
 			FinishReason: "stop",
 		}},
-		Usage: wireUsage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion},
+		Usage: usage,
 	})
 }
 

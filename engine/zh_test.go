@@ -1,0 +1,43 @@
+package engine
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/mas-mcp/mas-mcp/prompts"
+)
+
+// TestChineseEngineTexts: in zh mode the texts the engine writes itself —
+// the base task's name, intention and goal, the instruction_generation step
+// it pairs with a tool step, the shared-info line of a step, the reasons of
+// the steps it adds — are Chinese (issue 14 item 7).
+func TestChineseEngineTexts(t *testing.T) {
+	zh, err := prompts.Load("zh", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := bareSystem(t, func(c *Config) { c.Texts = zh })
+	ag := &AgentState{AgentID: "a-1", Skills: []string{SkillPlanning, SkillReflection, SkillSummary, SkillInstructionGeneration}, Tools: []string{"search"}}
+	kept, rej := s.checkPlan(ag, SkillPlanning, []StepSpec{{StepIntention: "检索资料", Type: StepTool, Executor: "search", TextContent: "检索"}})
+	if len(rej) != 0 || len(kept) != 3 {
+		t.Fatalf("checkPlan kept %d steps (%v), rejected %v; want instruction_generation, tool, reflection", len(kept), kept, rej)
+	}
+	got := map[string]string{
+		"base task name":      s.cfg.BaseTaskName,
+		"base task intention": s.cfg.BaseTaskIntention,
+		"base stage goal":     s.cfg.BaseStageGoal,
+		"paired intention":    kept[0].StepIntention,
+		"added reflection":    kept[2].TextContent,
+		"shared info":         s.text("shared_info_step", map[string]any{"Executor": "think", "State": StateFailed, "Reason": "超时"}),
+	}
+	if got["base task name"] != "MAS基础任务进程" {
+		t.Errorf("base task name = %q, want MAS基础任务进程 (as the zh system prompt calls it)", got["base task name"])
+	}
+	for what, text := range got {
+		for _, w := range []string{"Generate", "step", "base task", "plan ends", "failed", "Keep the MAS", "Answer the operator"} {
+			if strings.Contains(text, w) {
+				t.Errorf("%s = %q holds English %q", what, text, w)
+			}
+		}
+	}
+}
