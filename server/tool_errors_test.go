@@ -143,7 +143,7 @@ func TestToolBadInput(t *testing.T) {
 		badCall{name: "missing action", args: mt("", "action", nil), want: []string{"missing properties", "action"}, sdk: true},
 		badCall{name: "missing task_id", args: mt("cancel_task", "task_id", nil), want: []string{"missing properties", "task_id"}, sdk: true},
 		badCall{name: "empty action", args: mt(""), want: []string{"/properties/action", "enum", "add_stage finish_stage retry_stage finish_task cancel_task"}, sdk: true},
-		badCall{name: "unknown action", args: mt("pause_task"), want: []string{"/properties/action", "enum", "pause_task"}, sdk: true},
+		badCall{name: "unknown action", args: mt("snooze_task"), want: []string{"/properties/action", "enum", "snooze_task"}, sdk: true},
 		badCall{name: "add_task is add_task's job", args: mt("add_task"), want: []string{"/properties/action", "enum", "add_task"}, sdk: true},
 		badCall{name: "action a number", args: mt("", "action", 1), want: []string{"/properties/action", `want "string"`}, sdk: true},
 		badCall{name: "empty task_id", args: mt("cancel_task", "task_id", ""), want: []string{"task_id: is empty"}},
