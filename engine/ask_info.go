@@ -159,6 +159,12 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 			s.filterAgent(askerID, &st, hidden)
 			st.ConversationPool = nil // an operator's conversations are its own
 			states = append(states, st)
+			if step := strings.TrimSpace(q.StepID); step != "" {
+				if err := s.writeStep(&b, st, step); err != nil {
+					return nil, err
+				}
+				continue
+			}
 			writeAgent(&b, st)
 		}
 		res.Data = states
@@ -301,6 +307,38 @@ func writeBriefs(b *strings.Builder, briefs []AgentBrief, goals map[string]strin
 	}
 }
 
+// writeStep writes one step of an agent with its full result (bounded
+// only by MaxTextChars, as it was stored).
+func (s *System) writeStep(b *strings.Builder, st AgentState, stepID string) error {
+	i := slices.IndexFunc(st.AgentStep.StepList, func(sp StepState) bool { return sp.StepID == stepID })
+	if i < 0 {
+		return errf(ErrNotFound, "step_id %q: agent %s has no such step (finished tasks' and stages' steps are cleaned up)", stepID, st.AgentID)
+	}
+	sp := st.AgentStep.StepList[i]
+	res, _ := json.MarshalIndent(sp.ExecuteResult, "", "  ")
+	fmt.Fprintf(b, "#### step %s of agent %s — %s\n- executor: %s (%s)\n- state: %s\n- task %s, stage %s\n- text_content:\n%s\n- execute_result:\n```json\n%s\n```\n\n",
+		sp.StepID, st.Name, sp.StepIntention, sp.Executor, sp.Type, sp.ExecutionState, sp.TaskID, sp.StageID,
+		sp.TextContent, s.clipText(string(res)))
+	return nil
+}
+
+// stepLine is one step on one line: state, executor, intention and the
+// first words of its result or error.
+func stepLine(sp *StepState) string {
+	var res string
+	if e, ok := sp.ExecuteResult["error"].(string); ok {
+		res = "error: " + e
+	} else if len(sp.ExecuteResult) > 0 {
+		b, _ := json.Marshal(sp.ExecuteResult)
+		res = string(b)
+	}
+	line := fmt.Sprintf("%s [%s] %s: %s", sp.StepID, sp.ExecutionState, sp.Executor, oneLine(sp.StepIntention))
+	if res != "" {
+		line += " → " + truncate(strings.Join(strings.Fields(res), " "), 200)
+	}
+	return line
+}
+
 func writeAgent(b *strings.Builder, st AgentState) {
 	fmt.Fprintf(b, "#### agent %s — %s\n- role: %s\n- profile: %s\n- kind: %s\n- working_state: %s\n- skills: %s\n- tools: %s\n- step_lock: %d waiting ID(s)\n- pending steps: %d\n",
 		st.AgentID, st.Name, st.Role, oneLine(st.Profile), st.Kind, st.WorkingState,
@@ -309,6 +347,12 @@ func writeAgent(b *strings.Builder, st AgentState) {
 	fmt.Fprintf(b, "- working_memory: %s\n", wm)
 	for _, k := range sortedKeys(st.PersistentMemory) {
 		fmt.Fprintf(b, "- persistent_memory %s: %s\n", k, oneLine(st.PersistentMemory[k]))
+	}
+	if len(st.AgentStep.StepList) > 0 {
+		b.WriteString("- steps (step_id [state] executor: intention → result; ask_info agent with step_id shows one in full):\n")
+		for i := range st.AgentStep.StepList {
+			fmt.Fprintf(b, "  - %s\n", stepLine(&st.AgentStep.StepList[i]))
+		}
 	}
 	b.WriteString("\n")
 }

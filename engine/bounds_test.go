@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -99,4 +100,45 @@ func TestAskInfoKeepsChineseWhole(t *testing.T) {
 			t.Errorf("the answer does not hold %q whole:\n%s", whole, res.Markdown)
 		}
 	}
+}
+
+// TestAskInfoAgentShowsSteps: ask_info agent lists the agent's steps one
+// line each, and with step_id shows one step's full result (what a folded
+// history points the agent to).
+func TestAskInfoAgentShowsSteps(t *testing.T) {
+	b := newTestbed(t, nil)
+	alice := b.newAgent("alice")
+	long := strings.Repeat("finding ", 500) + "THE END"
+	b.sc.onAgent("alice", SkillPlanning, func(context.Context, *ExecInput) *Output {
+		return &Output{AddSteps: []StepSpec{spec(SkillThink, "think")}}
+	})
+	b.sc.onAgent("alice", SkillThink, func(context.Context, *ExecInput) *Output {
+		return &Output{Result: map[string]any{"think": long}}
+	})
+	id := b.newTask("report", alice)
+	b.addStages(id, StageSpec{StageIntention: "collect", AgentAllocation: map[string]string{alice: "collect facts"}})
+	var think StepState
+	b.waitFor("the think step", func() bool {
+		steps := b.steps(alice, func(s StepState) bool { return s.Executor == SkillThink && s.ExecutionState == StateFinished })
+		if len(steps) == 1 {
+			think = steps[0]
+		}
+		return len(steps) == 1
+	})
+	res, err := b.sys.Query(alice, AskInfoQuery{Type: QueryAgent, AgentID: StringList{alice}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Markdown, think.StepID+" [finished] think") || strings.Contains(res.Markdown, "THE END") {
+		t.Errorf("the agent's steps are not listed one line each:\n%s", res.Markdown)
+	}
+	res, err = b.sys.Query(alice, AskInfoQuery{Type: QueryAgent, AgentID: StringList{alice}, StepID: think.StepID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Markdown, "THE END") {
+		t.Errorf("step_id does not show the full result:\n%.300s", res.Markdown)
+	}
+	_, err = b.sys.Query(alice, AskInfoQuery{Type: QueryAgent, AgentID: StringList{alice}, StepID: "nope"})
+	isErr(t, err, ErrNotFound, "nope")
 }

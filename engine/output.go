@@ -216,6 +216,9 @@ type AskInfoQuery struct {
 	StageID string     `json:"stage_id,omitempty"`
 	TeamID  string     `json:"team_id,omitempty"`
 	AgentID StringList `json:"agent_id,omitempty"`
+	// StepID, with type agent, asks for one step of the agent with its
+	// full result (a step the prompt budget folded, say).
+	StepID string `json:"step_id,omitempty"`
 }
 
 // StringList is a list of strings that also accepts a lone string in JSON,

@@ -104,6 +104,7 @@ func (in AskInfoIn) check(l *Limits) error {
 	c.name("stage_id", in.StageID)
 	c.name("team_id", in.TeamID)
 	c.names("agent_id", in.AgentID)
+	c.name("step_id", in.StepID)
 	return c.err
 }
 

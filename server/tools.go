@@ -210,6 +210,7 @@ type AskInfoIn struct {
 	StageID string            `json:"stage_id,omitempty" jsonschema:"the stage, for stage_info and stage_agents"`
 	TeamID  string            `json:"team_id,omitempty" jsonschema:"the team, for team_agents (default: the only team)"`
 	AgentID engine.StringList `json:"agent_id,omitempty" jsonschema:"for agent: one agent_id or a list of them"`
+	StepID  string            `json:"step_id,omitempty" jsonschema:"for agent (optional): one step of that agent, shown with its full result"`
 }
 
 // AskInfoOut is ask_info's output.
@@ -245,7 +246,7 @@ func (s *Server) askInfo(ctx context.Context, req *mcp.CallToolRequest, in AskIn
 		return textResult("%s", out.Markdown), out, nil
 	}
 	res, err := s.sys.Query(s.operator(ctx, req.Extra), engine.AskInfoQuery{
-		Type: in.Type, TaskID: in.TaskID, StageID: in.StageID, TeamID: in.TeamID, AgentID: in.AgentID,
+		Type: in.Type, TaskID: in.TaskID, StageID: in.StageID, TeamID: in.TeamID, AgentID: in.AgentID, StepID: in.StepID,
 	})
 	if err != nil {
 		return nil, AskInfoOut{}, err
