@@ -18,12 +18,17 @@ import (
 // what is measured is the engine and the skills: prompt assembly, parsing,
 // state changes, message delivery.
 func benchSystem(b *testing.B, h func(*fakellm.Call) fakellm.Reply) *engine.System {
+	return benchSystemOn(b, fakellm.NewInstant(h))
+}
+
+// benchSystemOn is benchSystem on a given fake LLM.
+func benchSystemOn(b *testing.B, fake *fakellm.Instant) *engine.System {
 	b.Helper()
 	set, err := prompts.Load("en", "")
 	if err != nil {
 		b.Fatal(err)
 	}
-	execs, err := skills.Executors(skills.Config{LLM: fakellm.NewInstant(h), Prompts: set})
+	execs, err := skills.Executors(skills.Config{LLM: fake, Prompts: set})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,35 +7,14 @@ import (
 
 	"github.com/mas-mcp/mas-mcp/engine"
 	"github.com/mas-mcp/mas-mcp/internal/fakellm"
-	"github.com/mas-mcp/mas-mcp/prompts"
-	"github.com/mas-mcp/mas-mcp/skills"
 )
 
 // contextSystem is benchSystem with the fake LLM returned, so a benchmark
 // can read every prompt it was sent.
 func contextSystem(b *testing.B, h func(*fakellm.Call) fakellm.Reply) (*engine.System, *fakellm.Instant) {
 	b.Helper()
-	set, err := prompts.Load("en", "")
-	if err != nil {
-		b.Fatal(err)
-	}
 	fake := fakellm.NewInstant(h)
-	execs, err := skills.Executors(skills.Config{LLM: fake, Prompts: set})
-	if err != nil {
-		b.Fatal(err)
-	}
-	sys, err := engine.New(engine.Config{
-		Texts: set, Skills: execs, SkillGuides: set.SkillGuides(), Templates: skills.Templates(set),
-		StageStepBudget: 1000, StageReflectionBudget: 1000,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := sys.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = sys.Close() })
-	return sys, fake
+	return benchSystemOn(b, fake), fake
 }
 
 // longBrain plans n steps alternating think and quick_think; each answers

@@ -175,18 +175,7 @@ func TestSecondOwnerRefused(t *testing.T) {
 // externalNATS starts a NATS server with JetStream, as --nats-url users run.
 func externalNATS(t *testing.T) string {
 	t.Helper()
-	srv, err := natsserver.NewServer(&natsserver.Options{
-		Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	t.Cleanup(srv.Shutdown)
-	return srv.ClientURL()
+	return authedNATS(t, natsserver.Options{})
 }
 
 // TestExternalLease: on an external NATS server one process runs the MAS;
