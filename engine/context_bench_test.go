@@ -14,6 +14,7 @@ import (
 func contextSystem(b *testing.B, h func(*fakellm.Call) fakellm.Reply) (*engine.System, *fakellm.Instant) {
 	b.Helper()
 	fake := fakellm.NewInstant(h)
+	fake.CachePrefixes()
 	return benchSystemOn(b, fake), fake
 }
 

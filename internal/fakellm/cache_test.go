@@ -32,6 +32,7 @@ func TestCachedTokens(t *testing.T) {
 // prompt reports nothing.
 func TestPrefixCacheOverHTTP(t *testing.T) {
 	s := New(t)
+	s.CachePrefixes()
 	s.Handle(func(*Call) Reply { return Reply{Content: "ok"} })
 	client, err := llm.NewOpenAI(llm.OpenAIConfig{BaseURL: s.BaseURL(), Model: "m", MaxRetries: -1})
 	if err != nil {

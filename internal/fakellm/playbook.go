@@ -76,6 +76,17 @@ type playbook struct {
 	calls     []Call            // guarded by mu
 	unmatched []Call            // guarded by mu
 	cache     prefixCache       // guarded by mu
+	caching   bool              // guarded by mu: CachePrefixes was called
+}
+
+// CachePrefixes makes the fake report cached prompt tokens the way OpenAI
+// does (see prefixCache). Off by default: comparing every prompt with the
+// last ones costs more than the rest of the fake, and only the tests of
+// caching need it.
+func (p *playbook) CachePrefixes() {
+	p.mu.Lock()
+	p.caching = true
+	p.mu.Unlock()
 }
 
 // scripted is a rule with its remaining uses (-1: unlimited).
@@ -164,7 +175,9 @@ func (p *playbook) Pending() []Rule {
 func (p *playbook) answer(c *Call) Reply {
 	p.mu.Lock()
 	c.N = len(p.calls) + 1
-	c.CachedTokens = p.cache.lookup(serialize(c.Messages))
+	if p.caching {
+		c.CachedTokens = p.cache.lookup(serialize(c.Messages))
+	}
 	p.calls = append(p.calls, c.clone())
 	var (
 		reply   Reply
