@@ -31,13 +31,18 @@ type fixture struct {
 	// stop ends the calls of hang (a stateless server never learns that
 	// the client gave up).
 	stop chan struct{}
+	// hanging receives once per call of hang when it starts; cancelled once
+	// per call whose context the server cancelled (the client sent
+	// notifications/cancelled).
+	hanging, cancelled chan struct{}
 }
 
 // newFixture starts the fixture server; stateless serves only clients of
 // protocol 2026-07-28 and later (which get no server-to-client requests:
 // they must be answered with input requests instead).
 func newFixture(t *testing.T, stateless bool) *fixture {
-	f := &fixture{versions: make(chan string, 100), stop: make(chan struct{})}
+	f := &fixture{versions: make(chan string, 100), stop: make(chan struct{}),
+		hanging: make(chan struct{}, 10), cancelled: make(chan struct{}, 10)}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "fixture", Version: "1"}, nil)
 	ro := &mcp.ToolAnnotations{ReadOnlyHint: true}
 	type none struct{}
@@ -95,8 +100,10 @@ func newFixture(t *testing.T, stateless bool) *fixture {
 		})
 	mcp.AddTool(srv, &mcp.Tool{Name: "hang", Description: "Never answers.", Annotations: ro},
 		func(ctx context.Context, req *mcp.CallToolRequest, _ none) (*mcp.CallToolResult, any, error) {
+			f.hanging <- struct{}{}
 			select {
 			case <-ctx.Done():
+				f.cancelled <- struct{}{}
 				return nil, nil, ctx.Err()
 			case <-f.stop:
 				return nil, nil, errors.New("stopped")
@@ -275,5 +282,71 @@ func TestCallInterruptedIsNotMadeAgain(t *testing.T) {
 	t.Logf("the interrupted call: %s %v", steps[0].ExecutionState, steps[0].ExecuteResult["error"])
 	if n := f.sendCalls.Load(); n != 1 {
 		t.Errorf("send was called %d times, want 1 (and a failed step saying the call may have been made)", n)
+	}
+}
+
+// TestOperatorStopsARunningToolCall: the operator cancels a running tool
+// call, or interrupts its agent: the downstream server learns of it (its
+// handler's context is cancelled by notifications/cancelled), the step
+// fails with the operator's reason, and an interrupt's instruction is the
+// agent's next step.
+func TestOperatorStopsARunningToolCall(t *testing.T) {
+	for _, interrupt := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cancel_step", true: "interrupt"}[interrupt], func(t *testing.T) {
+			f := newFixture(t, false)
+			s := newFixtureStack(t, f, time.Minute, []scripted.Call{{Server: "fixture", Tool: "hang", Args: map[string]any{}}})
+			w, task := s.startWorker(t, "fixture")
+			select {
+			case <-f.hanging:
+			case <-time.After(time.Minute):
+				t.Fatalf("the tool call never started\n%s", s.Dump())
+			}
+			var running string
+			for _, st := range s.toolSteps(w) {
+				if st.ExecutionState == engine.StateRunning {
+					running = st.StepID
+				}
+			}
+			op := s.Sys.OperatorID()
+			want := "cancelled by the operator: too slow"
+			if interrupt {
+				if _, err := s.Sys.Interrupt(op, w, "too slow", "INSTRUCTION: skip the tool"); err != nil {
+					t.Fatal(err)
+				}
+				want = "interrupted by the operator: too slow"
+			} else if err := s.Sys.CancelStep(op, w, running, "too slow"); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-f.cancelled:
+			case <-time.After(time.Minute):
+				t.Fatal("the downstream server never learned the call was cancelled")
+			}
+			s.WaitFor("the tool step to fail", func() bool {
+				for _, st := range s.toolSteps(w) {
+					if st.StepID == running {
+						return st.ExecutionState == engine.StateFailed
+					}
+				}
+				return false
+			})
+			for _, st := range s.toolSteps(w) {
+				if st.StepID == running && fmt.Sprint(st.ExecuteResult["error"]) != want {
+					t.Errorf("tool step error %q, want %q", st.ExecuteResult["error"], want)
+				}
+			}
+			if interrupt {
+				a, _ := s.Sys.Agent(w)
+				found := false
+				for _, st := range a.AgentStep.StepList {
+					if st.TaskID == task && st.Executor == engine.SkillProcessMessage && strings.Contains(st.TextContent, "INSTRUCTION: skip the tool") {
+						found = true
+					}
+				}
+				if !found {
+					t.Errorf("the instruction is not among the worker's steps\n%s", s.Dump())
+				}
+			}
+		})
 	}
 }
