@@ -33,22 +33,41 @@ type TaskInfo struct {
 	StageList          []StageState `json:"stage_list"`
 	SharedInfoPool     []SharedInfo `json:"shared_info_pool"`
 	ConversationLength int          `json:"conversation_length"`
-	Base               bool         `json:"base,omitempty"`
+	// Conversation is the tail of the conversation the asker may see: the
+	// newest conversationShown messages (engine instructions left out).
+	Conversation []Message `json:"conversation,omitempty"`
+	Base         bool      `json:"base,omitempty"`
 }
 
-// sharedInfoShown bounds the shared-info entries a query shows (the newest).
-const sharedInfoShown = 30
+// sharedInfoShown bounds the shared-info entries a query shows (the newest);
+// conversationShown the messages of its conversation tail, each cut to
+// messageShown characters.
+const (
+	sharedInfoShown   = 30
+	conversationShown = 12
+	messageShown      = 500
+)
 
 func taskInfo(t TaskState) TaskInfo {
 	pool := t.SharedInfoPool
 	if len(pool) > sharedInfoShown {
 		pool = pool[len(pool)-sharedInfoShown:]
 	}
+	var tail []Message
+	for i := len(t.SharedConversationPool) - 1; i >= 0 && len(tail) < conversationShown; i-- {
+		m := t.SharedConversationPool[i]
+		if m.Instruction != nil {
+			continue
+		}
+		m.Message = truncate(m.Message, messageShown)
+		tail = append(tail, m)
+	}
+	slices.Reverse(tail)
 	return TaskInfo{
 		TaskID: t.TaskID, TaskName: t.TaskName, TaskIntention: t.TaskIntention,
 		TaskManager: t.TaskManager, TaskGroup: t.TaskGroup, ExecutionState: t.ExecutionState,
 		TaskSummary: t.TaskSummary, StageList: t.StageList, SharedInfoPool: pool,
-		ConversationLength: len(t.SharedConversationPool), Base: t.Base,
+		ConversationLength: len(t.SharedConversationPool), Conversation: tail, Base: t.Base,
 	}
 }
 
@@ -276,6 +295,13 @@ func writeTask(b *strings.Builder, t TaskInfo) {
 		b.WriteString("- shared_info_pool (newest last):\n")
 		for _, si := range t.SharedInfoPool {
 			fmt.Fprintf(b, "  - [%s] %s (%s): %s\n", si.Timestamp.Format("15:04:05"), si.AgentID, si.Role, oneLine(si.Content))
+		}
+	}
+	if len(t.Conversation) > 0 {
+		fmt.Fprintf(b, "- conversation (the newest %d of %d messages, newest last):\n", len(t.Conversation), t.ConversationLength)
+		for _, m := range t.Conversation {
+			fmt.Fprintf(b, "  - [%s] %s → %s: %s\n", m.Timestamp.Format("15:04:05"), m.SenderID, strings.Join(m.Receiver, ", "),
+				strings.ReplaceAll(m.Message, "\n", "\n    "))
 		}
 	}
 	b.WriteString("\n")

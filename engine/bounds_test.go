@@ -142,3 +142,23 @@ func TestAskInfoAgentShowsSteps(t *testing.T) {
 	_, err = b.sys.Query(alice, AskInfoQuery{Type: QueryAgent, AgentID: StringList{alice}, StepID: "nope"})
 	isErr(t, err, ErrNotFound, "nope")
 }
+
+// TestTaskInfoShowsTheConversationTail: task_info carries a readable tail
+// of the task's conversation (it used to give only its length).
+func TestTaskInfoShowsTheConversationTail(t *testing.T) {
+	b := newTestbed(t, nil)
+	id := b.newTask("report")
+	if _, err := b.sys.HumanSend(b.op(), HumanMessage{TaskID: id, Receiver: []string{b.mgr()}, Content: "MARKER: use the 2024 figures"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.sys.Query(b.mgr(), AskInfoQuery{Type: QueryTaskInfo, TaskID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Markdown, "- conversation (") || !strings.Contains(res.Markdown, "MARKER: use the 2024 figures") {
+		t.Errorf("task_info lacks the conversation tail:\n%s", res.Markdown)
+	}
+	if ti := res.Data.(TaskInfo); len(ti.Conversation) != 1 || ti.Conversation[0].SenderID != b.op() {
+		t.Errorf("conversation %+v, want the operator's message (instructions left out)", ti.Conversation)
+	}
+}
