@@ -168,7 +168,7 @@ func (e *Executor) callTool(ctx context.Context, in *engine.ExecInput, server st
 	}
 	result := map[string]any{}
 	if e.risky(server, ins.ToolName, tool) {
-		approval, err := e.confirm(ctx, in, server, ins)
+		approval, err := e.confirm(ctx, in, server, &ins)
 		result["operator_approval"] = approval
 		if err != nil {
 			return &engine.Output{Err: err, Result: result}
@@ -240,16 +240,31 @@ func (e *Executor) risky(server, tool string, desc ToolDesc) bool {
 }
 
 // confirm asks the task's operator to approve the call and waits.
-func (e *Executor) confirm(ctx context.Context, in *engine.ExecInput, server string, ins instruction) (map[string]any, error) {
+// A structured decision (answer_approval, a button) wins over the text;
+// arguments it carries replace the call's.
+func (e *Executor) confirm(ctx context.Context, in *engine.ExecInput, server string, ins *instruction) (map[string]any, error) {
 	args, _ := json.Marshal(ins.Arguments)
 	question := e.cfg.Texts.Text("tool_confirm", map[string]any{
 		"AgentID": in.Agent.AgentID, "AgentName": in.Agent.Name, "Server": server, "ToolName": ins.ToolName,
 		"Arguments": string(args), "StepIntention": in.Step.StepIntention,
 	})
-	reply, err := e.cfg.System.AskOperator(ctx, engine.OperatorQuestion{
+	ans, err := e.cfg.System.Ask(ctx, engine.OperatorQuestion{
 		TaskID: in.Step.TaskID, StageID: in.Step.StageID, AgentID: in.Agent.AgentID,
 		Question: question, Timeout: e.cfg.ConfirmTimeout,
 	})
+	reply := ans.Text
+	if d := ans.Decision; err == nil && d != nil {
+		if !d.Approve {
+			return map[string]any{"approved": false, "reply": reply},
+				fmt.Errorf("the operator refused the call of %s.%s: %q", server, ins.ToolName, d.Note)
+		}
+		out := map[string]any{"approved": true, "reply": reply}
+		if d.Arguments != nil {
+			ins.Arguments = d.Arguments
+			out["edited_arguments"] = d.Arguments
+		}
+		return out, nil
+	}
 	switch {
 	case errors.Is(err, engine.ErrNoAnswer):
 		return map[string]any{"approved": false, "timed_out": true},

@@ -179,3 +179,48 @@ func (s *toolStack) waitQuestion(op, w string) engine.InboxEntry {
 	})
 	return q
 }
+
+// TestRiskGateStructuredDecision: the operator answers the approval
+// question with a decision (answer_approval): approve with edited
+// arguments runs the call with them; deny refuses it with the note.
+func TestRiskGateStructuredDecision(t *testing.T) {
+	for _, approve := range []bool{true, false} {
+		t.Run(map[bool]string{true: "approve with edited arguments", false: "deny"}[approve], func(t *testing.T) {
+			dir := t.TempDir()
+			file := filepath.Join(dir, "out.txt")
+			cfg := &downstream.Config{Servers: map[string]downstream.ServerConfig{
+				"filesystem": {Command: serverBin(t, "mcp-server-filesystem"), Args: []string{dir}},
+			}}
+			s := newToolStackWith(t, cfg, []scripted.Call{{Server: "filesystem", Tool: "write_file",
+				Args: map[string]any{"path": file, "content": "risky content"}}}, stackOptions{
+				executor: func(ec *downstream.ExecutorConfig) { ec.ConfirmTimeout = time.Minute },
+			})
+			op := s.Sys.OperatorID()
+			w, task := s.startWorker(t, "filesystem")
+			q := s.waitQuestion(op, w)
+			d := engine.Decision{Approve: approve, Note: "checked by hand"}
+			if approve {
+				d.Arguments = map[string]any{"path": file, "content": "edited content"}
+			}
+			if err := s.Sys.AnswerApproval(op, q.MessageID, d); err != nil {
+				t.Fatal(err)
+			}
+			s.waitSummary(w, task)
+			steps := s.toolSteps(w)
+			if len(steps) != 1 {
+				t.Fatalf("tool steps: %d, want 1\n%s", len(steps), s.Dump())
+			}
+			got, _ := os.ReadFile(file)
+			if approve {
+				if steps[0].ExecutionState != engine.StateFinished || string(got) != "edited content" {
+					t.Errorf("step %s, file %q: want the call made with the edited arguments", steps[0].ExecutionState, got)
+				}
+				return
+			}
+			msg, _ := steps[0].ExecuteResult["error"].(string)
+			if steps[0].ExecutionState != engine.StateFailed || !strings.Contains(msg, "refused") || !strings.Contains(msg, "checked by hand") || len(got) != 0 {
+				t.Errorf("step %s %q, file %q: want refused with the note, nothing written", steps[0].ExecutionState, msg, got)
+			}
+		})
+	}
+}

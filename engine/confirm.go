@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -25,16 +27,30 @@ type OperatorQuestion struct {
 // ends. The answer is consumed here: the asking agent gets no step for it,
 // but it stays in the task's conversation.
 func (s *System) AskOperator(ctx context.Context, q OperatorQuestion) (string, error) {
+	a, err := s.Ask(ctx, q)
+	return a.Text, err
+}
+
+// Answer is an operator's answer to an OperatorQuestion: its text, and the
+// structured decision when the operator answered with one (answer_approval,
+// a button) rather than free text.
+type Answer struct {
+	Text     string
+	Decision *Decision
+}
+
+// Ask is AskOperator with the whole answer.
+func (s *System) Ask(ctx context.Context, q OperatorQuestion) (Answer, error) {
 	t, ok := s.task(q.TaskID)
 	if !ok {
-		return "", errf(ErrNotFound, "task_id %q: no such task", q.TaskID)
+		return Answer{}, errf(ErrNotFound, "task_id %q: no such task", q.TaskID)
 	}
 	t.mu.Lock()
 	op := t.st.Operator
 	ended := t.endedLocked()
 	t.mu.Unlock()
 	if ended {
-		return "", errf(ErrEnded, "task_id %q: has ended", q.TaskID)
+		return Answer{}, errf(ErrEnded, "task_id %q: has ended", q.TaskID)
 	}
 	if op == "" {
 		op = s.operatorID
@@ -46,10 +62,10 @@ func (s *System) AskOperator(ctx context.Context, q OperatorQuestion) (string, e
 	m := s.newMessage("", q.TaskID, q.AgentID, []string{op}, q.Question, q.StageID)
 	m.NeedReply = true
 	m.Waiting = []string{confirmWaitID(m.MessageID)}
-	answer := make(chan string, 1)
+	answer := make(chan Message, 1)
 	s.confirmMu.Lock()
 	if s.confirms == nil {
-		s.confirms = map[string]chan string{}
+		s.confirms = map[string]chan Message{}
 	}
 	s.confirms[m.Waiting[0]] = answer
 	s.confirmMu.Unlock()
@@ -59,7 +75,7 @@ func (s *System) AskOperator(ctx context.Context, q OperatorQuestion) (string, e
 		s.confirmMu.Unlock()
 	}()
 	if err := s.post(m); err != nil {
-		return "", err
+		return Answer{}, err
 	}
 
 	timer := time.NewTimer(timeout)
@@ -67,7 +83,7 @@ func (s *System) AskOperator(ctx context.Context, q OperatorQuestion) (string, e
 	var err error
 	select {
 	case a := <-answer:
-		return a, nil
+		return Answer{Text: a.Message, Decision: a.Decision}, nil
 	case <-timer.C:
 		err = ErrNoAnswer
 	case <-ctx.Done():
@@ -78,7 +94,7 @@ func (s *System) AskOperator(ctx context.Context, q OperatorQuestion) (string, e
 	if h, ok := s.agent(op); ok && h.kind == KindHuman {
 		h.expirePrivate(q.AgentID, m.MessageID)
 	}
-	return "", err
+	return Answer{}, err
 }
 
 // confirmWaitID is the waiting ID of an AskOperator question: derived
@@ -117,7 +133,41 @@ func (s *System) answered(m Message) bool {
 	}
 	s.confirmMu.Unlock()
 	if ok {
-		ch <- m.Message
+		ch <- m.clone()
 	}
 	return ok
+}
+
+// AnswerApproval answers an approval question in the operator's inbox
+// (by its message_id) with a structured decision. The reply's text says
+// the same ("yes" or "no", and the note) for people and for readers of
+// free text.
+func (s *System) AnswerApproval(operatorID, messageID string, d Decision) error {
+	if strings.TrimSpace(messageID) == "" {
+		return errf(ErrInvalid, "message_id: is empty; give the approval question's message_id (get_inbox)")
+	}
+	in, err := s.Inbox(operatorID)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(in, func(e InboxEntry) bool { return e.MessageID == messageID })
+	if i < 0 {
+		return errf(ErrNotFound, "message_id %q: no such message in the operator's inbox", messageID)
+	}
+	q := in[i]
+	if !q.AwaitingReply || q.ReturnWaitingID != confirmWaitID(q.MessageID) {
+		return errf(ErrInvalid, "message_id %q: is not an approval question awaiting an answer", messageID)
+	}
+	text := "no"
+	if d.Approve {
+		text = "yes"
+	}
+	if note := strings.TrimSpace(d.Note); note != "" {
+		text += ": " + note
+	}
+	_, err = s.HumanSend(operatorID, HumanMessage{
+		TaskID: q.TaskID, Receiver: []string{q.SenderID}, Content: text,
+		StageRelative: q.StageRelative, ReplyTo: messageID, Decision: &d,
+	})
+	return err
 }

@@ -140,3 +140,48 @@ func TestRestoreExpiresOpenQuestions(t *testing.T) {
 		}
 	}
 }
+
+// TestAnswerApproval: the operator answers an approval question with a
+// structured decision; the asking call gets it (and the text says the
+// same); a message that is not such a question is refused.
+func TestAnswerApproval(t *testing.T) {
+	for _, approve := range []bool{true, false} {
+		t.Run(map[bool]string{true: "approve", false: "deny"}[approve], func(t *testing.T) {
+			b := newTestbed(t, nil)
+			op, base := b.op(), b.sys.BaseTaskID()
+			alice := b.newAgent("alice")
+			b.join(base, alice)
+			done := make(chan Answer, 1)
+			go func() {
+				a, err := b.sys.Ask(t.Context(), OperatorQuestion{TaskID: base, AgentID: alice, Question: "write /tmp/x?", Timeout: time.Minute})
+				if err != nil {
+					t.Error(err)
+				}
+				done <- a
+			}()
+			b.waitFor("the question in the inbox", func() bool { _, ok := inboxEntry(b, op, "write /tmp/x?"); return ok })
+			q, _ := inboxEntry(b, op, "write /tmp/x?")
+			d := Decision{Approve: approve, Note: "checked", Arguments: map[string]any{"path": "/tmp/y"}}
+			if err := b.sys.AnswerApproval(op, q.MessageID, d); err != nil {
+				t.Fatal(err)
+			}
+			got := <-done
+			if got.Decision == nil || got.Decision.Approve != approve || got.Decision.Note != "checked" || got.Decision.Arguments["path"] != "/tmp/y" {
+				t.Fatalf("answer %+v, want the decision", got)
+			}
+			if want := map[bool]string{true: "yes: checked", false: "no: checked"}[approve]; got.Text != want {
+				t.Errorf("answer text %q, want %q", got.Text, want)
+			}
+			if e, _ := inboxEntry(b, op, "write /tmp/x?"); e.AwaitingReply || !e.Replied {
+				t.Errorf("inbox entry %+v, want replied", e)
+			}
+			err := b.sys.AnswerApproval(op, q.MessageID, d)
+			isErr(t, err, ErrInvalid, "not an approval question awaiting an answer")
+		})
+	}
+	t.Run("not a question", func(t *testing.T) {
+		b := newTestbed(t, nil)
+		isErr(t, b.sys.AnswerApproval(b.op(), "nope", Decision{}), ErrNotFound, "nope")
+		isErr(t, b.sys.AnswerApproval(b.op(), "", Decision{}), ErrInvalid, "message_id")
+	})
+}

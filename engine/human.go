@@ -139,6 +139,9 @@ type HumanMessage struct {
 	// oldest unanswered message from each receiver in the task is answered
 	// (a waiting one first).
 	ReplyTo string `json:"reply_to,omitempty"`
+	// Decision answers an approval question (ReplyTo must name one) with
+	// a structured approve/deny.
+	Decision *Decision `json:"decision,omitempty"`
 }
 
 // HumanSend sends an operator's message, one message per receiver (spec
@@ -181,6 +184,9 @@ func (s *System) HumanSend(humanID string, hm HumanMessage) ([]Message, error) {
 	if hm.ReplyTo != "" && !h.hasPrivate(hm.ReplyTo) {
 		return nil, errf(ErrNotFound, "reply_to %q: no such message in the operator's conversations", hm.ReplyTo)
 	}
+	if hm.Decision != nil && (hm.ReplyTo == "" || len(receivers) != 1) {
+		return nil, errf(ErrInvalid, "decision: answers one approval question: give its message_id in reply_to and its sender as the one receiver")
+	}
 
 	var sent []Message
 	for _, r := range receivers {
@@ -193,6 +199,14 @@ func (s *System) HumanSend(humanID string, hm HumanMessage) ([]Message, error) {
 		answered := h.answerLocked(r, hm.TaskID, hm.ReplyTo)
 		if answered != nil {
 			m.ReturnWaitingID = answered.ReturnWaitingID
+		}
+		if hm.Decision != nil {
+			if answered == nil || answered.ReturnWaitingID != confirmWaitID(answered.MessageID) {
+				h.mu.Unlock()
+				return sent, errf(ErrInvalid, "reply_to %q: is not an approval question awaiting an answer", hm.ReplyTo)
+			}
+			d := *hm.Decision
+			m.Decision = &d
 		}
 		// Stored before the operator's records change: a message the
 		// store refuses is neither sent nor recorded as sent.

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"maps"
 	"slices"
 	"time"
 )
@@ -30,6 +31,18 @@ type Message struct {
 	// a typed field means no agent-written text can ever be taken for an
 	// instruction.
 	Instruction *Instruction `json:"instruction,omitempty"`
+	// Decision is the operator's structured answer to an approval question
+	// (the risk gate's AskOperator): approve or deny, a note, and
+	// optionally edited arguments. The text says the same for people.
+	Decision *Decision `json:"decision,omitempty"`
+}
+
+// Decision is an operator's approve/deny of a risky tool call.
+type Decision struct {
+	Approve bool   `json:"approve"`
+	Note    string `json:"note,omitempty"`
+	// Arguments, when set, replace the call's arguments.
+	Arguments map[string]any `json:"arguments,omitempty"`
 }
 
 func (m *Message) clone() Message {
@@ -37,6 +50,11 @@ func (m *Message) clone() Message {
 	c.Receiver = slices.Clone(m.Receiver)
 	c.Waiting = slices.Clone(m.Waiting)
 	c.Instruction = m.Instruction.clone()
+	if m.Decision != nil {
+		d := *m.Decision
+		d.Arguments = maps.Clone(d.Arguments)
+		c.Decision = &d
+	}
 	return c
 }
 

@@ -184,7 +184,7 @@ type System struct {
 	refused refusalTracker
 
 	confirmMu sync.Mutex
-	confirms  map[string]chan string // waiting ID -> AskOperator call waiting on it
+	confirms  map[string]chan Message // waiting ID -> AskOperator call waiting on it
 
 	access access // the admins (visibility.go)
 

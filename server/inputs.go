@@ -97,6 +97,13 @@ func (in SendMessageIn) check(l *Limits) error {
 	return c.err
 }
 
+func (in AnswerApprovalIn) check(l *Limits) error {
+	c := inputCheck{l: l}
+	c.name("message_id", in.MessageID)
+	c.text("note", in.Note)
+	return c.err
+}
+
 func (in AskInfoIn) check(l *Limits) error {
 	c := inputCheck{l: l}
 	c.name("type", in.Type)

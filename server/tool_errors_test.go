@@ -109,6 +109,13 @@ func TestToolBadInput(t *testing.T) {
 		badCall{name: "agent_id a number", args: q("type", "agent", "agent_id", 5), want: []string{"/properties/agent_id", "anyOf"}, sdk: true},
 		badCall{name: "unknown team", args: q("type", "team_agents", "team_id", "red"), want: []string{`team_id "red": no such team`}},
 	)
+	add("answer_approval",
+		badCall{name: "missing approve", args: q("message_id", "m"), want: []string{"missing properties", "approve"}, sdk: true},
+		badCall{name: "approve a string", args: q("message_id", "m", "approve", "yes"), want: []string{"/properties/approve", `want "boolean"`}, sdk: true},
+		badCall{name: "unknown message", args: q("message_id", noSuchID, "approve", true), want: []string{`message_id "` + noSuchID + `": no such message`}},
+		badCall{name: "not a question", args: q("message_id", f.Question.MessageID, "approve", true), want: []string{"is not an approval question"}},
+		badCall{name: "arguments on a refusal", args: q("message_id", "m", "approve", false, "arguments", map[string]any{"x": 1}), want: []string{"arguments: only with approve true"}},
+	)
 	add("get_inbox",
 		badCall{name: "negative limit", args: q("limit", -1), want: []string{"/properties/limit", "minimum"}, sdk: true},
 		badCall{name: "limit a string", args: q("limit", "5"), want: []string{"/properties/limit", `want "integer"`}, sdk: true},

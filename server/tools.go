@@ -39,6 +39,9 @@ func (s *Server) tools() []tool {
 		defTool("get_inbox", "Read the operator's inbox",
 			"The messages agents sent to you (the operator), those awaiting your reply first (urgent ones first), then the newest. Answer one with send_message to its sender.",
 			readOnly(), s.getInbox),
+		defTool("answer_approval", "Approve or deny a tool call",
+			"Answer an approval question in your inbox (an agent wants to call a tool that may change things outside the MAS): approve true lets the call run, false refuses it; note (optional) is shown to the agent; arguments (optional, approve only) replace the call's arguments. message_id is the question's, from get_inbox. A free-text reply with send_message still works.",
+			writes(false), s.answerApproval),
 		defTool("wait_for_updates", "Wait for changes",
 			"Long-poll for changes of the MAS, for hosts that cannot subscribe to resources: returns the events after cursor (0 for the latest), waiting up to timeout_seconds for the first one. Pass the returned cursor to the next call. Sends progress notifications while it waits.",
 			readOnly(), s.waitForUpdates),
@@ -323,6 +326,37 @@ func inboxLabel(e engine.InboxEntry) string {
 		return "expired: the agent stopped waiting for your reply"
 	}
 	return "FYI"
+}
+
+// --- answer_approval
+
+// AnswerApprovalIn is answer_approval's input.
+type AnswerApprovalIn struct {
+	MessageID string         `json:"message_id" jsonschema:"the approval question's message_id (get_inbox)"`
+	Approve   bool           `json:"approve" jsonschema:"true to let the call run, false to refuse it"`
+	Note      string         `json:"note,omitempty" jsonschema:"why, shown to the agent"`
+	Arguments map[string]any `json:"arguments,omitempty" jsonschema:"when approving: arguments that replace the call's"`
+}
+
+// AnswerApprovalOut is what answer_approval did.
+type AnswerApprovalOut struct {
+	MessageID string `json:"message_id"`
+	Approved  bool   `json:"approved"`
+}
+
+func (s *Server) answerApproval(ctx context.Context, req *mcp.CallToolRequest, in AnswerApprovalIn) (*mcp.CallToolResult, AnswerApprovalOut, error) {
+	if !in.Approve && in.Arguments != nil {
+		return nil, AnswerApprovalOut{}, fmt.Errorf("arguments: only with approve true (a refused call runs with no arguments)")
+	}
+	err := s.sys.AnswerApproval(s.operator(ctx, req.Extra), in.MessageID, engine.Decision{Approve: in.Approve, Note: in.Note, Arguments: in.Arguments})
+	if err != nil {
+		return nil, AnswerApprovalOut{}, err
+	}
+	verb := "refused"
+	if in.Approve {
+		verb = "approved"
+	}
+	return textResult("The call is %s.", verb), AnswerApprovalOut{MessageID: in.MessageID, Approved: in.Approve}, nil
 }
 
 // --- manage_task
