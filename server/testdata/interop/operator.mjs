@@ -44,6 +44,7 @@ const TOOLS = [
   "send_message",
   "ask_info",
   "get_inbox",
+  "answer_approval",
   "wait_for_updates",
   "manage_task",
   "manage_agent",
