@@ -207,7 +207,9 @@ func (b *testbed) settled() bool {
 	seq := b.sys.EventSeq()
 	for _, a := range b.sys.allAgents() {
 		a.mu.Lock()
-		busy := a.kind == KindLLM && (a.running != "" ||
+		// An agent that finished a step shows "working" until its loop
+		// looks for the next one and stores what it finds (idle, waiting).
+		busy := a.kind == KindLLM && (a.running != "" || a.st.WorkingState == WorkingWorking ||
 			(len(a.st.AgentStep.TodoList) > 0 && len(a.st.StepLock) == 0))
 		a.mu.Unlock()
 		if busy {
