@@ -57,7 +57,8 @@ func (s *System) pauseTask(t *task, actorID string, human, pause bool) (map[stri
 	if pause {
 		detail = "paused"
 	}
-	if err := t.changedLocked(Event{Detail: detail}); err != nil {
+	t.changedLocked(Event{Detail: detail})
+	if err := t.mu.syncLocked(); err != nil {
 		t.mu.Unlock()
 		return nil, err
 	}
@@ -98,7 +99,7 @@ func (a *agent) shiftWaitsLocked(taskID string, d time.Duration) {
 		}
 	}
 	if changed {
-		_ = a.changedLocked(Event{TaskID: taskID, Detail: "step_lock_deadlines"})
+		a.changedLocked(Event{TaskID: taskID, Detail: "step_lock_deadlines"})
 	}
 }
 
@@ -146,7 +147,8 @@ func (s *System) pauseAgents(actorID string, human bool, ids []string, pause boo
 			if pause && a.running == "" {
 				a.st.WorkingState = WorkingPaused
 			}
-			if err := a.changedLocked(Event{Detail: map[bool]string{true: "paused", false: "resumed"}[pause]}); err != nil {
+			a.changedLocked(Event{Detail: map[bool]string{true: "paused", false: "resumed"}[pause]})
+			if err := a.mu.syncLocked(); err != nil {
 				a.mu.Unlock()
 				return nil, err
 			}

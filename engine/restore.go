@@ -68,7 +68,7 @@ func (s *System) StartFrom(img *Image) error {
 		if st.Paused {
 			s.paused.Store(st.TaskID, struct{}{})
 		}
-		if err := s.registerTask(&task{sys: s, st: st}); err != nil {
+		if err := s.registerTask(newTaskOwner(s, st)); err != nil {
 			return fmt.Errorf("engine: restore: %w", err)
 		}
 	}

@@ -254,7 +254,7 @@ func (s *System) Start() error {
 
 	now := s.cfg.Now()
 	stageID := s.baseStageID
-	t := &task{sys: s, st: TaskState{
+	t := newTaskOwner(s, TaskState{
 		TaskID:        s.baseTaskID,
 		TaskName:      s.cfg.BaseTaskName,
 		TaskIntention: s.cfg.BaseTaskIntention,
@@ -277,7 +277,7 @@ func (s *System) Start() error {
 		Operator:               op,
 		CreatedAt:              now,
 		UpdatedAt:              now,
-	}}
+	})
 	t.st.StageList[0].TaskID = t.st.TaskID
 	if err := s.registerTask(t); err != nil {
 		return fmt.Errorf("engine: start: base task: %w", err)
@@ -371,7 +371,8 @@ func (s *System) agent(id string) (*agent, bool) {
 // refuses does not exist.
 func (s *System) registerTask(t *task) error {
 	t.mu.Lock()
-	err := t.changedLocked(Event{Kind: EventTaskAdded})
+	t.changedLocked(Event{Kind: EventTaskAdded})
+	err := t.mu.syncLocked()
 	t.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("task %s: %w", t.st.TaskID, err)

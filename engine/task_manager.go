@@ -132,7 +132,7 @@ func (s *System) addTask(actor *agent, ti TaskInstruction, origin string) (map[s
 	if operator != "" && operator != manager {
 		group = append(group, operator)
 	}
-	t := &task{sys: s, st: TaskState{
+	t := newTaskOwner(s, TaskState{
 		TaskID:                 id,
 		TaskName:               name,
 		TaskIntention:          intention,
@@ -149,7 +149,7 @@ func (s *System) addTask(actor *agent, ti TaskInstruction, origin string) (map[s
 		HandedOver: manager != actor.id,
 		CreatedAt:  now,
 		UpdatedAt:  now,
-	}}
+	})
 	if err := s.registerTask(t); err != nil {
 		return nil, err
 	}
