@@ -20,12 +20,17 @@ import (
 // next write (group commit: one write for all of them).
 //
 // The goroutine that made a change returns from Unlock only when the change
-// is stored and announced (or withdrawn), so what it does next — run a tool
+// is stored and announced (or refused), so what it does next — run a tool
 // call after marking the step running, tell another owner — happens after
-// the store holds it. A write the store refuses takes the owner back to the
-// document the store holds: every change recorded up to then is withdrawn,
-// never announced, and syncLocked reports the refusal to callers that must
-// fail visibly.
+// the store holds it. A write the store refuses is reported by syncLocked
+// to callers that must fail visibly. When the refused write held only the
+// changes of one holder of the lock (the usual case), the owner takes back
+// the document the store holds: those changes are withdrawn, never
+// announced. When it held changes of several holders (grouped while
+// another write was in flight), taking the document back would silently
+// undo changes whose makers are not told (a released wait, a queued
+// step): they stay in memory, unannounced, and the next commit writes and
+// announces them; each maker is told of the refusal.
 //
 // Readers take the snapshot (read): they never wait for a write. Without a
 // store nothing is written; the snapshot is then made lazily, by the first
@@ -65,7 +70,9 @@ type ownerMu[T any] struct {
 
 	// guarded by Mutex
 	made    uint64 // changes recorded
-	settled uint64 // changes stored and announced, or withdrawn
+	settled uint64 // changes stored and announced, or refused
+	held    uint64 // made when the current holder took the lock
+	durable uint64 // made when the store last held the state in memory
 	write   bool   // a change recorded since the last commit must be stored
 	events  []Event
 	lost    []lostSpan
@@ -85,12 +92,28 @@ func (m *ownerMu[T]) change(ev Event, persist bool) {
 	m.events = append(m.events, ev)
 }
 
+// Lock takes the owner's lock; the changes made until Unlock are one
+// holder's.
+func (m *ownerMu[T]) Lock() {
+	m.Mutex.Lock()
+	m.held = m.made
+}
+
+// TryLock is Lock when the lock is free.
+func (m *ownerMu[T]) TryLock() bool {
+	if !m.Mutex.TryLock() {
+		return false
+	}
+	m.held = m.made
+	return true
+}
+
 // Unlock releases the lock and commits what was changed under it.
 func (m *ownerMu[T]) Unlock() {
-	v, pending := m.made, m.made > m.settled
+	from, v, pending := m.held, m.made, m.made > m.settled
 	m.Mutex.Unlock()
 	if pending {
-		_ = m.commit(v)
+		_ = m.commit(from, v)
 	}
 }
 
@@ -98,13 +121,13 @@ func (m *ownerMu[T]) Unlock() {
 // refusal of them, if any. The lock is released during the write and held
 // again on return: the caller must not rely on what it read before.
 func (m *ownerMu[T]) syncLocked() error {
-	v := m.made
+	from, v := m.held, m.made
 	if v == m.settled {
 		return m.outcomeLocked(v)
 	}
 	m.Mutex.Unlock()
-	err := m.commit(v)
-	m.Mutex.Lock()
+	err := m.commit(from, v)
+	m.Lock()
 	return err
 }
 
@@ -119,8 +142,9 @@ func (m *ownerMu[T]) outcomeLocked(v uint64) error {
 }
 
 // commit stores and announces every change up to v (and those recorded
-// since, grouped into the same write).
-func (m *ownerMu[T]) commit(v uint64) error {
+// since, grouped into the same write); the caller's own changes are those
+// after mine.
+func (m *ownerMu[T]) commit(mine, v uint64) error {
 	m.commitMu.Lock()
 	defer m.commitMu.Unlock()
 	m.Mutex.Lock()
@@ -133,7 +157,7 @@ func (m *ownerMu[T]) commit(v uint64) error {
 	m.write, m.events = false, nil
 	if m.ops.put == nil {
 		// No store: the next reader makes the snapshot.
-		m.settled = upto
+		m.settled, m.durable = upto, upto
 		m.snap.Store(nil)
 		m.Mutex.Unlock()
 		m.announce(events)
@@ -141,7 +165,9 @@ func (m *ownerMu[T]) commit(v uint64) error {
 	}
 	doc := m.ops.copy()
 	if !write {
-		m.settled = upto
+		// Nothing to write (a refused change left m.write set): the
+		// store holds all it needs.
+		m.settled, m.durable = upto, upto
 		m.snap.Store(&doc)
 		m.Mutex.Unlock()
 		m.announce(events)
@@ -152,20 +178,28 @@ func (m *ownerMu[T]) commit(v uint64) error {
 	err := m.ops.put(&doc)
 	if err != nil {
 		m.ops.refused(err)
+		// Every change the store lacks is this holder's, and nothing
+		// was recorded since: they can be withdrawn alone.
+		m.Mutex.Lock()
+		solo := m.durable >= mine && upto == v
+		m.Mutex.Unlock()
 		var back *T
-		if m.ops.readBack != nil {
+		if solo && m.ops.readBack != nil {
 			if got, rerr := m.ops.readBack(); rerr == nil {
 				back = &got
 			}
 		}
 		m.Mutex.Lock()
-		if back != nil {
+		if solo && back != nil && m.made == upto {
 			m.ops.restore(*back)
+			m.durable = upto
+		} else {
+			// Kept in memory, unannounced: the next commit writes and
+			// announces them.
+			m.write = true
+			m.events = append(events, m.events...)
 		}
-		// Changes recorded during the write went with the document they
-		// were made on: all are withdrawn, none is announced.
-		upto = m.made
-		m.settled, m.write, m.events = upto, false, nil
+		m.settled = upto
 		m.lost = append(m.lost, lostSpan{after: from, upto: upto, err: err})
 		if len(m.lost) > maxLostSpans {
 			m.lost = m.lost[len(m.lost)-maxLostSpans:]
@@ -174,7 +208,7 @@ func (m *ownerMu[T]) commit(v uint64) error {
 		return err
 	}
 	m.Mutex.Lock()
-	m.settled = upto
+	m.settled, m.durable = upto, upto
 	m.snap.Store(&doc)
 	m.Mutex.Unlock()
 	m.announce(events)

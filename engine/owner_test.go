@@ -17,6 +17,7 @@ type stallingStore struct {
 	entered chan struct{} // receives once per stalled write
 	release chan struct{} // closed to let the stalled writes go
 	puts    map[string]int
+	refuse  func(*AgentState) bool // refuses writes it matches
 }
 
 func newStallingStore() *stallingStore {
@@ -34,10 +35,14 @@ func (s *stallingStore) PutAgent(ctx context.Context, a *AgentState) error {
 	s.puts[a.AgentID]++
 	stall := a.AgentID == s.agent
 	entered, release := s.entered, s.release
+	refuse := s.refuse != nil && s.refuse(a)
 	s.mu.Unlock()
 	if stall {
 		entered <- struct{}{}
 		<-release
+	}
+	if refuse {
+		return errStoreDown
 	}
 	return s.MemoryStore.PutAgent(ctx, a)
 }
@@ -184,5 +189,73 @@ func TestReadsDoNotWaitOnAStalledWrite(t *testing.T) {
 	after, _ := b.sys.Agent(alice)
 	if len(after.AgentStep.StepList) != len(before.AgentStep.StepList)+1 {
 		t.Errorf("after the write: %d steps, want %d", len(after.AgentStep.StepList), len(before.AgentStep.StepList)+1)
+	}
+}
+
+// TestRefusedGroupedWriteLosesNobodysChange: a write that held the change
+// of another holder of the lock (made while the refused write was in
+// flight) does not undo it: the refused maker is told and repairs its own
+// change, and the other change is stored and announced by the next
+// commit. A refused write that held only its maker's change is withdrawn.
+func TestRefusedGroupedWriteLosesNobodysChange(t *testing.T) {
+	store := newStallingStore()
+	b := newTestbed(t, func(c *Config) { c.Store = store })
+	w := b.newAgent("w")
+	b.settle()
+	a, _ := b.sys.agent(w)
+	store.mu.Lock()
+	store.refuse = func(st *AgentState) bool { _, bad := st.PersistentMemory["poison"]; return bad }
+	store.mu.Unlock()
+
+	// Alone: withdrawn, the store's document taken back.
+	a.mu.Lock()
+	a.st.PersistentMemory = map[string]string{"poison": "x"}
+	a.changedLocked(Event{Detail: "poisoned"})
+	if err := a.mu.syncLocked(); err == nil {
+		t.Fatal("a refused write reported no error")
+	}
+	if _, ok := a.st.PersistentMemory["poison"]; ok {
+		t.Fatal("a refused change of one holder stayed in memory")
+	}
+	a.mu.Unlock()
+
+	// Grouped: another holder's change made during the refused write.
+	store.stall(w)
+	a.mu.Lock()
+	a.st.PersistentMemory = map[string]string{"poison": "x"}
+	a.changedLocked(Event{Detail: "poisoned"})
+	refused := make(chan error, 1)
+	go func() { refused <- a.mu.syncLocked(); a.mu.Unlock() }()
+	waitChan(t, store.entered, "the stalled write")
+	if !a.mu.TryLock() {
+		t.Fatal("the lock is held during the write")
+	}
+	a.st.PersistentMemory["kept"] = "y"
+	a.changedLocked(Event{Detail: "kept"})
+	other := make(chan struct{})
+	go func() { a.mu.Unlock(); close(other) }()
+	store.mu.Lock()
+	store.agent = "" // later writes do not stall
+	store.mu.Unlock()
+	close(store.release)
+	if err := <-refused; err == nil {
+		t.Fatal("the refused maker was not told")
+	}
+	waitChan(t, other, "the other holder's commit")
+	// The refused maker repairs its own change (as a step whose outcome
+	// was refused does); the other change is then stored with it.
+	a.mu.Lock()
+	delete(a.st.PersistentMemory, "poison")
+	a.changedLocked(Event{Detail: "repaired"})
+	if err := a.mu.syncLocked(); err != nil {
+		t.Fatalf("repaired write: %v", err)
+	}
+	a.mu.Unlock()
+	stored, _ := store.Agent(w)
+	if stored.PersistentMemory["kept"] != "y" {
+		t.Fatalf("stored memory %v: the other holder's change was lost", stored.PersistentMemory)
+	}
+	if got, _ := b.sys.Agent(w); got.PersistentMemory["kept"] != "y" {
+		t.Fatalf("readers see %v: the other holder's change was lost", got.PersistentMemory)
 	}
 }
