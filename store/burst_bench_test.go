@@ -112,4 +112,3 @@ func BenchmarkTaskBurst(b *testing.B) {
 		b.ReportMetric(per[fmt.Sprint("mem-", burstBig)]/per["mem-10"], "mem-cpu-big/10")
 	}
 }
-
