@@ -55,31 +55,24 @@ const DefaultPromptBudget = 16000
 // least a quarter of the budget, folding its older steps to fit
 // (foldHistory, writeToolHistory).
 func (r *runner) render(in *engine.ExecInput) (system, user string) {
-	p := r.cfg.Prompts
-	system = p.Heading("system") + "\n" + strings.TrimSpace(p.SystemPrompt()) + "\n"
+	system = r.systemMessage()
 
 	fixed := map[section]string{}
 	var memory string
 	variable := map[section]string{}
 	for _, sec := range r.sk.sections {
 		var b strings.Builder
+		if st := r.staticSection(sec); st != "" {
+			fixed[sec] = st
+		}
 		switch sec {
 		case secRole:
 			r.writeRole(&b, in)
 			fixed[sec] = b.String()
 		case secStep:
-			r.writeRules(&b)
-			fixed[sec] = b.String()
-			b.Reset()
 			r.writeStep(&b, in)
 			variable[sec] = b.String()
-		case secMCP:
-			fmt.Fprintf(&b, "%s\n%s\n", p.Heading("mcp"), strings.TrimSpace(p.MCPBasePrompt()))
-			fixed[sec] = b.String()
 		case secMemory:
-			fmt.Fprintf(&b, "%s\n%s\n%s\n", p.Heading("memory"), p.Heading("memory_rules"), strings.TrimSpace(p.PersistentMemoryPrompt()))
-			fixed[sec] = b.String()
-			b.Reset()
 			r.writeMemory(&b, in)
 			memory = b.String()
 		case secToolStep:
@@ -161,12 +154,40 @@ func (r *runner) writeRole(b *strings.Builder, in *engine.ExecInput) {
 	}
 }
 
-// writeRules writes the skill's rules and return format (spec §5.3), the
-// same in every call of the skill.
-func (r *runner) writeRules(b *strings.Builder) {
+// systemMessage is the system prompt (spec §5.1) under its heading: the
+// same in every call of every skill.
+func (r *runner) systemMessage() string {
 	p := r.cfg.Prompts
-	sp, _ := p.Skill(r.sk.name)
-	fmt.Fprintf(b, "%s\n%s\n\n%s\n", p.Heading("skill_rules"), strings.TrimSpace(sp.UsePrompt.SkillPrompt), strings.TrimSpace(sp.UsePrompt.ReturnFormat))
+	return p.Heading("system") + "\n" + strings.TrimSpace(p.SystemPrompt()) + "\n"
+}
+
+// staticSection is the part of a section that is the same for every agent
+// and every call of the skill: the skill's rules and return format (spec
+// §5.3), the MCP guide (§5.11), the rules of persistent memory (§5.5); ""
+// for the sections without one.
+func (r *runner) staticSection(sec section) string {
+	p := r.cfg.Prompts
+	switch sec {
+	case secStep:
+		sp, _ := p.Skill(r.sk.name)
+		return fmt.Sprintf("%s\n%s\n\n%s\n", p.Heading("skill_rules"), strings.TrimSpace(sp.UsePrompt.SkillPrompt), strings.TrimSpace(sp.UsePrompt.ReturnFormat))
+	case secMCP:
+		return fmt.Sprintf("%s\n%s\n", p.Heading("mcp"), strings.TrimSpace(p.MCPBasePrompt()))
+	case secMemory:
+		return fmt.Sprintf("%s\n%s\n%s\n", p.Heading("memory"), p.Heading("memory_rules"), strings.TrimSpace(p.PersistentMemoryPrompt()))
+	}
+	return ""
+}
+
+// fixedPart is the skill's prompt text that no agent or step changes: the
+// system message and the static sections (issue 14 item 6 measures it).
+func (r *runner) fixedPart() string {
+	var b strings.Builder
+	b.WriteString(r.systemMessage())
+	for _, sec := range r.sk.sections {
+		b.WriteString(r.staticSection(sec))
+	}
+	return b.String()
 }
 
 // writeStep writes the current step (spec §5.3); the skill's rules are

@@ -314,7 +314,7 @@ var wantSections = map[string][]string{
 	engine.SkillPlanning:              {"role", "skill_rules", "memory", "current_step"},
 	engine.SkillReflection:            {"role", "skill_rules", "memory", "current_step", "history"},
 	engine.SkillSummary:               {"role", "skill_rules", "memory", "current_step", "history"},
-	engine.SkillInstructionGeneration: {"role", "skill_rules", "memory", "current_step", "tool_step"},
+	engine.SkillInstructionGeneration: {"role", "skill_rules", "mcp", "memory", "current_step", "tool_step"},
 	engine.SkillThink:                 {"role", "skill_rules", "memory", "current_step", "history"},
 	engine.SkillQuickThink:            {"role", "skill_rules", "memory", "current_step"},
 	engine.SkillSendMessage:           {"role", "skill_rules", "memory", "current_step", "history"},
