@@ -45,9 +45,11 @@ const DefaultPromptBudget = 16000
 // agent — role (§5.2), the skill's rules and return format (§5.3), the MCP
 // guide (§5.11), the rules of persistent memory (§5.5) — then what changes:
 // the memory's content (changes only when the agent edits it), then the
-// skill's variable sections in the skill's order (current step, history,
-// tool step, tool history). The fixed part is byte-identical across calls,
-// so an OpenAI-compatible endpoint serves it from its cache.
+// skill's variable sections in the skill's order. The fixed part is
+// byte-identical across calls, so an OpenAI-compatible endpoint serves it
+// from its cache. The stage history comes before the current step, whose
+// IDs change at every call: the history grows at its end and folds in
+// blocks (foldHistory), so most of it is cached too.
 //
 // The variable sections share r.budget characters: memory, the current
 // step and the tool step are shown whole (memory has its own cap in the
@@ -277,36 +279,66 @@ func (r *runner) writeHistory(b *strings.Builder, in *engine.ExecInput, budget i
 	fmt.Fprintf(b, "\n%s\n%s", p.Heading("pending"), pendingText)
 }
 
+// wholeBlock and foldBlock are the grains of history folding: the
+// boundary between one-line and whole steps moves in blocks of wholeBlock
+// steps, the one between counted and one-line steps in blocks of foldBlock,
+// so that consecutive prompts of a long stage share their history's
+// beginning byte for byte (and a provider serves it from its prompt cache)
+// instead of shifting it by one step at every call. foldBlock is smaller:
+// one-line steps are many to a budget, and rounding drops up to
+// foldBlock-1 of them.
+const (
+	wholeBlock = 8
+	foldBlock  = 4
+)
+
 // foldHistory renders executed steps, oldest first, in about budget
 // characters, deterministically and without any LLM call: going back from
 // the newest, steps are shown whole while they fit (the newest always is),
 // then one line each (foldedStep) while those fit, and the steps older than
-// that are counted in one digest line at the top. When anything is folded,
-// a note says how to read a folded step's full result.
+// that are counted in one digest line at the top. Each boundary is moved
+// forward to a multiple of its block (showing less, so still within budget;
+// the newest step stays whole), the whole steps' first, so that the steps
+// it folds leave room for more one-line steps. When anything is
+// folded, a note says how to read a folded step's full result.
 func (r *runner) foldHistory(done []engine.StepState, budget int) string {
 	p := r.cfg.Prompts
-	lines := make([]string, len(done))
-	used, oldest, whole := 0, len(done), true
-	for i := len(done) - 1; i >= 0; i-- {
-		if whole {
-			var sb strings.Builder
-			writeHistoryStep(&sb, done[i], true)
-			if n := utf8.RuneCountInString(sb.String()); i == len(done)-1 || used+n <= budget {
-				lines[i], used, oldest = sb.String(), used+n, i
-				continue
-			}
-			whole = false
-		}
-		l := foldedStep(done[i])
-		n := utf8.RuneCountInString(l)
-		if used+n > budget {
+	wholeText := func(s engine.StepState) string {
+		var sb strings.Builder
+		writeHistoryStep(&sb, s, true)
+		return sb.String()
+	}
+	n := len(done)
+	used, wholeFrom := 0, n
+	for i := n - 1; i >= 0; i-- {
+		c := utf8.RuneCountInString(wholeText(done[i]))
+		if i < n-1 && used+c > budget {
 			break
 		}
-		lines[i], used, oldest = l, used+n, i
+		used, wholeFrom = used+c, i
 	}
-	if whole {
-		return strings.Join(lines, "")
+	if wholeFrom == 0 {
+		var b strings.Builder
+		for _, s := range done {
+			b.WriteString(wholeText(s))
+		}
+		return b.String()
 	}
+	roundUp := func(i, block int) int { return (i + block - 1) / block * block }
+	for i := wholeFrom; i < min(roundUp(wholeFrom, wholeBlock), n-1); i++ {
+		used -= utf8.RuneCountInString(wholeText(done[i]))
+	}
+	wholeFrom = min(roundUp(wholeFrom, wholeBlock), n-1)
+	oldest := wholeFrom
+	for i := wholeFrom - 1; i >= 0; i-- {
+		c := utf8.RuneCountInString(foldedStep(done[i]))
+		if used+c > budget {
+			break
+		}
+		used, oldest = used+c, i
+	}
+	oldest = min(roundUp(oldest, foldBlock), wholeFrom)
+
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n", p.Heading("history_folded"))
 	if oldest > 0 {
@@ -321,7 +353,13 @@ func (r *runner) foldHistory(done []engine.StepState, budget int) string {
 		}
 		fmt.Fprintf(&b, "%s\n", p.Text("history_digest", map[string]any{"N": oldest, "Finished": finished, "Failed": failed}))
 	}
-	b.WriteString(strings.Join(lines[oldest:], ""))
+	for i := oldest; i < n; i++ {
+		if i < wholeFrom {
+			b.WriteString(foldedStep(done[i]))
+		} else {
+			b.WriteString(wholeText(done[i]))
+		}
+	}
 	return b.String()
 }
 
