@@ -30,7 +30,7 @@ func init() {
 		description title properties required object string path text contents
 		messages mimeType content role user name profile skills
 		init pending running finished failed idle working waiting
-		agent task stage TaskState filesystem yes
+		agent task stage template error TaskState filesystem yes
 	`) {
 		zhScaffoldingAllowed[w] = true
 	}
