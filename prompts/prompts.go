@@ -75,6 +75,9 @@ var TextKeys = []string{
 	"shared_info_step", "stage_no_step_left", "stage_step_failed", "tool_instruction_intention",
 	"base_task_name", "base_task_intention", "base_stage_goal",
 	"reason_plan_ends", "reason_goal_met", "reason_reflection_ends",
+	"ask_info_none", "ask_info_no_tools", "ask_info_template", "ask_info_template_hint",
+	"ask_info_skills", "ask_info_tools", "ask_info_pool", "ask_info_conversation",
+	"ask_info_stage_goal", "ask_info_step", "ask_info_agent", "ask_info_steps",
 }
 
 // SkillPrompt is one skill's prompt file.

@@ -114,6 +114,18 @@ var textFields = map[string][]string{
 	"reason_plan_ends":           {},
 	"reason_goal_met":            {},
 	"reason_reflection_ends":     {},
+	"ask_info_none":              {},
+	"ask_info_no_tools":          {},
+	"ask_info_template":          {"Template", "Role", "Skills", "Tools", "Profile"},
+	"ask_info_template_hint":     {},
+	"ask_info_skills":            {},
+	"ask_info_tools":             {},
+	"ask_info_pool":              {},
+	"ask_info_conversation":      {"N", "Total"},
+	"ask_info_stage_goal":        {"Goal"},
+	"ask_info_step":              {"StepID", "AgentName", "StepIntention", "Executor", "Type", "State", "TaskID", "StageID", "TextContent"},
+	"ask_info_agent":             {"AgentID", "Name", "Role", "Profile", "Kind", "WorkingState", "Skills", "Tools", "Waits", "Pending"},
+	"ask_info_steps":             {},
 }
 
 // sample returns data for a text: every field gets a distinct marker value,
