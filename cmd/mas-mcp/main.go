@@ -389,10 +389,17 @@ func build(cfg Config, log *slog.Logger, st engine.Store) (*engine.System, *down
 	if err != nil {
 		return nil, nil, err
 	}
+	tool, err := downstream.NewExecutor(downstream.ExecutorConfig{
+		Pool: pool, Texts: set, ConfirmTimeout: cfg.ConfirmTimeout, Logger: log.With("component", "downstream"),
+	})
+	if err != nil {
+		return nil, nil, err
+	}
 	sys, err := engine.New(engine.Config{
 		Texts:                 set,
 		Skills:                execs,
 		Tools:                 pool,
+		Tool:                  tool,
 		SkillGuides:           set.SkillGuides(),
 		Templates:             skills.Templates(set),
 		OperatorName:          cfg.Operator,
@@ -408,15 +415,6 @@ func build(cfg Config, log *slog.Logger, st engine.Store) (*engine.System, *down
 		Logger:                log.With("component", "engine"),
 	})
 	if err != nil {
-		return nil, nil, err
-	}
-	tool, err := downstream.NewExecutor(downstream.ExecutorConfig{
-		Pool: pool, System: sys, Texts: set, ConfirmTimeout: cfg.ConfirmTimeout, Logger: log.With("component", "downstream"),
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := sys.SetToolExecutor(tool); err != nil {
 		return nil, nil, err
 	}
 	return sys, pool, nil

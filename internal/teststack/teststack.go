@@ -61,9 +61,10 @@ type Options struct {
 	// Handler answers the LLM requests no script rule matched.
 	Handler func(*fakellm.Call) fakellm.Reply
 	// Tools describes downstream MCP servers (nil: none) and ToolExecutor,
-	// when set, builds the tool-step executor once the System exists.
+	// when set, runs the tool steps (it asks the operator through the
+	// step's ExecInput.Operator).
 	Tools        engine.ToolCatalog
-	ToolExecutor func(*engine.System) engine.Executor
+	ToolExecutor engine.Executor
 	// NoLeakCheck skips the goroutine-leak check at cleanup (for tests
 	// that leave their own goroutines to their own cleanups).
 	NoLeakCheck bool
@@ -123,14 +124,10 @@ func New(t testing.TB, o Options) *Stack {
 			Store:                 store,
 			Logger:                log,
 			Tools:                 o.Tools,
+			Tool:                  o.ToolExecutor,
 		})
 		if err != nil {
 			t.Fatal(err)
-		}
-		if o.ToolExecutor != nil {
-			if err := sys.SetToolExecutor(o.ToolExecutor(sys)); err != nil {
-				t.Fatal(err)
-			}
 		}
 		return sys
 	}
