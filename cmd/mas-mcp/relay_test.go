@@ -22,19 +22,28 @@ type stdioClient struct {
 	cs      *mcp.ClientSession
 	cmd     *exec.Cmd
 	stderr  *teststack.SyncBuffer
-	updates atomic.Int64 // resources/updated notifications received
-	changed atomic.Int64 // resources/list_changed notifications received
+	updates atomic.Int64  // resources/updated notifications received
+	changed atomic.Int64  // resources/list_changed notifications received
+	wake    chan struct{} // signalled (without blocking) on each of them
+}
+
+// signal wakes waitUntil.
+func (c *stdioClient) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
 }
 
 func startStdio(t *testing.T, bin string, env []string, args ...string) *stdioClient {
 	t.Helper()
-	c := &stdioClient{stderr: &teststack.SyncBuffer{}}
+	c := &stdioClient{stderr: &teststack.SyncBuffer{}, wake: make(chan struct{}, 1)}
 	c.cmd = exec.Command(bin, append([]string{"--stdio", "--log-level", "debug"}, args...)...)
 	c.cmd.Env = env
 	c.cmd.Stderr = c.stderr
 	client := mcp.NewClient(&mcp.Implementation{Name: "relay-test", Version: "1"}, &mcp.ClientOptions{
-		ResourceUpdatedHandler:     func(context.Context, *mcp.ResourceUpdatedNotificationRequest) { c.updates.Add(1) },
-		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { c.changed.Add(1) },
+		ResourceUpdatedHandler:     func(context.Context, *mcp.ResourceUpdatedNotificationRequest) { c.updates.Add(1); c.signal() },
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { c.changed.Add(1); c.signal() },
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -109,14 +118,31 @@ func (c *stdioClient) taskState(t *testing.T, taskID string) string {
 	return doc.ExecutionState
 }
 
-func waitUntil(t *testing.T, what string, d time.Duration, ok func() bool) {
+// waitUntil re-checks ok whenever a resource the client subscribed to
+// changes (and every second, should a notification be lost while a
+// subscription is being set up); it fails the test after d.
+func (c *stdioClient) waitUntil(t *testing.T, what string, d time.Duration, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	backstop := time.NewTicker(time.Second)
+	defer backstop.Stop()
 	for !ok() {
-		if time.Now().After(deadline) {
+		select {
+		case <-c.wake:
+		case <-backstop.C:
+		case <-deadline.C:
 			t.Fatalf("timed out after %s waiting for %s", d, what)
 		}
-		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitStderr waits until c's stderr holds want (written by a pipe copier:
+// it may land a little after the fact it reports).
+func (c *stdioClient) waitStderr(t *testing.T, want string, d time.Duration) {
+	t.Helper()
+	if !c.stderr.WaitFor(d, nil, func(s string) bool { return strings.Contains(s, want) }) {
+		t.Fatalf("timed out after %s waiting for %q on stderr", d, want)
 	}
 }
 
@@ -132,7 +158,7 @@ func relayEnv(llm *fakellm.Server, dataDir string) []string {
 // acknowledged write, keeps its host's session and subscriptions, and the
 // task finishes.
 func TestSecondProcessJoinsAndTakesOver(t *testing.T) {
-	bin, _, _ := binaries(t) // with the race detector
+	bin := teststack.Binary(t, teststack.MasRace)
 	team := scripted.NewTeam()
 	team.AskOperator = true
 	llm := fakellm.New(t)
@@ -142,10 +168,7 @@ func TestSecondProcessJoinsAndTakesOver(t *testing.T) {
 
 	owner := startStdio(t, bin, env)
 	joined := startStdio(t, bin, env)
-	// Its stderr is copied from a pipe: the line may land a little later.
-	waitUntil(t, "the second process to say it joined the first", 10*time.Second, func() bool {
-		return strings.Contains(joined.stderr.String(), `took_over=false`)
-	})
+	joined.waitStderr(t, "took_over=false", 10*time.Second)
 
 	// A task handed over through the second process is the first's.
 	var added server.AddTaskOut
@@ -160,7 +183,11 @@ func TestSecondProcessJoinsAndTakesOver(t *testing.T) {
 	// Both hosts act as the same default operator: alice's question
 	// reaches the inbox read through either.
 	var inbox server.GetInboxOut
-	waitUntil(t, "alice's question in the inbox", 60*time.Second, func() bool {
+	joined.call(t, "get_inbox", map[string]any{}, &inbox)
+	if err := joined.cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "mas://operators/" + inbox.OperatorID + "/inbox"}); err != nil {
+		t.Fatal(err)
+	}
+	joined.waitUntil(t, "alice's question in the inbox", 60*time.Second, func() bool {
 		joined.call(t, "get_inbox", map[string]any{}, &inbox)
 		return inbox.AwaitingReply > 0
 	})
@@ -201,9 +228,7 @@ func TestSecondProcessJoinsAndTakesOver(t *testing.T) {
 	if took > 20*time.Second {
 		t.Errorf("taking over took %s, want a few seconds", took)
 	}
-	waitUntil(t, "the joined process to say it took over", 10*time.Second, func() bool {
-		return strings.Contains(joined.stderr.String(), "took over the data directory")
-	})
+	joined.waitStderr(t, "took over the data directory", 10*time.Second)
 	found := map[string]bool{}
 	for _, tk := range info.Data {
 		found[tk.TaskID] = true
@@ -223,7 +248,7 @@ func TestSecondProcessJoinsAndTakesOver(t *testing.T) {
 	}
 	q := inbox.Messages[0]
 	joined.call(t, "send_message", map[string]any{"task_id": q.TaskID, "receiver": []string{q.SenderID}, "content": "Use markdown."}, nil)
-	waitUntil(t, "the task to finish after the takeover", 90*time.Second, func() bool {
+	joined.waitUntil(t, "the task to finish after the takeover", 90*time.Second, func() bool {
 		return joined.taskState(t, added.TaskID) == "finished"
 	})
 	if joined.updates.Load() <= updatesBefore {

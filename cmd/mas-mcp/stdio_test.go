@@ -120,7 +120,7 @@ func checkSurvivesMalformedLine(t *testing.T, p *rawStdio) {
 
 // TestStdioSurvivesMalformedLine: the --stdio server itself.
 func TestStdioSurvivesMalformedLine(t *testing.T) {
-	bin, _, _ := binaries(t)
+	bin := teststack.Binary(t, teststack.MasRace)
 	llm := fakellm.New(t)
 	checkSurvivesMalformedLine(t, startRawStdio(t, bin, relayEnv(llm, t.TempDir())))
 }
@@ -129,7 +129,7 @@ func TestStdioSurvivesMalformedLine(t *testing.T) {
 // data directory relays to the owner; a malformed line from its host is
 // answered as the owner would, and neither process loses its session.
 func TestRelaySurvivesMalformedLine(t *testing.T) {
-	bin, _, _ := binaries(t)
+	bin := teststack.Binary(t, teststack.MasRace)
 	llm := fakellm.New(t)
 	env := relayEnv(llm, t.TempDir())
 	owner := startStdio(t, bin, env)

@@ -161,15 +161,21 @@ func (s *Stack) Restart() {
 	}
 }
 
-// SyncBuffer is a log sink safe for concurrent writers.
+// SyncBuffer is a log sink safe for concurrent writers; WaitFor waits on
+// its writes.
 type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu      sync.Mutex
+	b       bytes.Buffer
+	changed chan struct{} // closed by the next write; guarded by mu
 }
 
 func (w *SyncBuffer) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.changed != nil {
+		close(w.changed)
+		w.changed = nil
+	}
 	return w.b.Write(p)
 }
 
@@ -177,6 +183,33 @@ func (w *SyncBuffer) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.String()
+}
+
+// WaitFor waits until cond holds of what was written, re-checking after
+// every write (no polling). It reports false when d passes first, or when
+// done (nil: never) is closed and cond does not hold of the final content.
+func (w *SyncBuffer) WaitFor(d time.Duration, done <-chan struct{}, cond func(string) bool) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		w.mu.Lock()
+		s := w.b.String()
+		if w.changed == nil {
+			w.changed = make(chan struct{})
+		}
+		changed := w.changed
+		w.mu.Unlock()
+		if cond(s) {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-done:
+			return cond(w.String())
+		case <-timer.C:
+			return false
+		}
+	}
 }
 
 // WaitFor waits until cond holds, re-checking on every engine event (and
