@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -87,12 +86,10 @@ func Binary(t testing.TB, name string) string {
 			b.err = err
 			return
 		}
-		goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(goCmd); err != nil {
-			if goCmd, err = exec.LookPath("go"); err != nil {
-				b.err = fmt.Errorf("the go command is not on PATH: %w", err)
-				return
-			}
+		goCmd, err := exec.LookPath("go")
+		if err != nil {
+			b.err = fmt.Errorf("the go command is not on PATH: %w", err)
+			return
 		}
 		out := filepath.Join(dir, name)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
