@@ -24,8 +24,6 @@ import (
 type ExecutorConfig struct {
 	// Pool reaches the servers. Required.
 	Pool *Pool
-	// System lets risky calls ask the task's operator. Required.
-	System *engine.System
 	// Texts renders the step texts the executor writes (the prompt set).
 	Texts engine.Texts
 	// ConfirmTimeout bounds the wait for the operator's approval of a risky
@@ -49,8 +47,6 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	switch {
 	case cfg.Pool == nil:
 		return nil, errors.New("downstream: executor: Pool is required")
-	case cfg.System == nil:
-		return nil, errors.New("downstream: executor: System is required")
 	case cfg.Texts == nil:
 		return nil, errors.New("downstream: executor: Texts is required")
 	}
@@ -248,7 +244,11 @@ func (e *Executor) confirm(ctx context.Context, in *engine.ExecInput, server str
 		"AgentID": in.Agent.AgentID, "AgentName": in.Agent.Name, "Server": server, "ToolName": ins.ToolName,
 		"Arguments": string(args), "StepIntention": in.Step.StepIntention,
 	})
-	ans, err := e.cfg.System.Ask(ctx, engine.OperatorQuestion{
+	if in.Operator == nil {
+		// The engine always sets it; a caller of its own may not.
+		return map[string]any{"approved": false}, fmt.Errorf("asking the operator to approve %s.%s: the step's input has no Operator to ask", server, ins.ToolName)
+	}
+	ans, err := in.Operator.Ask(ctx, engine.OperatorQuestion{
 		TaskID: in.Step.TaskID, StageID: in.Step.StageID, AgentID: in.Agent.AgentID,
 		Question: question, Timeout: e.cfg.ConfirmTimeout,
 	})

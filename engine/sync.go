@@ -21,7 +21,7 @@ func (a *agent) runStep(ctx context.Context, step StepState, view AgentState) {
 	} else {
 		// An LLM outage the call waits out shows on the agent.
 		ctx = llm.WithOutageObserver(ctx, &stepOutage{a: a, step: &step})
-		out = exec.Execute(ctx, &ExecInput{Agent: view, Step: step, View: s})
+		out = exec.Execute(ctx, &ExecInput{Agent: view, Step: step, View: s, Operator: s})
 		if out == nil {
 			out = &Output{Err: errors.New("executor returned no output")}
 		}

@@ -292,19 +292,6 @@ func (s *System) Start() error {
 	return nil
 }
 
-// SetToolExecutor sets the executor of tool steps (Config.Tool) when it
-// needs the System to be built (the downstream executor asks the operator
-// through it). It must be called before Start.
-func (s *System) SetToolExecutor(e Executor) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.started {
-		return errors.New("engine: SetToolExecutor after Start")
-	}
-	s.cfg.Tool = e
-	return nil
-}
-
 // Close stops every agent and waits for their goroutines. A step in flight is
 // cancelled. Close is safe to call more than once.
 func (s *System) Close() error {

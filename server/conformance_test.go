@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+
+	"github.com/mas-mcp/mas-mcp/internal/teststack"
 )
 
 // The official MCP conformance suite (@modelcontextprotocol/conformance,
@@ -46,7 +48,7 @@ func TestConformance(t *testing.T) {
 	}
 	checkPinned(t, in.dir, hint)
 	suite := filepath.Join(in.dir, "node_modules", "@modelcontextprotocol", "conformance", "dist", "index.js")
-	in.bin = buildBinary(t)
+	in.bin = teststack.Binary(t, teststack.MasPlain)
 	_, llm := fakeTeam(t)
 	srv := in.startHTTP(t, cleanEnv(append(llmEnv(llm.BaseURL()), "MAS_DATA_DIR="+t.TempDir())...))
 	for _, sc := range conformanceScenarios {

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bytes"
@@ -89,6 +89,17 @@ type Config struct {
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `yaml:"log_level"`
 
+	// Logs receives the log lines (nil: os.Stderr). Never stdout: that is
+	// the MCP stdio protocol's.
+	Logs io.Writer `yaml:"-"`
+	// Version is mas-mcp's version as set at build time ("": read from the
+	// build information); --version, --help and serverInfo show it.
+	Version string `yaml:"-"`
+
+	// getenv is the environment LoadConfig read (nil: the process's);
+	// bearer tokens and passwords are read from it at start.
+	getenv func(string) string
+
 	// apiKey is read from OPENAI_API_KEY; never printed.
 	apiKey string
 	// natsPassword and natsToken are read from the environment
@@ -112,6 +123,14 @@ type NATSConfig struct {
 	TLSCA   string `yaml:"tls_ca"`
 	TLSCert string `yaml:"tls_cert"`
 	TLSKey  string `yaml:"tls_key"`
+}
+
+// env reads the environment LoadConfig read (the process's without it).
+func (c Config) env(key string) string {
+	if c.getenv == nil {
+		return os.Getenv(key)
+	}
+	return c.getenv(key)
 }
 
 func (n NATSConfig) set() bool { return n != NATSConfig{} }
@@ -237,17 +256,17 @@ const envVars = `Environment (flags override it; it overrides the config file):
                      an external NATS server and its credentials (as --nats-*)
 `
 
-// loadConfig builds the Config from args and the environment. Every flag
-// shows its default in --help; a flag overrides the file and the
-// environment only when it is given.
-func loadConfig(args []string, getenv func(string) string) (Config, error) {
-	return loadConfigTo(args, getenv, os.Stderr)
-}
-
-// loadConfigTo is loadConfig writing --help and flag errors to usage.
-func loadConfigTo(args []string, getenv func(string) string, usage io.Writer) (Config, error) {
+// LoadConfig builds the Config from the command line's args and the
+// environment (getenv), for a binary of the given version (see
+// Config.Version). Every flag shows its default in --help; a flag
+// overrides the file and the environment only when it is given. --help
+// and flag errors are written to usage; --help and --version return
+// flag.ErrHelp (the caller exits 0).
+func LoadConfig(args []string, getenv func(string) string, usage io.Writer, version string) (Config, error) {
 	cfg := defaultConfig()
+	cfg.Version, cfg.getenv = version, getenv
 	d := defaultConfig()
+	moduleVersion := func() string { return moduleVersion(version) }
 
 	fs := flag.NewFlagSet("mas-mcp", flag.ContinueOnError)
 	fs.SetOutput(usage)
