@@ -140,6 +140,7 @@ func New(cfg Config) (*Server, error) {
 	s.mcp.AddReceivingMiddleware(s.filterLists)
 	s.addTools()
 	s.addResources()
+	s.addApp()
 	s.addPrompts()
 	s.updates = newUpdates(s)
 	s.goTracked(s.updates.run)
