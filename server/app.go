@@ -137,6 +137,13 @@ type QuestionView struct {
 	Timestamp  time.Time `json:"timestamp"`
 }
 
+// check bounds the input (inputs.go).
+func (in ShowTaskIn) check(l *Limits) error {
+	c := inputCheck{l: l}
+	c.name("task_id", in.TaskID)
+	return c.err
+}
+
 func (s *Server) showTask(ctx context.Context, req *mcp.CallToolRequest, in ShowTaskIn) (*mcp.CallToolResult, TaskView, error) {
 	op := s.operator(ctx, req.Extra)
 	id := strings.TrimSpace(in.TaskID)
