@@ -107,6 +107,7 @@ func (s *Server) Handler() http.Handler {
 	// proxy Host on a loopback listener.
 	stateful := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{
 		SessionTimeout: cfg.SessionTimeout, MaxRequestBodyBytes: cfg.MaxBodyBytes, DisableLocalhostProtection: true,
+		EventStore: s.eventStore(),
 	})
 	stateless := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{
 		Stateless: true, JSONResponse: true, MaxRequestBodyBytes: cfg.MaxBodyBytes, DisableLocalhostProtection: true,

@@ -27,9 +27,12 @@ type tool struct {
 // tools lists every tool of the server (clients see them sorted by name).
 func (s *Server) tools() []tool {
 	return []tool{
-		defTool("add_task", "Hand over a task",
+		withApp(defTool("add_task", "Hand over a task",
 			"Hand the multi-agent system a task. Its manager agent staffs it with agents and splits it into stages; this returns at once with the task's ID and resource URI (it never waits for the agents' work). Watch progress with wait_for_updates, read_resource or a subscription to the task's resource; agents' questions arrive in get_inbox.",
-			writes(false), s.addTask),
+			writes(false), s.addTask)),
+		withApp(defTool("show_task", "Show a task",
+			"Show one task as it is now: its stages, each agent's part and newest steps, and the agents' questions awaiting your reply (task_id; default: your newest task). Hosts that render MCP Apps show it as a live view in which you can answer the agents; others get the same facts as text and structured data.",
+			readOnly(), s.showTask)),
 		defTool("send_message", "Message agents",
 			"Send a message as the operator to agents of a task. To answer an agent's question, send to that agent: a pending question from it (see get_inbox) is answered automatically, and an agent blocked waiting for your reply resumes. need_reply asks the receivers to answer; waiting marks it urgent (they answer before anything else).",
 			writes(false), s.sendMessage),

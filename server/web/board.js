@@ -17,6 +17,10 @@ export function orderedTasks() {
 /** renderTasks fills the task list; select is called with a task_id on click. */
 export function renderTasks(list, select) {
   const tasks = orderedTasks();
+  if (!store.loaded) {
+    fill(list, h("li", { class: "empty loading", text: "loading…" }));
+    return;
+  }
   if (tasks.length === 0) {
     fill(list, h("li", { class: "empty", text: "No tasks." }));
     return;
