@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mas-mcp/mas-mcp/engine"
+	"github.com/mas-mcp/mas-mcp/llm"
 )
 
 // ExecutorConfig configures the tool executor.
@@ -34,6 +35,18 @@ type ExecutorConfig struct {
 	// MaxResultBytes bounds a call's result kept on the step; larger text
 	// and data are cut with a note. Default 64 KiB.
 	MaxResultBytes int
+	// NoArgumentQuestions: a call whose arguments fail the tool's input
+	// schema fails at once, instead of the operator being asked for the
+	// missing or invalid fields (spec 001).
+	NoArgumentQuestions bool
+	// LLM answers the sampling requests of servers configured with
+	// allowSampling (nil: they are refused).
+	LLM llm.Client
+	// OperatorElicit, when set, also puts a form (a server's elicitation,
+	// a tool call's missing arguments) to the task's operator as an
+	// elicitation to their own MCP client; it fails at once when no client
+	// of theirs can take one. The first answer, there or in the inbox, wins.
+	OperatorElicit func(ctx context.Context, taskID string, p *mcp.ElicitParams) (*mcp.ElicitResult, error)
 	Logger         *slog.Logger
 }
 
@@ -63,7 +76,9 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Executor{cfg: cfg}, nil
+	e := &Executor{cfg: cfg}
+	cfg.Pool.serve(e)
+	return e, nil
 }
 
 // instruction is a tool step's instruction_content (spec §4.3).
@@ -163,10 +178,20 @@ func (e *Executor) callTool(ctx context.Context, in *engine.ExecInput, server st
 	if ins.Arguments == nil {
 		ins.Arguments = map[string]any{}
 	}
-	if err := checkArguments(tool.schema, ins.Arguments); err != nil {
-		return &engine.Output{Err: fmt.Errorf("arguments of %s.%s: %v", server, ins.ToolName, err)}
-	}
 	result := map[string]any{}
+	if err := checkArguments(tool.schema, ins.Arguments); err != nil {
+		err = fmt.Errorf("arguments of %s.%s: %v", server, ins.ToolName, err)
+		if e.cfg.NoArgumentQuestions {
+			return &engine.Output{Err: err}
+		}
+		asked, err := e.completeArguments(ctx, in, server, &ins, tool, err)
+		if asked != nil {
+			result["operator_arguments"] = asked
+		}
+		if err != nil {
+			return &engine.Output{Err: err, Result: result}
+		}
+	}
 	if e.risky(server, ins.ToolName, tool) {
 		approval, err := e.confirm(ctx, in, server, &ins)
 		result["operator_approval"] = approval
@@ -176,7 +201,7 @@ func (e *Executor) callTool(ctx context.Context, in *engine.ExecInput, server st
 	}
 	var res *mcp.CallToolResult
 	safe := tool.Annotations != nil && (tool.Annotations.ReadOnlyHint || tool.Annotations.IdempotentHint)
-	err = e.cfg.Pool.do(ctx, server, safe, func(ctx context.Context, s *mcp.ClientSession) error {
+	err = e.cfg.Pool.do(withCaller(ctx, in, ins.ToolName), server, safe, func(ctx context.Context, s *mcp.ClientSession) error {
 		var err error
 		res, err = s.CallTool(ctx, &mcp.CallToolParams{Name: ins.ToolName, Arguments: ins.Arguments})
 		return err
@@ -248,7 +273,7 @@ func (e *Executor) confirm(ctx context.Context, in *engine.ExecInput, server str
 		"AgentID": in.Agent.AgentID, "AgentName": in.Agent.Name, "Server": server, "ToolName": ins.ToolName,
 		"Arguments": string(args), "StepIntention": in.Step.StepIntention,
 	})
-	ans, err := e.cfg.System.Ask(ctx, engine.OperatorQuestion{
+	ans, err := e.ask(ctx, in, engine.OperatorQuestion{
 		TaskID: in.Step.TaskID, StageID: in.Step.StageID, AgentID: in.Agent.AgentID,
 		Question: question, Timeout: e.cfg.ConfirmTimeout,
 	})

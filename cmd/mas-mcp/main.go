@@ -411,7 +411,7 @@ func build(cfg Config, log *slog.Logger, st engine.Store) (*engine.System, *down
 		return nil, nil, err
 	}
 	tool, err := downstream.NewExecutor(downstream.ExecutorConfig{
-		Pool: pool, System: sys, Texts: set, ConfirmTimeout: cfg.ConfirmTimeout, Logger: log.With("component", "downstream"),
+		Pool: pool, System: sys, Texts: set, ConfirmTimeout: cfg.ConfirmTimeout, LLM: client, Logger: log.With("component", "downstream"),
 	})
 	if err != nil {
 		return nil, nil, err
