@@ -127,7 +127,7 @@ func (e *Executor) Execute(ctx context.Context, in *engine.ExecInput) *engine.Ou
 			return &engine.Output{Err: errors.New(`instruction_content.arguments.uri: is empty; a resource call needs {"uri": …}`)}
 		}
 		var res *mcp.ReadResourceResult
-		err := e.cfg.Pool.do(ctx, server, true, func(ctx context.Context, s *mcp.ClientSession) error {
+		err := e.cfg.Pool.do(withCaller(ctx, in, "resource "+uri), server, true, func(ctx context.Context, s *mcp.ClientSession) error {
 			var err error
 			res, err = s.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
 			return err
@@ -147,7 +147,7 @@ func (e *Executor) Execute(ctx context.Context, in *engine.ExecInput) *engine.Ou
 			}
 		}
 		var res *mcp.GetPromptResult
-		err := e.cfg.Pool.do(ctx, server, true, func(ctx context.Context, s *mcp.ClientSession) error {
+		err := e.cfg.Pool.do(withCaller(ctx, in, "prompt "+ins.PromptName), server, true, func(ctx context.Context, s *mcp.ClientSession) error {
 			var err error
 			res, err = s.GetPrompt(ctx, &mcp.GetPromptParams{Name: ins.PromptName, Arguments: args})
 			return err

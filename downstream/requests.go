@@ -167,7 +167,7 @@ func (c *conn) clientOptions(h serverRequests) *mcp.ClientOptions {
 	// stops waiting for the operator).
 	within := func(ctx context.Context) (context.Context, *inflight, func(), error) {
 		f := c.callFor(ctx)
-		if f == nil {
+		if f == nil || f.caller() == nil {
 			return nil, nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest,
 				Message: "mas-mcp answers this only during a tool call of one of its agents, and none is in progress"}
 		}
