@@ -46,7 +46,7 @@ type ExecutorConfig struct {
 	// a tool call's missing arguments) to the task's operator as an
 	// elicitation to their own MCP client; it fails at once when no client
 	// of theirs can take one. The first answer, there or in the inbox, wins.
-	OperatorElicit func(ctx context.Context, taskID string, p *mcp.ElicitParams) (*mcp.ElicitResult, error)
+	OperatorElicit ElicitFunc
 	Logger         *slog.Logger
 }
 
@@ -273,7 +273,7 @@ func (e *Executor) confirm(ctx context.Context, in *engine.ExecInput, server str
 		"AgentID": in.Agent.AgentID, "AgentName": in.Agent.Name, "Server": server, "ToolName": ins.ToolName,
 		"Arguments": string(args), "StepIntention": in.Step.StepIntention,
 	})
-	ans, err := e.ask(ctx, in, engine.OperatorQuestion{
+	ans, err := e.askApproval(ctx, in, engine.OperatorQuestion{
 		TaskID: in.Step.TaskID, StageID: in.Step.StageID, AgentID: in.Agent.AgentID,
 		Question: question, Timeout: e.cfg.ConfirmTimeout,
 	})

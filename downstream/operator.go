@@ -12,6 +12,27 @@ import (
 	"github.com/mas-mcp/mas-mcp/engine"
 )
 
+// ElicitFunc puts a form to the operator of a task through their own MCP
+// client (elicitation); it fails at once when none of their clients can
+// take one.
+type ElicitFunc func(ctx context.Context, taskID string, p *mcp.ElicitParams) (*mcp.ElicitResult, error)
+
+// SetOperatorElicit sets how the executor reaches operators' own MCP
+// clients, for executors whose config sets no OperatorElicit (the MCP
+// server is built after them).
+func (p *Pool) SetOperatorElicit(f ElicitFunc) { p.elicit.Store(&f) }
+
+// operatorElicit is the way to operators' clients, or nil.
+func (e *Executor) operatorElicit() ElicitFunc {
+	if e.cfg.OperatorElicit != nil {
+		return e.cfg.OperatorElicit
+	}
+	if f := e.cfg.Pool.elicit.Load(); f != nil {
+		return *f
+	}
+	return nil
+}
+
 // ask puts a question to the task's operator and waits for the answer:
 // the one place the executor reaches the operator's inbox.
 func (e *Executor) ask(ctx context.Context, in *engine.ExecInput, q engine.OperatorQuestion) (engine.Answer, error) {
@@ -46,10 +67,10 @@ func (e *Executor) askForm(ctx context.Context, in *engine.ExecInput, question, 
 		ch <- result{a: fa, err: err}
 	}()
 	waiting := 1
-	if e.cfg.OperatorElicit != nil {
+	if elicit := e.operatorElicit(); elicit != nil {
 		waiting++
 		go func() {
-			res, err := e.cfg.OperatorElicit(ctx, in.Step.TaskID, &mcp.ElicitParams{Message: message, RequestedSchema: f.schema()})
+			res, err := elicit(ctx, in.Step.TaskID, &mcp.ElicitParams{Message: message, RequestedSchema: f.schema()})
 			switch {
 			case err != nil || res.Action == "cancel":
 				// No client of the operator's took it, or it was dismissed:
@@ -114,4 +135,56 @@ func (e *Executor) completeArguments(ctx context.Context, in *engine.ExecInput, 
 		return asked, fmt.Errorf("arguments of %s.%s, completed by the operator: %v", server, ins.ToolName, err)
 	}
 	return asked, nil
+}
+
+// approvalSchema is the elicitation form of an approval question.
+var approvalSchema = map[string]any{"type": "object", "required": []string{"approve"}, "properties": map[string]any{
+	"approve": map[string]any{"type": "boolean", "title": "Approve", "description": "allow this call"},
+	"note":    map[string]any{"type": "string", "title": "Note", "description": "shown to the agent (optional)"},
+}}
+
+// askApproval asks the risk gate's question in the inbox and, when
+// operators' clients can be reached, as an elicitation form (approve,
+// note) to the task operator's own MCP client: the first answer wins and
+// the other is withdrawn. A form declined is a denial; one dismissed, or
+// a client that cannot take it, leaves the inbox to answer.
+func (e *Executor) askApproval(ctx context.Context, in *engine.ExecInput, q engine.OperatorQuestion) (engine.Answer, error) {
+	elicit := e.operatorElicit()
+	if elicit == nil {
+		return e.ask(ctx, in, q)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		a    engine.Answer
+		err  error
+		none bool // the client gave no answer
+	}
+	ch := make(chan result, 2)
+	go func() {
+		a, err := e.ask(ctx, in, q)
+		ch <- result{a: a, err: err}
+	}()
+	go func() {
+		res, err := elicit(ctx, q.TaskID, &mcp.ElicitParams{Message: q.Question, RequestedSchema: approvalSchema})
+		if err != nil || res.Action == "cancel" {
+			ch <- result{none: true}
+			return
+		}
+		approve, _ := res.Content["approve"].(bool)
+		approve = approve && res.Action == "accept"
+		note, _ := res.Content["note"].(string)
+		text := map[bool]string{true: "yes", false: "no"}[approve]
+		if note != "" {
+			text += ": " + note
+		}
+		ch <- result{a: engine.Answer{Text: text, Decision: &engine.Decision{Approve: approve, Note: note}}}
+	}()
+	for waiting := 2; ; waiting-- {
+		r := <-ch
+		if r.none && waiting > 1 {
+			continue
+		}
+		return r.a, r.err
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -30,6 +31,9 @@ type Pool struct {
 	conns    map[string]*conn
 	closed   bool
 	requests serverRequests // answers the servers' requests; nil: refused
+
+	// elicit reaches operators' own MCP clients (SetOperatorElicit).
+	elicit atomic.Pointer[ElicitFunc]
 }
 
 // conn is one server's session and its cached description.

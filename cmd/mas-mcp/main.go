@@ -201,6 +201,8 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, getenv func(string
 	if err != nil {
 		return inst, err
 	}
+	// Questions a tool call waits on also go to the operator's own MCP client.
+	inst.pool.SetOperatorElicit(inst.srv.ElicitOperator)
 	if inst.st != nil && inst.st.Role() == store.RoleOwner {
 		inst.serveLocal(store.SocketPath(inst.st.DataDir()))
 	}
