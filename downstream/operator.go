@@ -52,7 +52,7 @@ func (e *Executor) askForm(ctx context.Context, in *engine.ExecInput, question, 
 		err    error
 		client bool
 	}
-	// Buffered for both: the loser finishes on its own once ctx ends.
+	// Buffered for both; the loser is waited for once ctx is cancelled.
 	ch := make(chan result, 2)
 	go func() {
 		a, err := e.ask(ctx, in, engine.OperatorQuestion{
@@ -88,6 +88,13 @@ func (e *Executor) askForm(ctx context.Context, in *engine.ExecInput, question, 
 		r := <-ch
 		if r.client && r.a.Action == "" && waiting > 1 {
 			continue
+		}
+		// The other channel is withdrawn before the answer is used: the
+		// inbox's question no longer awaits a reply, the client's form
+		// is cancelled.
+		cancel()
+		for ; waiting > 1; waiting-- {
+			<-ch
 		}
 		return r.a, r.err
 	}
@@ -184,6 +191,10 @@ func (e *Executor) askApproval(ctx context.Context, in *engine.ExecInput, q engi
 		r := <-ch
 		if r.none && waiting > 1 {
 			continue
+		}
+		cancel() // withdraw the other channel's question, and wait for it
+		for ; waiting > 1; waiting-- {
+			<-ch
 		}
 		return r.a, r.err
 	}

@@ -237,15 +237,12 @@ func (s *Server) taskAugmented(next http.Handler) http.Handler {
 		// Read up to the SDK's own cap; a larger body goes on whole, for the
 		// SDK to refuse.
 		body, err := io.ReadAll(io.LimitReader(r.Body, s.cfg.HTTP.MaxBodyBytes+1))
-		if err != nil {
-			http.Error(w, "reading the body: "+err.Error(), http.StatusBadRequest)
-			return
-		}
 		r.Body = struct {
 			io.Reader
 			io.Closer
 		}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
-		if int64(len(body)) > s.cfg.HTTP.MaxBodyBytes {
+		if err != nil || int64(len(body)) > s.cfg.HTTP.MaxBodyBytes {
+			// Too large, or unreadable: the SDK answers it (413, …).
 			next.ServeHTTP(w, r)
 			return
 		}
