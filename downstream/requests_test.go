@@ -226,3 +226,30 @@ func TestMissingArgumentsAsked(t *testing.T) {
 		})
 	}
 }
+
+// TestElicitationHoldsTheCallTimeout: while the operator is asked on a
+// server's behalf, the call's timeout does not run: an answer given well
+// after the server's timeout still reaches the tool. (The wait below is
+// not synchronisation: it only lets the timeout pass; any longer wait
+// checks the same.)
+func TestElicitationHoldsTheCallTimeout(t *testing.T) {
+	// Long enough for the connection's handshake (bounded by the same
+	// timeout) on a loaded machine.
+	const timeout = 2 * time.Second
+	f := newFixture(t, false)
+	sc := fixtureConfig(t, f)
+	sc.Timeout = downstream.Duration(timeout)
+	s := newRequestStack(t, sc, []scripted.Call{{Server: "srv", Tool: "ask-elicitation", Args: map[string]any{}}}, "")
+	w, task := s.startWorker(t, "srv")
+	q := s.waitQuestion(s.Sys.OperatorID(), w)
+	<-time.After(timeout + timeout/2)
+	reply(s, q, "Ada")
+	s.waitSummary(w, task)
+	steps := s.toolSteps(w)
+	if len(steps) != 1 || steps[0].ExecutionState != engine.StateFinished {
+		t.Fatalf("want one finished tool step (the timeout held while the operator was asked)\n%s", s.Dump())
+	}
+	if got := jsonString(steps[0].ExecuteResult["mcp_server_result"]); !strings.Contains(got, "accept map[name:Ada]") {
+		t.Errorf("result %s lacks the answer", got)
+	}
+}
