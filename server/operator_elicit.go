@@ -8,7 +8,7 @@ import (
 )
 
 // ElicitOperator puts a form to the operator of a task through their own
-// MCP client: the newest session of that operator whose client declared
+// MCP client: one session of that operator whose client declared
 // elicitation (sessions of protocol 2026-07-28 are stateless and take no
 // server requests). It fails at once when there is none. The executor
 // (downstream.Pool.SetOperatorElicit) sends approval questions, downstream
@@ -30,7 +30,7 @@ func (s *Server) ElicitOperator(ctx context.Context, taskID string, p *mcp.Elici
 			continue
 		}
 		if who, ok := s.sessionOperator(ss); ok && who == op {
-			pick = ss // the last one listed
+			pick = ss
 		}
 	}
 	if pick == nil {
