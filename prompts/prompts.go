@@ -64,7 +64,7 @@ var TextKeys = []string{
 	"human_reply_needed", "human_stage_started", "human_stage_finished", "human_task_finished",
 	"ask_info_result", "repair_request",
 	"tool_describe_intention", "tool_describe_text", "tool_result_intention", "tool_result_text",
-	"tool_confirm",
+	"tool_confirm", "tool_elicit", "tool_missing_arguments",
 	"text_clipped",
 	"stall_no_stages", "stall_stage", "stall_no_running_stage", "stall_base", "stall_notice", "stall_failed",
 	"llm_waiting", "llm_outage_began", "llm_outage_ended", "llm_outage_gave_up", "llm_refused",

@@ -73,7 +73,7 @@ func TestMCPAppBundleCommitted(t *testing.T) {
 func TestBrowserMCPApp(t *testing.T) {
 	node, dir := needBrowser(t)
 	_, appDir := needMCPApp(t)
-	bin := buildBinary(t)
+	bin := teststack.Binary(t, teststack.MasPlain)
 	team, llm := fakeTeam(t)
 	// The LLM answers once the view shows the task (mcpapp.mjs says
 	// SHOWN), slowly enough for the view to show the steps as they come.
@@ -147,7 +147,7 @@ func TestBrowserMCPApp(t *testing.T) {
 	checkNoKey(t, map[string]string{"mcpapp.mjs's output": stdout.String() + stderr.String()})
 	if err != nil {
 		t.Fatalf("mcpapp.mjs failed (%v) after %s:\n%s\nmas-mcp:\n%s", err, time.Since(start).Round(time.Millisecond),
-			lastLines(stderr.String(), 40), lastLines(srv.stderr.String(), 30))
+			lastLines(stderr.String(), 40), lastLines(srv.Stderr.String(), 30))
 	}
 	out := strings.TrimSpace(stdout.String())
 	last := out[strings.LastIndex(out, "\n")+1:]

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"github.com/mas-mcp/mas-mcp/internal/teststack"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,7 +128,7 @@ func TestBundlePack(t *testing.T) {
 		t.Fatal(err)
 	}
 	mcpb(t, "--version") // the pinned CLI is there
-	bin := buildBinary(t)
+	bin := teststack.Binary(t, teststack.MasPlain)
 	dir := t.TempDir()
 	bundle := filepath.Join(dir, "mas-mcp.mcpb")
 	dirAbs, err := filepath.Abs(mcpbDir)

@@ -142,6 +142,9 @@ func New(cfg Config) (*Server, error) {
 	s.addResources()
 	s.addApp()
 	s.addPrompts()
+	if err := s.addTasks(); err != nil {
+		return nil, fmt.Errorf("server: tasks: %w", err)
+	}
 	s.updates = newUpdates(s)
 	s.goTracked(s.updates.run)
 	return s, nil

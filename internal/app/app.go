@@ -184,6 +184,8 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, stop func()) (inst
 	if err != nil {
 		return inst, err
 	}
+	// Questions a tool call waits on also go to the operator's own MCP client.
+	inst.pool.SetOperatorElicit(inst.srv.ElicitOperator)
 	if inst.st != nil && inst.st.Role() == store.RoleOwner {
 		inst.serveLocal(store.SocketPath(inst.st.DataDir()))
 	}
@@ -376,7 +378,7 @@ func build(cfg Config, log *slog.Logger, st engine.Store) (*engine.System, *down
 		return nil, nil, err
 	}
 	tool, err := downstream.NewExecutor(downstream.ExecutorConfig{
-		Pool: pool, Texts: set, ConfirmTimeout: cfg.ConfirmTimeout, Logger: log.With("component", "downstream"),
+		Pool: pool, Texts: set, ConfirmTimeout: cfg.ConfirmTimeout, LLM: client, Logger: log.With("component", "downstream"),
 	})
 	if err != nil {
 		return nil, nil, err

@@ -3,6 +3,7 @@
 
 import { h, fill, short, tokens, chars, ms, clock, stamp, json, stateBadge, stepIcon } from "./dom.js";
 import { store, nameOf, stepsOf } from "./store.js";
+import { taskControls, agentControls, interrupted } from "./controls.js";
 
 const NO_RELATIVE = "no_relative";
 
@@ -42,7 +43,7 @@ export function renderTasks(list, select) {
           onclick: () => select(t.task_id),
           onkeydown: (e) => (e.key === "Enter" || e.key === " ") && (e.preventDefault(), select(t.task_id)),
         },
-        h("div", { class: "task-line" }, h("span", { class: "task-name", text: t.task_name }), stateBadge(t.execution_state)),
+        h("div", { class: "task-line" }, h("span", { class: "task-name", text: t.task_name }), t.paused ? h("span", { class: "pill paused", text: "⏸" , title: "paused" }) : null, stateBadge(t.execution_state)),
         h(
           "div",
           { class: "task-meta" },
@@ -83,6 +84,7 @@ export function renderTaskHead(el) {
       h("h2", { id: "task-name", text: t.task_name }),
       stateBadge(t.execution_state, "big"),
       h("span", { id: "task-state", class: "visually-hidden", text: t.execution_state }),
+      taskControls(t),
       h("span", { class: "spacer" }),
       h(
         "span",
@@ -193,6 +195,8 @@ function agentBlocks(agents, stage, selectStep) {
           a ? h("span", { class: "muted", text: a.role }) : null,
           inStage ? stateBadge(inStage) : null,
           a && (a.step_lock || []).length ? h("span", { class: "pill warn", title: "blocked until a reply arrives (step lock)", text: "⏳ waiting for a reply" }) : null,
+          a && a.working_state === "paused" ? h("span", { class: "pill paused", title: "it, or every task it has steps in, is paused", text: "paused" }) : null,
+          agentControls(id, a),
           h("span", { class: "spacer" }),
           h("span", { class: "tok", title: `tokens of these steps; the agent used ${a ? tokens(a.usage && a.usage.total_tokens) : "?"} in all` }, `${tokens(used)} tok`),
           a && a.kind === "llm" ? h("span", { class: "tok total", title: "the agent's total tokens (all tasks)", text: `Σ ${tokens(a.usage && a.usage.total_tokens)}` }) : null,
@@ -223,6 +227,7 @@ function stepRow(s, selectStep) {
     h("span", { class: "icon", text: stepIcon(s.execution_state) }),
     h("code", { class: "exec", text: s.executor }),
     s.type === "tool" ? h("span", { class: "pill tool", text: "tool" }) : null,
+    interrupted(s) ? h("span", { class: "pill interrupted", title: s.execute_result.error, text: "✋ interrupted" }) : null,
     h("span", { class: "intent", text: s.step_intention }),
     u.total_tokens ? h("span", { class: "tok", text: `${tokens(u.total_tokens)} tok` }) : null,
   );
