@@ -209,6 +209,9 @@ type BudgetDay struct {
 type budgetQuestions struct {
 	mu   sync.Mutex
 	open map[string]context.CancelFunc
+	// daily serialises the holds of the daily budget, so that an
+	// operator whose tasks reach it at once gets one question.
+	daily sync.Mutex
 }
 
 func (q *budgetQuestions) set(taskID string, cancel context.CancelFunc) {
@@ -409,6 +412,8 @@ func (s *System) dailyReached(op string) string {
 // budget; one question goes to the operator, in the task that reached it
 // (or the first one held).
 func (s *System) holdOperator(op, reason string, trigger *task) {
+	s.budgets.daily.Lock()
+	defer s.budgets.daily.Unlock()
 	var held []*task
 	for _, t := range s.allTasks() {
 		t.mu.Lock()
