@@ -127,9 +127,9 @@ func (c *BudgetConfig) cost(model string, u llm.Usage) float64 {
 // BudgetLimits sets a task's limits (add_task, set_budget): a field left out
 // keeps its value (the MAS's default for a new task); 0 means no limit.
 type BudgetLimits struct {
-	Tokens      *int     `json:"tokens,omitempty"`
-	AgentTokens *int     `json:"agent_tokens,omitempty"`
-	Cost        *float64 `json:"cost,omitempty"`
+	Tokens      *int     `json:"tokens,omitempty" jsonschema:"the task's token budget: total tokens of all its LLM calls; 0: no limit"`
+	AgentTokens *int     `json:"agent_tokens,omitempty" jsonschema:"the token budget of each agent in the task; 0: no limit"`
+	Cost        *float64 `json:"cost,omitempty" jsonschema:"the task's cost budget in the price table's currency (needs the server's price table); 0: no limit"`
 }
 
 // check names the field and the problem of a bad limit.
@@ -778,5 +778,50 @@ func (s *System) reaskBudgets() {
 		}
 		asked[op] = asked[op] || b.HeldFor == holdDaily
 		s.askBudget(t)
+	}
+}
+
+// budgetShown is the task's budget for ask_info (nil when it has none and
+// nothing was metered).
+func (t *TaskState) budgetShown() *TaskBudget {
+	if t.Budget.Tokens == 0 && t.Budget.AgentTokens == 0 && t.Budget.Cost == 0 && len(t.Budget.AgentUsed) == 0 {
+		return nil
+	}
+	b := t.Budget.clone()
+	return &b
+}
+
+// writeBudget writes a task's usage and budget lines for ask_info.
+func writeBudget(b *strings.Builder, t TaskInfo) {
+	if t.Usage.Calls > 0 {
+		fmt.Fprintf(b, "- usage: %d tokens (%d prompt, %d cached, %d completion) in %d LLM calls\n",
+			spent(t.Usage), t.Usage.PromptTokens, t.Usage.CachedTokens, t.Usage.CompletionTokens, t.Usage.Calls)
+	}
+	bu := t.Budget
+	if bu == nil {
+		return
+	}
+	var parts []string
+	if bu.Tokens > 0 {
+		parts = append(parts, fmt.Sprintf("%d tokens (%d left)", bu.Tokens, *t.BudgetLeft.Tokens))
+	}
+	if bu.AgentTokens > 0 {
+		parts = append(parts, fmt.Sprintf("%d tokens per agent", bu.AgentTokens))
+	}
+	if bu.Cost > 0 {
+		parts = append(parts, fmt.Sprintf("cost %.4f (%.4f used, %.4f left)", bu.Cost, bu.CostUsed, *t.BudgetLeft.Cost))
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(b, "- budget: %s\n", strings.Join(parts, "; "))
+	}
+	if len(bu.AgentUsed) > 0 {
+		var used []string
+		for _, id := range sortedKeys(bu.AgentUsed) {
+			used = append(used, fmt.Sprintf("%s %d", id, bu.AgentUsed[id]))
+		}
+		fmt.Fprintf(b, "- tokens per agent: %s\n", strings.Join(used, ", "))
+	}
+	if bu.Held != "" {
+		fmt.Fprintf(b, "- paused for its budget: %s\n", bu.Held)
 	}
 }

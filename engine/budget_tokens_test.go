@@ -119,6 +119,19 @@ func TestBudgetPausesTheTaskUntilTheOperatorRaisesIt(t *testing.T) {
 		t.Errorf("question from %s: %q; want it from the task's manager, naming answer_approval", q.SenderID, q.Content)
 	}
 
+	res, err := r.s.sys.Query(r.s.sys.OperatorID(), engine.AskInfoQuery{Type: engine.QueryTaskInfo, TaskID: r.task})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"- usage: ", "- budget: 1 tokens (0 left)", "- paused for its budget: the task used"} {
+		if !strings.Contains(res.Markdown, w) {
+			t.Errorf("ask_info task_info lacks %q:\n%s", w, res.Markdown)
+		}
+	}
+	if ti := res.Data.(engine.TaskInfo); ti.Budget == nil || ti.Budget.Tokens != 1 || ti.BudgetLeft == nil || ti.Usage.Calls != 1 {
+		t.Errorf("ask_info data: budget %+v left %+v usage %+v", ti.Budget, ti.BudgetLeft, ti.Usage)
+	}
+
 	const raise = 100_000_000
 	if err := r.s.sys.AnswerApproval(r.s.sys.OperatorID(), q.MessageID, engine.Decision{Approve: true, Arguments: map[string]any{"tokens": float64(raise)}}); err != nil {
 		t.Fatal(err)
