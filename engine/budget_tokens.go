@@ -209,9 +209,11 @@ type BudgetDay struct {
 type budgetQuestions struct {
 	mu   sync.Mutex
 	open map[string]context.CancelFunc
-	// daily serialises the holds of the daily budget, so that an
-	// operator whose tasks reach it at once gets one question.
-	daily sync.Mutex
+	// daily serialises the holds of the daily budget, and asking marks
+	// the operators with an open daily question: an operator gets one
+	// question however many tasks reach it, or are added past it.
+	daily  sync.Mutex
+	asking map[string]string // operator -> task of its daily question; guarded by daily
 }
 
 func (q *budgetQuestions) set(taskID string, cancel context.CancelFunc) {
@@ -423,7 +425,7 @@ func (s *System) holdOperator(op, reason string, trigger *task) {
 			held = append(held, t)
 		}
 	}
-	if len(held) == 0 {
+	if len(held) == 0 || s.budgets.asking[op] != "" {
 		return
 	}
 	ask := held[0]
@@ -432,6 +434,10 @@ func (s *System) holdOperator(op, reason string, trigger *task) {
 			ask = t
 		}
 	}
+	if s.budgets.asking == nil {
+		s.budgets.asking = map[string]string{}
+	}
+	s.budgets.asking[op] = ask.id()
 	s.askBudget(ask)
 }
 
@@ -475,6 +481,18 @@ func (s *System) askBudget(t *task) {
 	s.goTracked(func() {
 		defer cancel()
 		s.budgetQuestion(ctx, t)
+		// A daily question that was answered, or whose task is no longer
+		// held for the daily budget, is settled: the next task past the
+		// daily budget asks anew.
+		settled := ctx.Err() == nil
+		t.mu.Lock()
+		settled = settled || t.st.Budget.HeldFor != holdDaily
+		t.mu.Unlock()
+		s.budgets.daily.Lock()
+		if op := s.operatorOf(id); settled && s.budgets.asking[op] == id {
+			delete(s.budgets.asking, op)
+		}
+		s.budgets.daily.Unlock()
 	})
 }
 
@@ -776,7 +794,15 @@ func (s *System) reaskBudgets() {
 		if b.Held == "" || ended || (b.HeldFor == holdDaily && asked[op]) {
 			continue
 		}
-		asked[op] = asked[op] || b.HeldFor == holdDaily
+		if b.HeldFor == holdDaily {
+			asked[op] = true
+			s.budgets.daily.Lock()
+			if s.budgets.asking == nil {
+				s.budgets.asking = map[string]string{}
+			}
+			s.budgets.asking[op] = t.id()
+			s.budgets.daily.Unlock()
+		}
 		s.askBudget(t)
 	}
 }

@@ -137,13 +137,28 @@ func TestDailyBudgetHoldsEveryTaskOfTheOperator(t *testing.T) {
 		return len(held) == 2
 	})
 	settleHeld(b)
-	in, _ := b.sys.Inbox(b.op())
-	var open []InboxEntry
-	for _, e := range in {
-		if e.AwaitingReply && strings.Contains(e.Content, "[Budget reached]") {
-			open = append(open, e)
+	// A task added now is held before its manager starts on it.
+	t3 := b.newTask("three")
+	if st := b.task(t3); !st.Paused || st.Budget.HeldFor != holdDaily {
+		t.Errorf("a task added past the daily budget: paused %v held for %q; want held for the daily budget", st.Paused, st.Budget.HeldFor)
+	}
+	settleHeld(b)
+	for _, c := range b.sc.callsOf("manager", "") {
+		if c.TaskID == t3 {
+			t.Errorf("the manager ran %s in the held task three", c.Skill)
 		}
 	}
+	var open []InboxEntry
+	b.waitFor("the daily budget question", func() bool {
+		in, _ := b.sys.Inbox(b.op())
+		open = open[:0]
+		for _, e := range in {
+			if e.AwaitingReply && strings.Contains(e.Content, "[Budget reached]") {
+				open = append(open, e)
+			}
+		}
+		return len(open) > 0
+	})
 	if len(open) != 1 || !strings.Contains(open[0].Content, "daily budget") {
 		t.Fatalf("open budget questions %v, want one about the daily budget", open)
 	}
@@ -154,7 +169,7 @@ func TestDailyBudgetHoldsEveryTaskOfTheOperator(t *testing.T) {
 	if err := b.sys.AnswerApproval(b.op(), open[0].MessageID, Decision{Approve: true, Arguments: map[string]any{"tokens": 1000}}); err != nil {
 		t.Fatal(err)
 	}
-	b.waitFor("both tasks released", func() bool { return !b.task(t1).Paused && !b.task(t2).Paused })
+	b.waitFor("every task released", func() bool { return !b.task(t1).Paused && !b.task(t2).Paused && !b.task(t3).Paused })
 	b.settle()
 	if got := len(b.sc.callsOf("w1", SkillThink)) + len(b.sc.callsOf("w2", SkillThink)); got != 6 {
 		t.Errorf("%d think steps ran after the raise, want all 6", got)

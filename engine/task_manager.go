@@ -162,6 +162,7 @@ func (s *System) addTask(actor *agent, ti TaskInstruction, origin string) (map[s
 	if err := s.registerTask(t); err != nil {
 		return nil, err
 	}
+	s.enforceBudgets(t) // an operator past the daily budget: held before it starts
 	t.mu.Lock()
 	msgs := t.startNoticesLocked()
 	t.mu.Unlock()
