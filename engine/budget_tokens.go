@@ -246,8 +246,12 @@ func spent(u llm.Usage) int { return max(u.TotalTokens, u.PromptTokens+u.Complet
 func (s *System) day() string { return s.now().UTC().Format(time.DateOnly) }
 
 // newTaskBudget is a new task's budget: the MAS's defaults, overridden by
-// the request's limits.
-func (s *System) newTaskBudget(l *BudgetLimits) (TaskBudget, error) {
+// the request's limits — an operator's only: an agent's add_task gets the
+// defaults, or it could lift them.
+func (s *System) newTaskBudget(l *BudgetLimits, human bool) (TaskBudget, error) {
+	if l != nil && !human {
+		return TaskBudget{}, errf(ErrForbidden, "budget: only an operator sets a task's budget; leave it out (the task gets the MAS's default budget)")
+	}
 	if err := l.check("budget", len(s.cfg.Budgets.Prices) > 0); err != nil {
 		return TaskBudget{}, err
 	}

@@ -210,6 +210,21 @@ func TestBudgetQuestionAskedAgainAfterRestart(t *testing.T) {
 	nb.waitFor("the task to fail", func() bool { return nb.task(r.task).ExecutionState == StateFailed })
 }
 
+// An agent's add_task cannot set a budget (it could lift the default); an
+// operator's gets the defaults where it sets none.
+func TestTaskBudgetDefaultsAndWhoSetsThem(t *testing.T) {
+	b := newTestbed(t, func(c *Config) { c.Budgets.TaskTokens = 5000; c.Budgets.AgentTokens = 900 })
+	_, err := b.sys.TaskInstruction(b.mgr(), TaskInstruction{Action: ActionAddTask, TaskName: "n", TaskIntention: "i", Budget: &BudgetLimits{Tokens: new(0)}})
+	isErr(t, err, ErrForbidden, "budget: only an operator")
+	id, err := b.sys.AddTask(b.op(), AddTaskRequest{TaskName: "n", TaskIntention: "i", Budget: &BudgetLimits{AgentTokens: new(0)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.task(id).Budget; got.Tokens != 5000 || got.AgentTokens != 0 {
+		t.Errorf("budget %+v, want the default 5000 tokens and no per-agent limit", got)
+	}
+}
+
 func TestReadBudgetAnswer(t *testing.T) {
 	type res struct {
 		Approve bool

@@ -131,7 +131,7 @@ func (s *System) addTask(actor *agent, ti TaskInstruction, origin string) (map[s
 	if actor.kind == KindHuman {
 		operator = actor.id
 	}
-	budget, err := s.newTaskBudget(ti.Budget)
+	budget, err := s.newTaskBudget(ti.Budget, actor.kind == KindHuman)
 	if err != nil {
 		return nil, err
 	}
