@@ -209,6 +209,9 @@ type BudgetDay struct {
 type budgetQuestions struct {
 	mu   sync.Mutex
 	open map[string]context.CancelFunc
+	// held maps each task held for its budget to a channel closed when
+	// the hold ends: LLM calls of its steps already running wait on it.
+	held map[string]chan struct{}
 	// daily serialises the holds of the daily budget, and asking marks
 	// the operators with an open daily question: an operator gets one
 	// question however many tasks reach it, or are added past it.
@@ -228,7 +231,8 @@ func (q *budgetQuestions) set(taskID string, cancel context.CancelFunc) {
 	q.open[taskID] = cancel
 }
 
-// drop cancels the task's open question, if any.
+// drop cancels the task's open question, if any, and lets its held calls
+// go (the hold is over, or the task ended).
 func (q *budgetQuestions) drop(taskID string) {
 	q.mu.Lock()
 	c := q.open[taskID]
@@ -237,6 +241,79 @@ func (q *budgetQuestions) drop(taskID string) {
 	if c != nil {
 		c()
 	}
+	q.unblock(taskID)
+}
+
+// block makes the task's LLM calls wait until unblock.
+func (q *budgetQuestions) block(taskID string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.held == nil {
+		q.held = map[string]chan struct{}{}
+	}
+	if q.held[taskID] == nil {
+		q.held[taskID] = make(chan struct{})
+	}
+}
+
+func (q *budgetQuestions) unblock(taskID string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if ch := q.held[taskID]; ch != nil {
+		close(ch)
+		delete(q.held, taskID)
+	}
+}
+
+// blocked returns the channel a call of the task waits on (nil: none).
+func (q *budgetQuestions) blocked(taskID string) chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.held[taskID]
+}
+
+// BeforeCall implements llm.CallGate for a running step: an LLM call of a
+// task held for its budget (a step that was already running when the hold
+// began, or its repair round) waits until the hold ends, the agent shown
+// waiting meanwhile. So no LLM call of a held task starts.
+func (o *stepOutage) BeforeCall(ctx context.Context) error {
+	a, s := o.a, o.a.sys
+	ch := s.budgets.blocked(o.step.TaskID)
+	if ch == nil {
+		return nil
+	}
+	t, ok := s.task(o.step.TaskID)
+	reason := ""
+	if ok {
+		t.mu.Lock()
+		reason = t.st.Budget.Held
+		t.mu.Unlock()
+	}
+	a.mu.Lock()
+	a.st.WorkingState = WorkingWaiting
+	a.st.WaitingFor = s.text("budget_waiting", map[string]any{"TaskID": o.step.TaskID, "Reason": reason})
+	_ = a.changedLocked(Event{TaskID: o.step.TaskID, StepID: o.step.StepID, Detail: "budget_waiting"})
+	a.mu.Unlock()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	}
+	a.mu.Lock()
+	if a.st.WaitingFor != "" {
+		a.st.WaitingFor = ""
+		a.st.WorkingState = WorkingWorking
+		_ = a.changedLocked(Event{TaskID: o.step.TaskID, StepID: o.step.StepID, Detail: "budget_waiting_over"})
+	}
+	a.mu.Unlock()
+	if ok {
+		t.mu.Lock()
+		ended := t.endedLocked()
+		t.mu.Unlock()
+		if ended {
+			return errf(ErrEnded, "task_id %q: ended while the call waited for its budget", o.step.TaskID)
+		}
+	}
+	return ctx.Err()
 }
 
 // spent is a usage's tokens (total_tokens, or prompt + completion where an
@@ -463,6 +540,7 @@ func (s *System) hold(t *task, kind, reason string, ask bool) bool {
 		s.log.Error("budget: could not hold a task", "task", id, "err", err)
 		return false
 	}
+	s.budgets.block(id)
 	if _, err := s.pauseTask(t, SystemSender, true, true); err != nil {
 		s.log.Error("budget: could not pause a task", "task", id, "err", err)
 	}
@@ -683,6 +761,7 @@ func (s *System) release(t *task) bool {
 		s.log.Error("budget: could not release a task", "task", id, "err", err)
 		return false
 	}
+	s.budgets.unblock(id)
 	if _, err := s.pauseTask(t, SystemSender, true, false); err != nil {
 		s.log.Error("budget: could not resume a task", "task", id, "err", err)
 	}
@@ -754,8 +833,9 @@ func (s *System) setBudget(t *task, human bool, l *BudgetLimits) (map[string]any
 	} else {
 		s.enforceBudgets(t)
 	}
-	st := t.brief()
-	return map[string]any{"task_id": id, "budget": st.Budget.clone(), "paused": st.Paused, "held": st.Budget.Held}, nil
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return map[string]any{"task_id": id, "budget": t.st.Budget.clone(), "paused": t.st.Paused, "held": t.st.Budget.Held}, nil
 }
 
 // mayResume refuses resume_task while the task's budget is reached, and
@@ -807,6 +887,7 @@ func (s *System) reaskBudgets() {
 			s.budgets.asking[op] = t.id()
 			s.budgets.daily.Unlock()
 		}
+		s.budgets.block(t.id())
 		s.askBudget(t)
 	}
 }

@@ -272,3 +272,47 @@ func TestBudgetConfigErrorsNameTheField(t *testing.T) {
 		}
 	}
 }
+
+// An LLM call of a held task waits (the agent shown waiting) until the hold
+// ends: a step that was running when the hold began, or its repair round,
+// starts no call meanwhile (llm.CallGate, asked by the OpenAI client).
+func TestHeldTaskCallsWait(t *testing.T) {
+	b := newTestbed(t, func(c *Config) { c.Budgets.TaskTokens = 150 })
+	b.sc.onAgent("w", SkillPlanning, plan(spec(SkillThink, "t1"), spec(SkillThink, "t2"), spec(SkillThink, "t3")))
+	b.sc.onSkill(SkillThink, costly)
+	r := startStage(b)
+	budgetQuestionOf(b, r.task)
+	settleHeld(b)
+
+	a, _ := b.sys.agent(r.w)
+	gate := &stepOutage{a: a, step: &StepState{TaskID: r.task, StepID: "s-running"}}
+	done := make(chan error, 1)
+	go func() { done <- gate.BeforeCall(t.Context()) }()
+	b.waitFor("the agent shown waiting for the budget", func() bool {
+		return strings.Contains(b.agent(r.w).WaitingFor, "paused for its budget")
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("the call went ahead (%v) while the task is held", err)
+	default:
+	}
+	if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionSetBudget, TaskID: r.task, Budget: &BudgetLimits{Tokens: new(10_000)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("BeforeCall after the raise: %v, want nil", err)
+	}
+	b.waitFor("the agent no longer waiting", func() bool { return b.agent(r.w).WaitingFor == "" })
+
+	// Not held: no wait at all. The caller gone: its error.
+	if err := gate.BeforeCall(t.Context()); err != nil {
+		t.Errorf("BeforeCall of a task not held: %v", err)
+	}
+	b.sys.budgets.block(r.task)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := gate.BeforeCall(ctx); err == nil {
+		t.Error("BeforeCall with a cancelled context: nil, want its error")
+	}
+	b.sys.budgets.unblock(r.task)
+}

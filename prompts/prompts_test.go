@@ -99,6 +99,7 @@ var textFields = map[string][]string{
 	"budget_reached":             {"Kind", "Agent", "Used", "Limit", "Day"},
 	"budget_question":            {"TaskID", "TaskName", "Reason", "Daily", "Used", "Raise"},
 	"budget_declined":            {"Reason"},
+	"budget_waiting":             {"TaskID", "Reason"},
 	"interrupt_intention":        {"Reason", "Instruction"},
 	"interrupt_text":             {"Reason", "Instruction"},
 	"history_digest":             {"N", "Finished", "Failed"},
