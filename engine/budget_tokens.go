@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
 	"strconv"
@@ -590,10 +591,12 @@ func (s *System) budgetQuestion(ctx context.Context, t *task) {
 			return
 		}
 		op := cmp.Or(st.Operator, s.operatorID)
-		q := s.text("budget_question", map[string]any{
+		data := map[string]any{
 			"TaskID": st.TaskID, "TaskName": st.TaskName, "Reason": b.Held, "Daily": b.HeldFor == holdDaily,
-			"Used": spent(st.Usage), "Raise": s.raiseText(&b),
-		})
+			"Used": spent(st.Usage),
+		}
+		maps.Copy(data, s.raises(&b))
+		q := s.text("budget_question", data)
 		ans, err := s.Ask(ctx, OperatorQuestion{TaskID: st.TaskID, StageID: NoRelative, AgentID: st.TaskManager, Question: q, Timeout: s.cfg.Budgets.QuestionTimeout})
 		if err != nil {
 			if errors.Is(err, ErrNoAnswer) {
@@ -617,22 +620,25 @@ func (s *System) budgetQuestion(ctx context.Context, t *task) {
 	}
 }
 
-// raiseText tells the operator how much "approve" adds.
-func (s *System) raiseText(b *TaskBudget) string {
+// raises tells the operator how much "approve" adds to each limit
+// (RaiseTokens, RaiseAgent, RaiseCost; "" where there is no such limit).
+func (s *System) raises(b *TaskBudget) map[string]any {
+	c := &s.cfg.Budgets
+	out := map[string]any{"RaiseTokens": "", "RaiseAgent": "", "RaiseCost": ""}
 	if b.HeldFor == holdDaily {
-		return strconv.Itoa(cmp.Or(s.cfg.Budgets.RaiseTokens, s.cfg.Budgets.OperatorDailyTokens)) + " tokens"
+		out["RaiseTokens"] = strconv.Itoa(cmp.Or(c.RaiseTokens, c.OperatorDailyTokens))
+		return out
 	}
-	var parts []string
 	if b.Tokens > 0 {
-		parts = append(parts, strconv.Itoa(cmp.Or(s.cfg.Budgets.RaiseTokens, b.Tokens))+" tokens")
+		out["RaiseTokens"] = strconv.Itoa(cmp.Or(c.RaiseTokens, b.Tokens))
 	}
 	if b.AgentTokens > 0 {
-		parts = append(parts, strconv.Itoa(cmp.Or(s.cfg.Budgets.RaiseTokens, b.AgentTokens))+" tokens per agent")
+		out["RaiseAgent"] = strconv.Itoa(cmp.Or(c.RaiseTokens, b.AgentTokens))
 	}
 	if b.Cost > 0 {
-		parts = append(parts, fmt.Sprintf("%.4f cost", cmp.Or(s.cfg.Budgets.RaiseCost, b.Cost)))
+		out["RaiseCost"] = fmt.Sprintf("%.4f", cmp.Or(c.RaiseCost, b.Cost))
 	}
-	return strings.Join(parts, ", ")
+	return out
 }
 
 var firstNumber = regexp.MustCompile(`\d[\d_,]*`)

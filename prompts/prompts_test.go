@@ -97,7 +97,7 @@ var textFields = map[string][]string{
 	"reply_lost_text":            {"ReceiverIDs", "Reason"},
 	"operator_task_failed":       {"TaskID", "TaskName", "Reason"},
 	"budget_reached":             {"Kind", "Agent", "Used", "Limit", "Day"},
-	"budget_question":            {"TaskID", "TaskName", "Reason", "Daily", "Used", "Raise"},
+	"budget_question":            {"TaskID", "TaskName", "Reason", "Daily", "Used", "RaiseTokens", "RaiseAgent", "RaiseCost"},
 	"budget_declined":            {"Reason"},
 	"budget_waiting":             {"TaskID", "Reason"},
 	"interrupt_intention":        {"Reason", "Instruction"},
@@ -423,7 +423,7 @@ func TestTextsRender(t *testing.T) {
 			"reply_lost_text":    {"<<ReceiverIDs>>", "<<Reason>>"},
 			"llm_refused":        {"<<Reason>>"},
 			"budget_reached":     {"<<Used>>", "<<Limit>>"},
-			"budget_question":    {"<<Reason>>", "<<Raise>>", "answer_approval"},
+			"budget_question":    {"<<Reason>>", "<<RaiseTokens>>", "answer_approval"},
 			"budget_declined":    {"<<Reason>>"},
 		}
 		for k, wants := range wantIn {
