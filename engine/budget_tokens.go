@@ -293,7 +293,7 @@ func (o *stepOutage) BeforeCall(ctx context.Context) error {
 	a.mu.Lock()
 	a.st.WorkingState = WorkingWaiting
 	a.st.WaitingFor = s.text("budget_waiting", map[string]any{"TaskID": o.step.TaskID, "Reason": reason})
-	_ = a.changedLocked(Event{TaskID: o.step.TaskID, StepID: o.step.StepID, Detail: "budget_waiting"})
+	a.changedLocked(Event{TaskID: o.step.TaskID, StepID: o.step.StepID, Detail: "budget_waiting"})
 	a.mu.Unlock()
 	select {
 	case <-ch:
@@ -303,7 +303,7 @@ func (o *stepOutage) BeforeCall(ctx context.Context) error {
 	if a.st.WaitingFor != "" {
 		a.st.WaitingFor = ""
 		a.st.WorkingState = WorkingWorking
-		_ = a.changedLocked(Event{TaskID: o.step.TaskID, StepID: o.step.StepID, Detail: "budget_waiting_over"})
+		a.changedLocked(Event{TaskID: o.step.TaskID, StepID: o.step.StepID, Detail: "budget_waiting_over"})
 	}
 	a.mu.Unlock()
 	if ok {
@@ -399,9 +399,8 @@ func (s *System) meter(agentID string, step *StepState, view *AgentState, out *O
 			b.Day, b.DayTokens = day, 0
 		}
 		b.DayTokens += tokens
-		if err := t.changedLocked(Event{Kind: EventLLMCall, AgentID: agentID, StepID: step.StepID, Detail: "budget"}); err != nil {
-			s.log.Error("budget: usage not stored", "task", step.TaskID, "err", err)
-		}
+		// Committed as the lock is released (a refusal is logged there).
+		t.changedLocked(Event{Kind: EventLLMCall, AgentID: agentID, StepID: step.StepID, Detail: "budget"})
 	}
 	t.mu.Unlock()
 	s.enforceBudgets(t)
@@ -535,7 +534,8 @@ func (s *System) hold(t *task, kind, reason string, ask bool) bool {
 	b := &t.st.Budget
 	b.Held, b.HeldFor, b.HeldAt = reason, kind, s.now()
 	id := t.st.TaskID
-	err := t.changedLocked(Event{Detail: "budget_reached"})
+	t.changedLocked(Event{Detail: "budget_reached"})
+	err := t.mu.syncLocked()
 	t.mu.Unlock()
 	if err != nil {
 		s.log.Error("budget: could not hold a task", "task", id, "err", err)
@@ -707,7 +707,8 @@ func (s *System) raiseBudget(t *task, op string, tokens int) error {
 		}
 		h.mu.Lock()
 		h.st.BudgetDay = &BudgetDay{Day: day, Tokens: raised}
-		err := h.changedLocked(Event{Detail: "daily_budget"})
+		h.changedLocked(Event{Detail: "daily_budget"})
+		err := h.mu.syncLocked()
 		h.mu.Unlock()
 		if err != nil {
 			return err
@@ -732,7 +733,8 @@ func (s *System) raiseBudget(t *task, op string, tokens int) error {
 	if b.Cost > 0 && b.CostUsed >= b.Cost {
 		b.Cost = max(b.Cost, b.CostUsed) + cmp.Or(c.RaiseCost, b.Cost)
 	}
-	err := t.changedLocked(Event{Detail: "budget_raised"})
+	t.changedLocked(Event{Detail: "budget_raised"})
+	err := t.mu.syncLocked()
 	t.mu.Unlock()
 	if err != nil {
 		return err
@@ -755,13 +757,14 @@ func (s *System) release(t *task) bool {
 	if reason := s.reachedLocked(t); reason != "" || daily != "" {
 		// Still reached: the reason is the current one.
 		b.Held = cmp.Or(reason, daily)
-		_ = t.changedLocked(Event{Detail: "budget_reached"})
+		t.changedLocked(Event{Detail: "budget_reached"})
 		t.mu.Unlock()
 		return false
 	}
 	b.Held, b.HeldFor, b.HeldAt = "", "", time.Time{}
 	id := t.st.TaskID
-	err := t.changedLocked(Event{Detail: "budget_released"})
+	t.changedLocked(Event{Detail: "budget_released"})
+	err := t.mu.syncLocked()
 	t.mu.Unlock()
 	if err != nil {
 		s.log.Error("budget: could not release a task", "task", id, "err", err)
@@ -826,7 +829,8 @@ func (s *System) setBudget(t *task, human bool, l *BudgetLimits) (map[string]any
 	}
 	b := &t.st.Budget
 	l.applyTo(b)
-	if err := t.changedLocked(Event{Detail: "budget_set"}); err != nil {
+	t.changedLocked(Event{Detail: "budget_set"})
+	if err := t.mu.syncLocked(); err != nil {
 		t.mu.Unlock()
 		return nil, err
 	}
@@ -863,7 +867,8 @@ func (s *System) mayResume(t *task) error {
 	if held {
 		t.mu.Lock()
 		t.st.Budget.Held, t.st.Budget.HeldFor, t.st.Budget.HeldAt = "", "", time.Time{}
-		err := t.changedLocked(Event{Detail: "budget_released"})
+		t.changedLocked(Event{Detail: "budget_released"})
+		err := t.mu.syncLocked()
 		t.mu.Unlock()
 		if err != nil {
 			return err
