@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/mas-mcp/mas-mcp/llm"
 )
 
 // DefaultTeamID names the MAS's one team: every agent (spec §1.1 Team; the
@@ -37,6 +39,11 @@ type TaskInfo struct {
 	// newest conversationShown messages (engine instructions left out).
 	Conversation []Message `json:"conversation,omitempty"`
 	Base         bool      `json:"base,omitempty"`
+	// Usage, Budget and BudgetLeft are what the task's LLM calls used and
+	// may still use (budget_tokens.go).
+	Usage      llm.Usage   `json:"usage"`
+	Budget     *TaskBudget `json:"budget,omitempty"`
+	BudgetLeft *BudgetLeft `json:"budget_left,omitempty"`
 }
 
 // sharedInfoShown bounds the shared-info entries a query shows (the newest);
@@ -68,6 +75,7 @@ func taskInfo(t TaskState) TaskInfo {
 		TaskManager: t.TaskManager, TaskGroup: t.TaskGroup, ExecutionState: t.ExecutionState,
 		TaskSummary: t.TaskSummary, StageList: t.StageList, SharedInfoPool: pool,
 		ConversationLength: len(t.SharedConversationPool), Conversation: tail, Base: t.Base,
+		Usage: t.Usage, Budget: t.budgetShown(), BudgetLeft: t.BudgetLeft(),
 	}
 }
 
@@ -288,6 +296,7 @@ func (s *System) writeTask(b *strings.Builder, t TaskInfo) {
 	if t.TaskSummary != "" {
 		fmt.Fprintf(b, "- task_summary: %s\n", t.TaskSummary)
 	}
+	writeBudget(b, t)
 	for _, st := range t.StageList {
 		s.writeStage(b, st)
 	}

@@ -30,6 +30,11 @@ func (s *System) isPaused(taskID string) bool {
 // pauseTask pauses or resumes a task (pause_task, resume_task): its
 // operators, or its manager, may.
 func (s *System) pauseTask(t *task, actorID string, human, pause bool) (map[string]any, error) {
+	if !pause && actorID != SystemSender {
+		if err := s.mayResume(t); err != nil {
+			return nil, err
+		}
+	}
 	now := s.now()
 	t.mu.Lock()
 	if err := mayManage(t, actorID, human); err != nil {

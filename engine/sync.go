@@ -38,6 +38,7 @@ func (a *agent) runStep(ctx context.Context, step StepState, view AgentState) {
 	}
 	a.mu.Unlock()
 	s.apply(a, step, out, cancelled)
+	s.meter(a.id, &step, &view, out)
 	a.mu.Lock()
 	a.running = ""
 	a.mu.Unlock()

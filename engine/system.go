@@ -85,6 +85,8 @@ type Config struct {
 	// 6,000 characters (every entry is in every prompt of the agent).
 	MemoryMaxEntries int
 	MemoryMaxChars   int
+	// Budgets limits what tasks' LLM calls may spend (budget_tokens.go).
+	Budgets BudgetConfig
 
 	// Store persists every change (nil: memory only).
 	Store Store
@@ -120,6 +122,9 @@ func (c *Config) withDefaults() (Config, error) {
 		cfg.RetryStageLimit < 0 || cfg.StallTimeout < 0 || cfg.StallNotices < 0 || cfg.MaxTextChars < 0 || cfg.MaxDocumentBytes < 0 ||
 		cfg.MemoryMaxEntries < 0 || cfg.MemoryMaxChars < 0 {
 		return cfg, errors.New("engine: config: WaitTimeout, StageStepBudget, StageReflectionBudget, SummaryAttempts, RetryStageLimit, StallTimeout, StallNotices, MaxTextChars, MaxDocumentBytes, MemoryMaxEntries and MemoryMaxChars must not be negative")
+	}
+	if err := cfg.Budgets.check(); err != nil {
+		return cfg, err
 	}
 	cfg.RetryStageLimit = cmp.Or(cfg.RetryStageLimit, 3)
 	cfg.StallTimeout = cmp.Or(cfg.StallTimeout, 3*time.Minute)
@@ -182,6 +187,7 @@ type System struct {
 	sup     supervisor
 	outage  outageTracker
 	refused refusalTracker
+	budgets budgetQuestions
 
 	confirmMu sync.Mutex
 	confirms  map[string]chan Message // waiting ID -> AskOperator call waiting on it

@@ -98,6 +98,10 @@ var textFields = map[string][]string{
 	"reply_lost_intention":       {"ReceiverIDs", "Reason"},
 	"reply_lost_text":            {"ReceiverIDs", "Reason"},
 	"operator_task_failed":       {"TaskID", "TaskName", "Reason"},
+	"budget_reached":             {"Kind", "Agent", "Used", "Limit", "Day"},
+	"budget_question":            {"TaskID", "TaskName", "Reason", "Daily", "Used", "RaiseTokens", "RaiseAgent", "RaiseCost"},
+	"budget_declined":            {"Reason"},
+	"budget_waiting":             {"TaskID", "Reason"},
 	"interrupt_intention":        {"Reason", "Instruction"},
 	"interrupt_text":             {"Reason", "Instruction"},
 	"history_digest":             {"N", "Finished", "Failed"},
@@ -434,6 +438,9 @@ func TestTextsRender(t *testing.T) {
 			"stall_failed":           {"<<Outstanding>>"},
 			"reply_lost_text":        {"<<ReceiverIDs>>", "<<Reason>>"},
 			"llm_refused":            {"<<Reason>>"},
+			"budget_reached":         {"<<Used>>", "<<Limit>>"},
+			"budget_question":        {"<<Reason>>", "<<RaiseTokens>>", "answer_approval"},
+			"budget_declined":        {"<<Reason>>"},
 		}
 		for k, wants := range wantIn {
 			got := s.Text(k, sample(k))
@@ -459,6 +466,12 @@ func TestTextsRender(t *testing.T) {
 		d["Waiting"] = false
 		if notWaiting := s.Text("reply_text", d); notWaiting == waiting {
 			t.Errorf("%s: reply_text ignores Waiting", lang)
+		}
+		// A task's own budget question names the task and set_budget.
+		d = sample("budget_question")
+		d["Daily"] = false
+		if got := s.Text("budget_question", d); !strings.Contains(got, "<<TaskID>>") || !strings.Contains(got, "set_budget") {
+			t.Errorf("%s: budget_question of a task lacks its ID or set_budget: %q", lang, got)
 		}
 		d = sample("task_finished_notice")
 		d["Summary"] = ""

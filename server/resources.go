@@ -206,12 +206,14 @@ type TaskDocument struct {
 	SharedConversationPool []engine.Message `json:"shared_conversation_pool,omitempty"`
 	ConversationLength     int              `json:"conversation_length"`
 	ConversationURI        string           `json:"conversation_uri"`
+	// BudgetLeft is what remains of the task's token and cost limits.
+	BudgetLeft *engine.BudgetLeft `json:"budget_left,omitempty"`
 }
 
 func taskDocument(t engine.TaskState) TaskDocument {
 	n := len(t.SharedConversationPool)
 	t.SharedConversationPool = nil
-	return TaskDocument{TaskState: t, ConversationLength: n, ConversationURI: conversationURI(t.TaskID)}
+	return TaskDocument{TaskState: t, ConversationLength: n, ConversationURI: conversationURI(t.TaskID), BudgetLeft: t.BudgetLeft()}
 }
 
 // ConversationDocument is mas://tasks/{id}/conversation.

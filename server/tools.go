@@ -49,7 +49,7 @@ func (s *Server) tools() []tool {
 			"Long-poll for changes of the MAS, for hosts that cannot subscribe to resources: returns the events after cursor (0 for the latest), waiting up to timeout_seconds for the first one. Pass the returned cursor to the next call. Sends progress notifications while it waits.",
 			readOnly(), s.waitForUpdates),
 		defTool("manage_task", "Manage a task",
-			"Steer a task yourself instead of through its manager agent. Pick action: add_stage appends stages (stages: each a stage_intention and an agent_allocation {agent_id: goal}); finish_stage ends the running stage (stage_id); retry_stage replaces a stage that went wrong with a corrected one (old_stage_id, new_stage_intention, new_agent_allocation); finish_task ends the task with its result (summary, required); cancel_task stops it (summary optional); pause_task holds it (no new step starts, steps already running finish, its supervision and wait timeouts wait too, and it stays paused across restarts) until resume_task; share lets another operator (operator: that operator's agent_id) manage it, message inside it and see it — only a task's owner, operators it is shared with and admins may act on it. Every action needs task_id. Find IDs with ask_info (tasks, task_info) or the task's resource.",
+			"Steer a task yourself instead of through its manager agent. Pick action: add_stage appends stages (stages: each a stage_intention and an agent_allocation {agent_id: goal}); finish_stage ends the running stage (stage_id); retry_stage replaces a stage that went wrong with a corrected one (old_stage_id, new_stage_intention, new_agent_allocation); finish_task ends the task with its result (summary, required); cancel_task stops it (summary optional); pause_task holds it (no new step starts, steps already running finish, its supervision and wait timeouts wait too, and it stays paused across restarts) until resume_task; set_budget sets its token and cost limits (budget: tokens, agent_tokens per agent, cost; 0: no limit) and resumes it when it was paused for its budget; share lets another operator (operator: that operator's agent_id) manage it, message inside it and see it — only a task's owner, operators it is shared with and admins may act on it. Every action needs task_id. Find IDs with ask_info (tasks, task_info) or the task's resource.",
 			destructive(), s.manageTask),
 		defTool("manage_agent", "Manage agents",
 			"Create agents and add them to a task. Pick action: init_new_agent creates an agent (agent_config: either template, the name of a template from ask_info available_agents_config, or name, role, profile, skills and tools) and returns its agent_id; add_task_participant adds agents (agents: one agent_id or a list) to a task's group (task_id), so stages can allocate work to them; pause_agent holds agents (agents) — they start no new step — until resume_agent; interrupt stops the step an agent (agent_id) is running now (an LLM call or a tool call is cancelled) and makes your instruction (instruction, required; reason optional) its next step, so it re-plans; cancel_step cancels one running tool call (agent_id, step_id) and the agent carries on as after a failed step.",
@@ -108,9 +108,10 @@ func jsonText(v any) string {
 
 // AddTaskIn is add_task's input.
 type AddTaskIn struct {
-	TaskName      string `json:"task_name" jsonschema:"a short name for the task"`
-	TaskIntention string `json:"task_intention" jsonschema:"what the task must achieve, in detail; the manager plans the stages from it"`
-	TaskManager   string `json:"task_manager,omitempty" jsonschema:"agent_id of the manager agent to give it to; default: the MAS's manager"`
+	TaskName      string               `json:"task_name" jsonschema:"a short name for the task"`
+	TaskIntention string               `json:"task_intention" jsonschema:"what the task must achieve, in detail; the manager plans the stages from it"`
+	TaskManager   string               `json:"task_manager,omitempty" jsonschema:"agent_id of the manager agent to give it to; default: the MAS's manager"`
+	Budget        *engine.BudgetLimits `json:"budget,omitempty" jsonschema:"the task's limits, overriding the server's defaults; the task pauses when one is reached and you are asked to raise it or end the task"`
 }
 
 // AddTaskOut is add_task's output.
@@ -126,7 +127,7 @@ func (s *Server) addTask(ctx context.Context, req *mcp.CallToolRequest, in AddTa
 	if err != nil {
 		return nil, AddTaskOut{}, err
 	}
-	id, err := s.sys.AddTask(op, engine.AddTaskRequest{TaskName: in.TaskName, TaskIntention: in.TaskIntention, Manager: in.TaskManager})
+	id, err := s.sys.AddTask(op, engine.AddTaskRequest{TaskName: in.TaskName, TaskIntention: in.TaskIntention, Manager: in.TaskManager, Budget: in.Budget})
 	done(err == nil)
 	if err != nil {
 		return nil, AddTaskOut{}, err
@@ -366,15 +367,16 @@ func (s *Server) answerApproval(ctx context.Context, req *mcp.CallToolRequest, i
 
 // ManageTaskIn is manage_task's input.
 type ManageTaskIn struct {
-	Action             string             `json:"action" jsonschema:"what to do (see the tool's description)"`
-	TaskID             string             `json:"task_id" jsonschema:"the task to act on"`
-	Stages             []engine.StageSpec `json:"stages,omitempty" jsonschema:"for add_stage: the stages to append, in the order they run"`
-	StageID            string             `json:"stage_id,omitempty" jsonschema:"for finish_stage: the running stage"`
-	OldStageID         string             `json:"old_stage_id,omitempty" jsonschema:"for retry_stage: the stage to replace"`
-	NewStageIntention  string             `json:"new_stage_intention,omitempty" jsonschema:"for retry_stage: what the new stage must achieve"`
-	NewAgentAllocation map[string]string  `json:"new_agent_allocation,omitempty" jsonschema:"for retry_stage: the new stage's goal of each agent, {agent_id: goal}"`
-	Summary            string             `json:"summary,omitempty" jsonschema:"for finish_task (required) and cancel_task: the task's result or why it stops"`
-	Operator           string             `json:"operator,omitempty" jsonschema:"for share: the agent_id of the operator to share the task with"`
+	Action             string               `json:"action" jsonschema:"what to do (see the tool's description)"`
+	TaskID             string               `json:"task_id" jsonschema:"the task to act on"`
+	Stages             []engine.StageSpec   `json:"stages,omitempty" jsonschema:"for add_stage: the stages to append, in the order they run"`
+	StageID            string               `json:"stage_id,omitempty" jsonschema:"for finish_stage: the running stage"`
+	OldStageID         string               `json:"old_stage_id,omitempty" jsonschema:"for retry_stage: the stage to replace"`
+	NewStageIntention  string               `json:"new_stage_intention,omitempty" jsonschema:"for retry_stage: what the new stage must achieve"`
+	NewAgentAllocation map[string]string    `json:"new_agent_allocation,omitempty" jsonschema:"for retry_stage: the new stage's goal of each agent, {agent_id: goal}"`
+	Summary            string               `json:"summary,omitempty" jsonschema:"for finish_task (required) and cancel_task: the task's result or why it stops"`
+	Operator           string               `json:"operator,omitempty" jsonschema:"for share: the agent_id of the operator to share the task with"`
+	Budget             *engine.BudgetLimits `json:"budget,omitempty" jsonschema:"for set_budget: the limits to set (a field left out keeps its value; 0: no limit)"`
 }
 
 // InstructionOut is what a management action did.
@@ -388,7 +390,7 @@ type InstructionOut struct {
 const actionShare = "share"
 
 var manageTaskActions = []string{engine.ActionAddStage, engine.ActionFinishStage, engine.ActionRetryStage, engine.ActionFinishTask, engine.ActionCancelTask,
-	engine.ActionPauseTask, engine.ActionResumeTask, actionShare}
+	engine.ActionPauseTask, engine.ActionResumeTask, engine.ActionSetBudget, actionShare}
 
 func (s *Server) manageTask(ctx context.Context, req *mcp.CallToolRequest, in ManageTaskIn) (*mcp.CallToolResult, InstructionOut, error) {
 	if !slices.Contains(manageTaskActions, in.Action) {
@@ -404,7 +406,7 @@ func (s *Server) manageTask(ctx context.Context, req *mcp.CallToolRequest, in Ma
 	res, err := s.sys.TaskInstruction(s.operator(ctx, req.Extra), engine.TaskInstruction{
 		Action: in.Action, TaskID: in.TaskID, Stages: in.Stages, StageID: in.StageID,
 		OldStageID: in.OldStageID, NewStageIntention: in.NewStageIntention, NewAgentAllocation: in.NewAgentAllocation,
-		Summary: in.Summary,
+		Summary: in.Summary, Budget: in.Budget,
 	})
 	if err != nil {
 		return nil, InstructionOut{}, err

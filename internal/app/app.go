@@ -399,6 +399,7 @@ func build(cfg Config, log *slog.Logger, st engine.Store) (*engine.System, *down
 		StallNotices:          cfg.StallNotices,
 		MemoryMaxEntries:      cfg.MemoryMaxEntries,
 		MemoryMaxChars:        cfg.MemoryMaxChars,
+		Budgets:               cfg.Budgets.engine(cfg.LLM.Model),
 		Store:                 st,
 		Logger:                log.With("component", "engine"),
 	})

@@ -58,6 +58,8 @@ type Options struct {
 	// (0: the engine's defaults).
 	StallTimeout time.Duration
 	StallNotices int
+	// Budgets sets the engine's budgets (zero: none).
+	Budgets engine.BudgetConfig
 	// Handler answers the LLM requests no script rule matched.
 	Handler func(*fakellm.Call) fakellm.Reply
 	// Tools describes downstream MCP servers (nil: none) and ToolExecutor,
@@ -121,6 +123,7 @@ func New(t testing.TB, o Options) *Stack {
 			StageReflectionBudget: o.ReflBudget,
 			StallTimeout:          o.StallTimeout,
 			StallNotices:          o.StallNotices,
+			Budgets:               o.Budgets,
 			Store:                 store,
 			Logger:                log,
 			Tools:                 o.Tools,

@@ -49,6 +49,7 @@ export function renderTasks(list, select) {
           { class: "task-meta" },
           t.base ? h("span", { text: "always running" }) : h("span", { text: `${done}/${stages.length} stages` }),
           h("span", { class: "tok", title: "tokens used by this task", text: `${tokens(t.usage && t.usage.total_tokens)} tok` }),
+          t.budget && t.budget.held ? h("span", { class: "pill warn budget-held", title: t.budget.held, text: "budget reached" }) : null,
           awaiting ? h("span", { class: "pill warn", title: "messages awaiting your reply", text: `✉ ${awaiting}` }) : null,
         ),
       );
@@ -56,7 +57,18 @@ export function renderTasks(list, select) {
   );
 }
 
-/** renderTaskHead shows the selected task: name, state, tokens, team. */
+/** budgetText says a task's limits and what is left of them ("" without any). */
+function budgetText(t) {
+  const b = t.budget || {};
+  const used = (t.usage && t.usage.total_tokens) || 0;
+  const parts = [];
+  if (b.tokens) parts.push(`budget ${tokens(b.tokens)} tok, ${tokens(Math.max(b.tokens - used, 0))} left`);
+  if (b.agent_tokens) parts.push(`${tokens(b.agent_tokens)} tok per agent`);
+  if (b.cost) parts.push(`cost ${(b.cost_used || 0).toFixed(4)} of ${b.cost.toFixed(4)}`);
+  return parts.join(" · ");
+}
+
+/** renderTaskHead shows the selected task: name, state, tokens, budget, team. */
 export function renderTaskHead(el) {
   const t = store.tasks[store.selectedTask];
   if (!t) {
@@ -93,7 +105,11 @@ export function renderTaskHead(el) {
         " tokens · ",
         `${u.calls || 0} calls · ${ms(u.latency_ms)}`,
       ),
+      budgetText(t) ? h("span", { id: "task-budget", class: "usage", title: "the task's budget and what is left of it", text: budgetText(t) }) : null,
     ),
+    t.budget && t.budget.held
+      ? h("p", { id: "task-held", class: "held" }, h("b", { text: "Paused for its budget: " }), `${t.budget.held}. Answer the budget question in your inbox (approve raises it, deny ends the task), or set a new budget with manage_task set_budget.`)
+      : null,
     h("p", { class: "intention", text: t.task_intention }),
     t.task_summary ? h("p", { class: "summary" }, h("b", { text: "Summary: " }), t.task_summary) : null,
     h("div", { class: "team" }, h("span", { class: "label", text: "Team" }), team),
