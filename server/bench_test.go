@@ -40,6 +40,8 @@ const (
 // (so the agents and the task resource have realistic sizes); it returns
 // the task's ID too.
 func benchMAS(b *testing.B) (*httpRig, string) {
+	// Outputs are validated by the tests, not the benchmarks (toolcall.go).
+	b.Cleanup(server.CheckToolOutputs(false))
 	// All the clients act as the one default operator: room for them all.
 	r := newHTTPRig(b, rigOptions{Configure: func(_ *teststack.Stack, c *server.Config) {
 		c.Limits.SessionsPerOperator = 2 * benchClients
