@@ -2,11 +2,13 @@ package server_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -248,12 +250,16 @@ func BenchmarkReadResourceHTTP(b *testing.B) {
 //
 // Each iteration runs the three in turn (the first one rotating), each
 // session making benchCallsPerClient calls. Reported: calls/s, p50 and p99
-// of each, the ratios askinfo/everything and askinfo/minimal (calls/s),
-// and the process's allocations per call of each Go server (the clients'
-// allocations, measured against server-everything, subtracted). The
-// machine may be loaded by other work: judge the ratios, which share it.
+// of each; the ratios askinfo/everything and askinfo/minimal (calls/s);
+// cpu-ms/call, the CPU time of this process (clients and Go servers) and
+// of server-everything's per call, which depends less on the machine's
+// other load than calls/s do; and the allocations per call of each Go
+// server (this process's, less the clients' as measured against
+// server-everything: approximate, as a client decoding ask_info's larger
+// answer allocates a little more than one decoding an echo). The machine
+// may be loaded by other work: judge the ratios, which share it.
 func BenchmarkAskInfoVsReference(b *testing.B) {
-	everything := startEverything(b)
+	everything, node := startEverything(b)
 	r, _ := benchMAS(b)
 	minimal := httptest.NewServer(minimalHandler())
 	b.Cleanup(minimal.Close)
@@ -261,7 +267,7 @@ func BenchmarkAskInfoVsReference(b *testing.B) {
 		b.Run("proto="+version, func(b *testing.B) {
 			targets := []*refTarget{
 				{name: "askinfo", url: r.url, call: callAskInfo},
-				{name: "everything", url: everything, call: callEcho("Echo: ")},
+				{name: "everything", url: everything.String(), call: callEcho("Echo: ")},
 				{name: "minimal", url: minimal.URL, call: callEcho("echo: ")},
 			}
 			for _, t := range targets {
@@ -274,9 +280,11 @@ func BenchmarkAskInfoVsReference(b *testing.B) {
 			for b.Loop() {
 				for k := range targets {
 					t := targets[(round+k)%len(targets)]
+					cpu0 := cpuTime(b, "self") + cpuTime(b, node)
 					t.allocs.measure(len(t.sessions)*benchCallsPerClient, func() {
 						t.stats.add(runConcurrent(b, t.sessions, t.call))
 					})
+					t.cpu += cpuTime(b, "self") + cpuTime(b, node) - cpu0
 				}
 				round++
 			}
@@ -287,6 +295,7 @@ func BenchmarkAskInfoVsReference(b *testing.B) {
 				b.ReportMetric(t.stats.callsPerSecond(), t.name+"-calls/s")
 				b.ReportMetric(t.stats.percentile(0.50), t.name+"-p50-ms")
 				b.ReportMetric(t.stats.percentile(0.99), t.name+"-p99-ms")
+				b.ReportMetric(float64(t.cpu.Microseconds())/1000/float64(len(t.stats.lat)), t.name+"-cpu-ms/call")
 				if t.name != "everything" {
 					allocs, bytes := t.allocs.perCall()
 					b.ReportMetric(allocs-clientAllocs, t.name+"-server-allocs/call")
@@ -307,6 +316,7 @@ type refTarget struct {
 	sessions []*mcp.ClientSession
 	stats    latencyStats
 	allocs   allocStats
+	cpu      time.Duration // of this process and server-everything's
 }
 
 // callEcho calls a server's echo tool, whose answer is prefix and the
@@ -368,6 +378,25 @@ func minimalHandler() http.Handler {
 	})
 }
 
+// cpuTime is the CPU time (user and system) a process has used so far, from
+// /proc/<pid>/stat (pid "self": this process).
+func cpuTime(b *testing.B, pid string) time.Duration {
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command (in parentheses, which may hold
+	// spaces): state is the 3rd field of the line, utime and stime the
+	// 14th and 15th, in clock ticks (USER_HZ, 100 on Linux).
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		b.Fatalf("/proc/%s/stat: %q", pid, stat)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
 // everythingBin is server-everything as downstream/testdata/servers
 // installs it (`make deps`).
 const everythingBin = "../downstream/testdata/servers/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
@@ -376,7 +405,7 @@ const everythingBin = "../downstream/testdata/servers/node_modules/@modelcontext
 // pinned Node 22, on a free port, and returns its MCP endpoint; the process
 // (group) is killed at b's cleanup. The benchmark is skipped when Node 22
 // or the package is not installed.
-func startEverything(b *testing.B) string {
+func startEverything(b *testing.B) (*url.URL, string) {
 	const hint = "run `make deps` (it installs Node 22 in server/testdata/node22 and server-everything in downstream/testdata/servers)"
 	node, err := filepath.Abs(node22)
 	if err == nil {
@@ -436,10 +465,10 @@ func startEverything(b *testing.B) string {
 			continue
 		}
 		b.Cleanup(stop)
-		return fmt.Sprintf("http://127.0.0.1:%d/mcp", port)
+		return &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(port), Path: "/mcp"}, strconv.Itoa(cmd.Process.Pid)
 	}
 	b.Fatal(lastErr)
-	return ""
+	return nil, ""
 }
 
 // BenchmarkResourceUpdatedLatency measures, per change, the time from an
