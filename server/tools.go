@@ -67,13 +67,14 @@ func (s *Server) addTools() {
 }
 
 // defTool builds a tool whose handler takes In and returns Out, once In is
-// within the input limits (inputs.go).
+// within the input limits (inputs.go); addTool (toolcall.go) registers it
+// with its schemas marshalled and resolved once.
 func defTool[In, Out any](name, title, desc string, ann *mcp.ToolAnnotations, h mcp.ToolHandlerFor[In, Out]) tool {
 	ann.Title = title
 	return tool{
 		def: &mcp.Tool{Name: name, Title: title, Description: desc, Annotations: ann,
 			InputSchema: schemaOf[In](), OutputSchema: schemaOf[Out]()},
-		add: func(srv *mcp.Server, def *mcp.Tool, l *Limits) { mcp.AddTool(srv, def, checked(l, h)) },
+		add: func(srv *mcp.Server, def *mcp.Tool, l *Limits) { addTool(srv, def, checked(l, h)) },
 	}
 }
 
@@ -236,7 +237,7 @@ func queryTypes() []string { return append(slices.Clone(engine.QueryTypes), quer
 
 func (s *Server) askInfo(ctx context.Context, req *mcp.CallToolRequest, in AskInfoIn) (*mcp.CallToolResult, AskInfoOut, error) {
 	in.Type = strings.TrimSpace(in.Type)
-	if !slices.Contains(queryTypes(), in.Type) {
+	if in.Type != queryTasks && !slices.Contains(engine.QueryTypes, in.Type) {
 		if in.Type == "" {
 			return nil, AskInfoOut{}, fmt.Errorf("type: is empty; one of %s", strings.Join(queryTypes(), ", "))
 		}
@@ -259,7 +260,7 @@ func (s *Server) askInfo(ctx context.Context, req *mcp.CallToolRequest, in AskIn
 		return nil, AskInfoOut{}, err
 	}
 	out := AskInfoOut{Type: res.Type, Markdown: res.Markdown, Data: res.Data}
-	return textResult("%s", res.Markdown), out, nil
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: res.Markdown}}}, out, nil
 }
 
 // --- get_inbox
@@ -486,5 +487,9 @@ func (s *Server) readResourceTool(ctx context.Context, req *mcp.CallToolRequest,
 	if err != nil {
 		return nil, ReadResourceOut{}, err
 	}
-	return textResult("%s", jsonText(doc)), ReadResourceOut{URI: in.URI, Document: doc}, nil
+	text, err := indentedJSON(doc)
+	if err != nil {
+		return nil, ReadResourceOut{}, fmt.Errorf("resource %s: %w", in.URI, err)
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, ReadResourceOut{URI: in.URI, Document: doc}, nil
 }
