@@ -259,3 +259,49 @@ func TestRefusedGroupedWriteLosesNobodysChange(t *testing.T) {
 		t.Fatalf("readers see %v: the other holder's change was lost", got.PersistentMemory)
 	}
 }
+
+// BenchmarkReadsDuringStalledWrite: reads (ask_info all_agents and
+// task_info, Agent, Tasks) per second with a free store and while one
+// agent's store write hangs; the ratio should stay near 1 (readers never
+// wait for a write).
+func BenchmarkReadsDuringStalledWrite(b *testing.B) {
+	store := newStallingStore()
+	bed := newTestbed(b, func(c *Config) { c.Store = store })
+	w := bed.newAgent("w")
+	task := bed.newTask("reads", w)
+	bed.settle()
+	read := func(n int) time.Duration {
+		start := time.Now()
+		for range n {
+			if _, err := bed.sys.Query(w, AskInfoQuery{Type: QueryAllAgents}); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := bed.sys.Query(w, AskInfoQuery{Type: QueryTaskInfo, TaskID: task}); err != nil {
+				b.Fatal(err)
+			}
+			bed.sys.Agent(w)
+			bed.sys.Tasks()
+		}
+		return time.Since(start)
+	}
+	const n = 2000
+	var free, stalled time.Duration
+	for b.Loop() {
+		free += read(n)
+		a, _ := bed.sys.agent(w)
+		store.stall(w)
+		a.mu.Lock()
+		a.st.PersistentMemory = map[string]string{"k": "v"}
+		a.changedLocked(Event{Detail: "stalled"})
+		done := make(chan struct{})
+		go func() { a.mu.Unlock(); close(done) }()
+		<-store.entered
+		stalled += read(n)
+		close(store.release)
+		<-done
+		store.stall("")
+	}
+	b.ReportMetric(float64(n*b.N)/free.Seconds(), "reads/s-free")
+	b.ReportMetric(float64(n*b.N)/stalled.Seconds(), "reads/s-stalled")
+	b.ReportMetric(free.Seconds()/stalled.Seconds(), "stalled/free")
+}
