@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -90,7 +91,7 @@ func (s *System) createAgent(cfg AgentConfig, origin string) (string, error) {
 	tools := []string{}
 	for _, tl := range cfg.Tools {
 		if _, ok := known[tl]; !ok {
-			return "", errf(ErrInvalid, "agent_config.tools: %q is not a configured MCP server (configured: %s)", tl, strings.Join(sortedKeys(known), ", "))
+			return "", errf(ErrInvalid, "agent_config.tools: %q is not a configured MCP server (configured: %s)", tl, strings.Join(slices.Sorted(maps.Keys(known)), ", "))
 		}
 		if !slices.Contains(tools, tl) {
 			tools = append(tools, tl)

@@ -66,7 +66,7 @@ func taskInfo(t TaskState) TaskInfo {
 		if m.Instruction != nil {
 			continue
 		}
-		m.Message = truncate(m.Message, messageShown)
+		m.Message = Truncate(m.Message, messageShown)
 		tail = append(tail, m)
 	}
 	slices.Reverse(tail)
@@ -168,7 +168,7 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		briefs := s.briefs(sortedKeys(st.AgentAllocation))
+		briefs := s.briefs(slices.Sorted(maps.Keys(st.AgentAllocation)))
 		s.writeBriefs(&b, briefs, st.AgentAllocation)
 		res.Data = nonNil(briefs)
 	case QueryAgent:
@@ -205,7 +205,7 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 		if s.cfg.Tools != nil {
 			tools = s.cfg.Tools.ToolGuides()
 		}
-		for _, n := range sortedKeys(tools) {
+		for _, n := range slices.Sorted(maps.Keys(tools)) {
 			fmt.Fprintf(&b, "- **%s**: %s\n", n, oneLine(tools[n]))
 		}
 		if len(tools) == 0 {
@@ -318,7 +318,7 @@ func (s *System) writeTask(b *strings.Builder, t TaskInfo) {
 
 func (s *System) writeStage(b *strings.Builder, st StageState) {
 	fmt.Fprintf(b, "- stage %s [%s]: %s\n", st.StageID, st.ExecutionState, oneLine(st.StageIntention))
-	for _, id := range sortedKeys(st.AgentAllocation) {
+	for _, id := range slices.Sorted(maps.Keys(st.AgentAllocation)) {
 		fmt.Fprintf(b, "  - %s (%s): %s\n", id, orDash(st.EveryAgentState[id]), oneLine(st.AgentAllocation[id]))
 		if c, ok := st.CompletionSummary[id]; ok {
 			fmt.Fprintf(b, "    completion_summary: %s\n", oneLine(c))
@@ -370,7 +370,7 @@ func stepLine(sp *StepState) string {
 	}
 	line := fmt.Sprintf("%s [%s] %s: %s", sp.StepID, sp.ExecutionState, sp.Executor, oneLine(sp.StepIntention))
 	if res != "" {
-		line += " → " + truncate(strings.Join(strings.Fields(res), " "), 200)
+		line += " → " + Truncate(strings.Join(strings.Fields(res), " "), 200)
 	}
 	return line
 }
@@ -382,7 +382,7 @@ func (s *System) writeAgent(b *strings.Builder, st AgentState) {
 		"Waits": len(st.StepLock), "Pending": len(st.AgentStep.TodoList)}) + "\n")
 	wm, _ := json.Marshal(st.WorkingMemory)
 	fmt.Fprintf(b, "- working_memory: %s\n", wm)
-	for _, k := range sortedKeys(st.PersistentMemory) {
+	for _, k := range slices.Sorted(maps.Keys(st.PersistentMemory)) {
 		fmt.Fprintf(b, "- persistent_memory %s: %s\n", k, oneLine(st.PersistentMemory[k]))
 	}
 	if len(st.AgentStep.StepList) > 0 {

@@ -10,6 +10,28 @@ import (
 // visible note, and documents that keep growing (an agent's step list, a
 // task's shared info pool) shed the detail of their oldest entries.
 
+// Truncate shortens s to at most n characters (runes: a character is never
+// cut in two), marking a cut with "…". It is the one truncation helper of
+// the codebase for texts shown to people and models (server, skills and
+// engine use it); what bounds stored documents adds a note of what was
+// dropped (clip), and what bounds a downstream payload counts bytes.
+func Truncate(s string, n int) string {
+	if n < 0 {
+		n = 0
+	}
+	if len(s) <= n || utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	i, count := 0, 0
+	for i = range s {
+		if count == n {
+			break
+		}
+		count++
+	}
+	return s[:i] + "…"
+}
+
 // clip bounds a text to max characters (runes, never splitting one), and
 // says what was dropped.
 func (s *System) clip(text string, max int) string {
@@ -17,7 +39,7 @@ func (s *System) clip(text string, max int) string {
 		return text
 	}
 	n := utf8.RuneCountInString(text)
-	return truncate(text, max) + " " + s.text("text_clipped", map[string]any{"Dropped": n - max, "Limit": max})
+	return Truncate(text, max) + " " + s.text("text_clipped", map[string]any{"Dropped": n - max, "Limit": max})
 }
 
 // clipText bounds a text an agent or a tool produced (MaxTextChars).

@@ -38,6 +38,22 @@ func FuzzClip(f *testing.F) {
 		if max > 0 && utf8.RuneCountInString(text) <= max && got != text {
 			t.Fatalf("clip changed a text within the limit")
 		}
+		// The other truncation paths: Truncate (server, skills,
+		// engine), oneLine (ask_info, notices), clipValue (results).
+		cut := Truncate(text, max)
+		if utf8.ValidString(text) && !utf8.ValidString(cut) {
+			t.Fatalf("Truncate(%q, %d) = %q: not valid UTF-8", text, max, cut)
+		}
+		if n := utf8.RuneCountInString(cut); n > max+1 {
+			t.Fatalf("Truncate(%q, %d) has %d characters", text, max, n)
+		}
+		if line := oneLine(text); utf8.ValidString(text) && !utf8.ValidString(line) {
+			t.Fatalf("oneLine(%q) = %q: not valid UTF-8", text, line)
+		}
+		v, _ := s.clipValue(map[string]any{"a": []any{text}}, max).(map[string]any)
+		if inner := v["a"].([]any)[0].(string); utf8.ValidString(text) && !utf8.ValidString(inner) {
+			t.Fatalf("clipValue cut %q to invalid UTF-8", text)
+		}
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -99,7 +100,7 @@ func (c *BudgetConfig) check() error {
 	case c.QuestionTimeout < 0:
 		return fmt.Errorf("engine: config: Budgets.QuestionTimeout %v: must not be negative", c.QuestionTimeout)
 	}
-	for _, m := range sortedKeys(c.Prices) {
+	for _, m := range slices.Sorted(maps.Keys(c.Prices)) {
 		p := c.Prices[m]
 		if bad(p.Prompt) || bad(p.Completion) || bad(p.Cached) {
 			return fmt.Errorf("engine: config: Budgets.Prices[%q]: prompt, completion and cached must be numbers not below 0", m)
@@ -439,7 +440,7 @@ func (s *System) reachedLocked(t *task) string {
 		return s.text("budget_reached", map[string]any{"Kind": "cost", "Used": fmt.Sprintf("%.4f", b.CostUsed), "Limit": fmt.Sprintf("%.4f", b.Cost)})
 	}
 	if b.AgentTokens > 0 {
-		for _, id := range sortedKeys(b.AgentUsed) {
+		for _, id := range slices.Sorted(maps.Keys(b.AgentUsed)) {
 			if used := b.AgentUsed[id]; used >= b.AgentTokens {
 				return s.text("budget_reached", map[string]any{"Kind": "agent", "Agent": id, "Used": used, "Limit": b.AgentTokens})
 			}
@@ -938,7 +939,7 @@ func writeBudget(b *strings.Builder, t TaskInfo) {
 	}
 	if len(bu.AgentUsed) > 0 {
 		var used []string
-		for _, id := range sortedKeys(bu.AgentUsed) {
+		for _, id := range slices.Sorted(maps.Keys(bu.AgentUsed)) {
 			used = append(used, fmt.Sprintf("%s %d", id, bu.AgentUsed[id]))
 		}
 		fmt.Fprintf(b, "- tokens per agent: %s\n", strings.Join(used, ", "))

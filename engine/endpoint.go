@@ -30,7 +30,7 @@ func (o *stepOutage) OutageBegan(since time.Time, reason string) {
 	a := o.a
 	a.mu.Lock()
 	a.st.WorkingState = WorkingWaiting
-	a.st.WaitingFor = a.sys.text("llm_waiting", map[string]any{"Since": since.Format(time.DateTime), "Reason": truncate(reason, 300)})
+	a.st.WaitingFor = a.sys.text("llm_waiting", map[string]any{"Since": since.Format(time.DateTime), "Reason": Truncate(reason, 300)})
 	a.changedLocked(Event{Detail: "llm_outage"})
 	a.mu.Unlock()
 	a.sys.outage.began(a.sys, o.step.TaskID, since, reason)
@@ -75,7 +75,7 @@ func (o *outageTracker) began(s *System, taskID string, since time.Time, reason 
 	o.mu.Unlock()
 	if tell {
 		s.tellOperator(op, "llm_outage_began", map[string]any{
-			"Since": first.Format(time.DateTime), "Reason": truncate(reason, 300),
+			"Since": first.Format(time.DateTime), "Reason": Truncate(reason, 300),
 		})
 	}
 }

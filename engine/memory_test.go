@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -62,7 +64,7 @@ func TestPersistentMemoryKeysStayUnique(t *testing.T) {
 	a.applyMemoryLocked(ops)
 	a.applyMemoryLocked([]MemoryOp{{Add: "later call, same second"}})
 	want := []string{"20250613T103022", "20250613T103023", "20250613T103024", "20250613T103025"}
-	if diff := cmp.Diff(want, sortedKeys(a.st.PersistentMemory)); diff != "" {
+	if diff := cmp.Diff(want, slices.Sorted(maps.Keys(a.st.PersistentMemory))); diff != "" {
 		t.Errorf("keys mismatch (-want +got):\n%s", diff)
 	}
 	for _, k := range want {
@@ -141,7 +143,7 @@ func TestPersistentMemoryCap(t *testing.T) {
 		if refused != st.refused {
 			t.Errorf("step %d: %d refusals in %q, want %d", i, refused, report, st.refused)
 		}
-		if diff := cmp.Diff(st.wantKeys, sortedKeys(a.st.PersistentMemory)); diff != "" {
+		if diff := cmp.Diff(st.wantKeys, slices.Sorted(maps.Keys(a.st.PersistentMemory))); diff != "" {
 			t.Errorf("step %d: keys mismatch (-want +got):\n%s", i, diff)
 		}
 		if a.st.MemoryFull != st.wantFull {

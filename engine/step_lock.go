@@ -285,7 +285,7 @@ func (a *agent) replyLostLocked(step *StepState, result map[string]any) []lostRe
 	if reason == "" {
 		reason = "its reply step ended without sending a reply"
 	}
-	return []lostReply{{waiter: step.ReplyTo, waitingID: step.ReturnWaitingID, reason: truncate(reason, 300)}}
+	return []lostReply{{waiter: step.ReplyTo, waitingID: step.ReturnWaitingID, reason: Truncate(reason, 300)}}
 }
 
 // releaseLost releases at once the waits whose reply from replier can no

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -204,7 +205,7 @@ func (s *System) outstanding(st *TaskState) (mark, text string) {
 	fmt.Fprintf(&b, "%s|%d", st.ExecutionState, len(st.TaskGroup))
 	for _, sg := range st.StageList {
 		fmt.Fprintf(&b, "|%s:%s:%d", sg.StageID, sg.ExecutionState, len(sg.CompletionSummary))
-		for _, id := range sortedKeys(sg.EveryAgentState) {
+		for _, id := range slices.Sorted(maps.Keys(sg.EveryAgentState)) {
 			fmt.Fprintf(&b, ",%s=%s", id, sg.EveryAgentState[id])
 		}
 	}
@@ -218,7 +219,7 @@ func (s *System) outstanding(st *TaskState) (mark, text string) {
 			continue
 		}
 		var done, open []string
-		for _, id := range sortedKeys(sg.AgentAllocation) {
+		for _, id := range slices.Sorted(maps.Keys(sg.AgentAllocation)) {
 			name := s.nameOf(id)
 			if _, ok := sg.CompletionSummary[id]; ok {
 				done = append(done, name)
@@ -270,7 +271,7 @@ func (s *System) baseOutstanding(st *TaskState) (mark, text string) {
 		return "", ""
 	}
 	return mark, s.text("stall_base", map[string]any{
-		"StepID": stepID, "Executor": executor, "Reason": truncate(reason, 300),
+		"StepID": stepID, "Executor": executor, "Reason": Truncate(reason, 300),
 	})
 }
 

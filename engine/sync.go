@@ -168,7 +168,7 @@ func (s *System) apply(a *agent, step StepState, out *Output, cancelled bool) {
 		report := func() error {
 			why := ""
 			if failure != nil {
-				why = truncate(failure.Error(), 300)
+				why = Truncate(failure.Error(), 300)
 			}
 			info := s.text("shared_info_step", map[string]any{"Executor": step.Executor, "State": state, "Reason": why})
 			var err error
@@ -250,7 +250,7 @@ func (s *System) keepMoving(a *agent, step *StepState, failure error) {
 	c := a.count(stageKey{step.TaskID, step.StageID})
 	reason := s.text("stage_no_step_left", nil)
 	if failure != nil {
-		reason = s.text("stage_step_failed", map[string]any{"StepID": step.StepID, "Executor": step.Executor, "Reason": truncate(failure.Error(), 300)})
+		reason = s.text("stage_step_failed", map[string]any{"StepID": step.StepID, "Executor": step.Executor, "Reason": Truncate(failure.Error(), 300)})
 	}
 	if step.Executor == SkillSummary || c.reflections >= s.cfg.StageReflectionBudget || c.steps >= s.cfg.StageStepBudget {
 		a.ensureSummaryLocked(step.TaskID, step.StageID, reason)
@@ -352,15 +352,4 @@ func (s *System) applyShared(a *agent, step *StepState, out *Output, result map[
 		s.deliver(s.instruction(step.StepID+"/tool_decision", req.TaskID, req.StageID, a.id, "", &Instruction{AddToolDecision: &req}))
 	}
 	return nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n]) + "…"
 }

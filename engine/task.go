@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/mas-mcp/mas-mcp/llm"
@@ -304,7 +303,7 @@ func (t *task) startStageLocked(st *StageState) []Message {
 	if t.st.ExecutionState == StateInit {
 		t.st.ExecutionState = StateRunning
 	}
-	for _, id := range sortedKeys(st.AgentAllocation) {
+	for _, id := range slices.Sorted(maps.Keys(st.AgentAllocation)) {
 		st.EveryAgentState[id] = AgentIdle
 	}
 	t.changedLocked(Event{Kind: EventStageChanged, StageID: st.StageID, Detail: StateRunning})
@@ -315,7 +314,7 @@ func (t *task) startStageLocked(st *StageState) []Message {
 // for its agents.
 func (t *task) startStageNoticesLocked(st *StageState) []Message {
 	var out []Message
-	for _, id := range sortedKeys(st.AgentAllocation) {
+	for _, id := range slices.Sorted(maps.Keys(st.AgentAllocation)) {
 		in := &StartStage{TaskID: t.st.TaskID, StageID: st.StageID, StageIntention: st.StageIntention, Goal: st.AgentAllocation[id]}
 		text := t.sys.text("stage_started_notice", map[string]any{
 			"TaskID": t.st.TaskID, "StageID": st.StageID, "StageIntention": st.StageIntention, "Goal": in.Goal,
@@ -339,7 +338,7 @@ func (t *task) endStageLocked(st *StageState, state, by string) []Message {
 // endStageNoticesLocked builds the finish_stage instructions of an ended
 // stage for its agents and the task's manager.
 func (t *task) endStageNoticesLocked(st *StageState) []Message {
-	receivers := sortedKeys(st.AgentAllocation)
+	receivers := slices.Sorted(maps.Keys(st.AgentAllocation))
 	if !slices.Contains(receivers, t.st.TaskManager) {
 		receivers = append(receivers, t.st.TaskManager)
 	}
@@ -491,25 +490,16 @@ func (t *task) status(stageID, agentID string) stageStatus {
 
 func formatMap(m map[string]string) string {
 	var b strings.Builder
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		fmt.Fprintf(&b, "- %s: %s\n", k, m[k])
 	}
 	return strings.TrimRight(b.String(), "\n")
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
 // oneLine folds a text onto one line of at most 160 characters (never
 // cutting a character in two).
 func oneLine(s string) string {
-	return truncate(strings.Join(strings.Fields(s), " "), 160)
+	return Truncate(strings.Join(strings.Fields(s), " "), 160)
 }
 
 // newStage builds a stage in init state.

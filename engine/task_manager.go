@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -203,7 +204,7 @@ func (s *System) checkAllocation(field string, t *task, alloc map[string]string,
 		return nil, errf(ErrInvalid, "%s: is empty; allocate the stage to at least one agent", field)
 	}
 	var missing []string
-	for _, id := range sortedKeys(alloc) {
+	for _, id := range slices.Sorted(maps.Keys(alloc)) {
 		a, ok := s.agent(id)
 		switch {
 		case !ok:

@@ -161,10 +161,10 @@ func (s *Server) showTask(ctx context.Context, req *mcp.CallToolRequest, in Show
 	fmt.Fprintf(&b, "Task %q (%s): %s, %d stage(s), %d agent(s), %d question(s) awaiting your reply.",
 		v.TaskName, v.TaskID, v.State, len(v.Stages), len(v.Agents), len(v.Questions))
 	for _, st := range v.Stages {
-		fmt.Fprintf(&b, "\n- stage %s [%s]: %s", st.StageID, st.State, clip(st.Intention, 200))
+		fmt.Fprintf(&b, "\n- stage %s [%s]: %s", st.StageID, st.State, engine.Truncate(st.Intention, 200))
 	}
 	for _, q := range v.Questions {
-		fmt.Fprintf(&b, "\n- question from %s (message_id %s): %s", q.SenderName, q.MessageID, clip(q.Content, 200))
+		fmt.Fprintf(&b, "\n- question from %s (message_id %s): %s", q.SenderName, q.MessageID, engine.Truncate(q.Content, 200))
 	}
 	if v.Summary != "" {
 		fmt.Fprintf(&b, "\nSummary: %s", v.Summary)
@@ -224,8 +224,8 @@ func (s *Server) taskView(op, id string) (TaskView, error) {
 			if st.TaskID != t.TaskID {
 				continue
 			}
-			av.Steps = append(av.Steps, StepView{StepID: st.StepID, StageID: st.StageID, Intention: clip(st.StepIntention, appViewText),
-				Type: st.Type, Executor: st.Executor, State: st.ExecutionState, Text: clip(st.TextContent, appViewText)})
+			av.Steps = append(av.Steps, StepView{StepID: st.StepID, StageID: st.StageID, Intention: engine.Truncate(st.StepIntention, appViewText),
+				Type: st.Type, Executor: st.Executor, State: st.ExecutionState, Text: engine.Truncate(st.TextContent, appViewText)})
 		}
 		if n := len(av.Steps); n > appViewSteps {
 			av.Steps = av.Steps[n-appViewSteps:]
@@ -236,18 +236,11 @@ func (s *Server) taskView(op, id string) (TaskView, error) {
 		for _, e := range entries {
 			if e.AwaitingReply && e.TaskID == t.TaskID {
 				v.Questions = append(v.Questions, QuestionView{MessageID: e.MessageID, SenderID: e.SenderID, SenderName: name(e.SenderID),
-					Content: clip(e.Content, 4*appViewText), Urgent: e.Waiting, Timestamp: e.Timestamp})
+					Content: engine.Truncate(e.Content, 4*appViewText), Urgent: e.Waiting, Timestamp: e.Timestamp})
 			}
 		}
 	}
 	return v, nil
 }
 
-// clip shortens s to at most n runes, marking the cut.
-func clip(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n]) + "…"
-}
+

@@ -366,7 +366,7 @@ func (r *runner) foldHistory(done []engine.StepState, budget int) string {
 // foldedStep is one step in one line: its ID, state, executor, intention
 // and the first words of its result.
 func foldedStep(s engine.StepState) string {
-	line := fmt.Sprintf("- step_id %s [%s] %s: %s", s.StepID, s.ExecutionState, s.Executor, truncate(oneLine(s.StepIntention), foldedResultShown))
+	line := fmt.Sprintf("- step_id %s [%s] %s: %s", s.StepID, s.ExecutionState, s.Executor, engine.Truncate(oneLine(s.StepIntention), foldedResultShown))
 	if len(s.ExecuteResult) > 0 {
 		line += " → " + compactJSON(s.ExecuteResult, foldedResultShown)
 	}
@@ -376,7 +376,7 @@ func foldedStep(s engine.StepState) string {
 func writeHistoryStep(b *strings.Builder, s engine.StepState, results bool) {
 	fmt.Fprintf(b, "- step_id %s [%s] %s (%s): %s\n", s.StepID, s.ExecutionState, s.Executor, s.Type, oneLine(s.StepIntention))
 	if t := strings.TrimSpace(s.TextContent); t != "" {
-		fmt.Fprintf(b, "  - text_content: %s\n", indent(truncate(t, maxTextShown)))
+		fmt.Fprintf(b, "  - text_content: %s\n", indent(engine.Truncate(t, maxTextShown)))
 	}
 	if len(s.InstructionContent) > 0 {
 		fmt.Fprintf(b, "  - instruction_content: %s\n", compactJSON(s.InstructionContent, maxResultShown))
@@ -413,7 +413,7 @@ func compactJSON(v any, max int) string {
 	if err != nil {
 		return fmt.Sprintf("%v", v)
 	}
-	return truncate(string(bs), max)
+	return engine.Truncate(string(bs), max)
 }
 
 // indent makes multi-line text sit inside a list item.

@@ -152,7 +152,7 @@ func (r *runner) Execute(ctx context.Context, in *engine.ExecInput) *engine.Outp
 			return &engine.Output{
 				Err:    fmt.Errorf("%s output unusable after one repair round: %w", r.sk.name, perr),
 				Usage:  usage,
-				Result: map[string]any{"raw_output": truncate(answer, 2000)},
+				Result: map[string]any{"raw_output": engine.Truncate(answer, 2000)},
 			}
 		}
 	}
@@ -184,13 +184,7 @@ func (r *runner) parse(answer string, in *engine.ExecInput) (*engine.Output, err
 	return out, nil
 }
 
-func truncate(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n]) + "…"
-}
+
 
 // textOutput is the parser of the skills that answer with one text block.
 func textOutput(tag, resultKey string) func(string, *engine.ExecInput) (*engine.Output, error) {

@@ -174,7 +174,7 @@ func (r *runner) writeToolHistory(b *strings.Builder, in *engine.ExecInput, budg
 			fmt.Fprintf(&e, "\n#### [%d] step_id %s (%s)\n", n+1, c.tool.StepID, c.tool.ExecutionState)
 			fmt.Fprintf(&e, "- step_intention: %s\n", oneLine(c.tool.StepIntention))
 			if t := strings.TrimSpace(c.tool.TextContent); t != "" {
-				fmt.Fprintf(&e, "- text_content: %s\n", indent(truncate(t, maxTextShown)))
+				fmt.Fprintf(&e, "- text_content: %s\n", indent(engine.Truncate(t, maxTextShown)))
 			}
 			fmt.Fprintf(&e, "- instruction_content: %s\n", compactJSON(c.tool.InstructionContent, maxResultShown))
 			fmt.Fprintf(&e, "- execute_result: %s\n", compactJSON(c.tool.ExecuteResult, maxResultShown))
