@@ -35,6 +35,9 @@ type ExecutorConfig struct {
 	// and data are cut with a note. Default 64 KiB.
 	MaxResultBytes int
 	Logger         *slog.Logger
+	// Trail records every call: server, tool, arguments, result, duration,
+	// approval (nil: off).
+	Trail engine.Trail
 }
 
 // Executor runs every tool step (spec §4.2): the step's executor names the
@@ -96,7 +99,9 @@ func (e *Executor) Execute(ctx context.Context, in *engine.ExecInput) *engine.Ou
 	}
 	switch {
 	case ins.Type == "get_description":
+		start := time.Now()
 		caps, err := e.cfg.Pool.Describe(ctx, server)
+		e.record(ctx, in, server, "describe", "", nil, caps, err, start, nil)
 		if err != nil {
 			return &engine.Output{Err: err}
 		}
@@ -112,11 +117,13 @@ func (e *Executor) Execute(ctx context.Context, in *engine.ExecInput) *engine.Ou
 			return &engine.Output{Err: errors.New(`instruction_content.arguments.uri: is empty; a resource call needs {"uri": …}`)}
 		}
 		var res *mcp.ReadResourceResult
+		start := time.Now()
 		err := e.cfg.Pool.do(ctx, server, true, func(ctx context.Context, s *mcp.ClientSession) error {
 			var err error
 			res, err = s.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
 			return err
 		})
+		e.record(ctx, in, server, "read_resource", ins.ResourceName, ins.Arguments, res, err, start, nil)
 		if err != nil {
 			return &engine.Output{Err: fmt.Errorf("mcp server %q: read resource %q: %w", server, uri, err)}
 		}
@@ -132,11 +139,13 @@ func (e *Executor) Execute(ctx context.Context, in *engine.ExecInput) *engine.Ou
 			}
 		}
 		var res *mcp.GetPromptResult
+		start := time.Now()
 		err := e.cfg.Pool.do(ctx, server, true, func(ctx context.Context, s *mcp.ClientSession) error {
 			var err error
 			res, err = s.GetPrompt(ctx, &mcp.GetPromptParams{Name: ins.PromptName, Arguments: args})
 			return err
 		})
+		e.record(ctx, in, server, "get_prompt", ins.PromptName, args, res, err, start, nil)
 		if err != nil {
 			return &engine.Output{Err: fmt.Errorf("mcp server %q: get prompt %q: %w", server, ins.PromptName, err)}
 		}
@@ -171,16 +180,19 @@ func (e *Executor) callTool(ctx context.Context, in *engine.ExecInput, server st
 		approval, err := e.confirm(ctx, in, server, &ins)
 		result["operator_approval"] = approval
 		if err != nil {
+			e.record(ctx, in, server, "call_tool", ins.ToolName, ins.Arguments, nil, err, time.Now(), approval)
 			return &engine.Output{Err: err, Result: result}
 		}
 	}
 	var res *mcp.CallToolResult
 	safe := tool.Annotations != nil && (tool.Annotations.ReadOnlyHint || tool.Annotations.IdempotentHint)
+	start := time.Now()
 	err = e.cfg.Pool.do(ctx, server, safe, func(ctx context.Context, s *mcp.ClientSession) error {
 		var err error
 		res, err = s.CallTool(ctx, &mcp.CallToolParams{Name: ins.ToolName, Arguments: ins.Arguments})
 		return err
 	})
+	e.record(ctx, in, server, "call_tool", ins.ToolName, ins.Arguments, res, err, start, result["operator_approval"])
 	if err != nil {
 		return &engine.Output{Err: fmt.Errorf("mcp server %q: call %s: %w", server, ins.ToolName, err), Result: result}
 	}
