@@ -24,10 +24,13 @@ const (
 	TrailKindMessage        = "message"
 	TrailKindInstruction    = "instruction"
 	TrailKindOperatorAction = "operator_action"
+	// TrailKindStep is a step as it ended (state, result, usage): kept
+	// after the step list drops it at the end of its stage.
+	TrailKindStep = "step"
 )
 
 // TrailKinds lists every kind, for validating filters.
-var TrailKinds = []string{TrailKindLLMCall, TrailKindToolCall, TrailKindMessage, TrailKindInstruction, TrailKindOperatorAction}
+var TrailKinds = []string{TrailKindLLMCall, TrailKindToolCall, TrailKindMessage, TrailKindInstruction, TrailKindOperatorAction, TrailKindStep}
 
 // Trail records entries. Append must not block on slow storage for long
 // and must not fail the caller: an implementation logs what it could not
@@ -64,6 +67,9 @@ type TrailEntry struct {
 	Tool    *TrailTool    `json:"tool,omitempty"`
 	Message *TrailMessage `json:"message,omitempty"`
 	Action  *TrailAction  `json:"action,omitempty"`
+	Step    *StepState    `json:"step,omitempty"`
+	// Note says what a store had to leave out (an entry over its size bound).
+	Note string `json:"note,omitempty"`
 }
 
 // TrailBody is a text that may be large (a prompt, an answer, a tool's
@@ -446,4 +452,14 @@ func (s *System) runningTask(agentID string) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.runningKey.task
+}
+
+// trailStep records a step as it ended (the agent's mutex is held; the
+// trail copies what it keeps before returning).
+func (s *System) trailStep(st *StepState) {
+	if s.cfg.Trail == nil {
+		return
+	}
+	s.trail(TrailEntry{Time: st.FinishedAt, Kind: TrailKindStep, TaskID: st.TaskID, StageID: st.StageID,
+		AgentID: st.AgentID, StepID: st.StepID, Skill: st.Executor, Step: st})
 }

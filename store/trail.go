@@ -30,6 +30,9 @@ const (
 	subjectTrail  = "mas.trail."
 	bucketBodies  = "mas_trail_bodies"
 	bodyRefPrefix = "sha256:"
+	// maxTrailEntry bounds one entry without its bodies (NATS refuses
+	// messages over 1 MiB).
+	maxTrailEntry = 768 << 10
 )
 
 // TrailOptions configure OpenTrail. Zero values mean defaults.
@@ -236,6 +239,16 @@ func (t *Trail) writeEntry(b []byte) error {
 	out, err := json.Marshal(&e)
 	if err != nil {
 		return err
+	}
+	if len(out) > maxTrailEntry {
+		// Bodies are apart already: what is left is the entry's own
+		// fields (a step's result). Keep who and when, say what was lost.
+		n := len(out)
+		e = engine.TrailEntry{ID: e.ID, Time: e.Time, Kind: e.Kind, TaskID: e.TaskID, StageID: e.StageID, AgentID: e.AgentID,
+			StepID: e.StepID, Skill: e.Skill, Note: fmt.Sprintf("entry of %d bytes left out: over the trail's bound of %d bytes", n, maxTrailEntry)}
+		if out, err = json.Marshal(&e); err != nil {
+			return err
+		}
 	}
 	out = t.scrub(out)
 	msg := &nats.Msg{Subject: trailSubject(e.TaskID, e.AgentID, e.Kind), Data: out, Header: nats.Header{}}

@@ -33,6 +33,9 @@ type Stack struct {
 	Sys   *engine.System
 	LLM   *fakellm.Server
 	Store *engine.MemoryStore
+	// Trail records what the stack's agents were asked, answered and did;
+	// it outlives Restart, like Store.
+	Trail *engine.MemoryTrail
 	Sub   *engine.Subscription
 	// Logs holds every log line of the stack (debug level).
 	Logs *SyncBuffer
@@ -64,6 +67,9 @@ type Options struct {
 	// when set, builds the tool-step executor once the System exists.
 	Tools        engine.ToolCatalog
 	ToolExecutor func(*engine.System) engine.Executor
+	// Trail, when set, is the trail the stack records to (give it to the
+	// ToolExecutor too); nil: a new MemoryTrail.
+	Trail *engine.MemoryTrail
 	// NoLeakCheck skips the goroutine-leak check at cleanup (for tests
 	// that leave their own goroutines to their own cleanups).
 	NoLeakCheck bool
@@ -104,7 +110,11 @@ func New(t testing.TB, o Options) *Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	execs, err := skills.Executors(skills.Config{LLM: client, Prompts: set, Tools: o.Tools, Logger: log})
+	trail := o.Trail
+	if trail == nil {
+		trail = engine.NewMemoryTrail()
+	}
+	execs, err := skills.Executors(skills.Config{LLM: client, Prompts: set, Tools: o.Tools, Logger: log, Trail: trail})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +131,7 @@ func New(t testing.TB, o Options) *Stack {
 			StallTimeout:          o.StallTimeout,
 			StallNotices:          o.StallNotices,
 			Store:                 store,
+			Trail:                 trail,
 			Logger:                log,
 			Tools:                 o.Tools,
 		})
@@ -135,7 +146,7 @@ func New(t testing.TB, o Options) *Stack {
 		return sys
 	}
 	sys := newSystem()
-	s := &Stack{T: t, Logs: logs, Log: log, Sys: sys, LLM: srv, Store: store, Sub: sys.Subscribe(1 << 14), newSystem: newSystem, opts: o}
+	s := &Stack{T: t, Logs: logs, Log: log, Sys: sys, LLM: srv, Store: store, Trail: trail, Sub: sys.Subscribe(1 << 14), newSystem: newSystem, opts: o}
 	if err := sys.Start(); err != nil {
 		t.Fatal(err)
 	}
