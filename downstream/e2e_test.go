@@ -52,6 +52,8 @@ type stackOptions struct {
 	executor func(*downstream.ExecutorConfig)
 	// handler wraps the ToolUser's LLM handler (to act between steps).
 	handler func(next func(*fakellm.Call) fakellm.Reply) func(*fakellm.Call) fakellm.Reply
+	// trail records the stack's trail (nil: teststack's MemoryTrail).
+	trail teststack.Trail
 }
 
 func newToolStackWith(t *testing.T, cfg *downstream.Config, calls []scripted.Call, o stackOptions) *toolStack {
@@ -68,9 +70,10 @@ func newToolStackWith(t *testing.T, cfg *downstream.Config, calls []scripted.Cal
 	pool := downstream.NewPool(cfg, nil)
 	st := teststack.New(t, teststack.Options{
 		Handler: handler,
+		Trail:   o.trail,
 		Tools:   pool,
 		ToolExecutor: func(sys *engine.System) engine.Executor {
-			ec := downstream.ExecutorConfig{Pool: pool, System: sys, Texts: set}
+			ec := downstream.ExecutorConfig{Pool: pool, System: sys, Texts: set, Trail: o.trail}
 			if o.executor != nil {
 				o.executor(&ec)
 			}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -273,6 +274,19 @@ type MemoryTrail struct {
 	mu      sync.Mutex
 	entries [][]byte // JSON, in append order; entry i has Seq i+1
 	ids     map[string]bool
+	secrets [][]byte // scrubbed from every entry (Scrub)
+}
+
+// Scrub makes the trail replace each secret (API keys, tokens, passwords;
+// those under 4 bytes are ignored) in what it keeps from now on.
+func (m *MemoryTrail) Scrub(secrets ...string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, s := range secrets {
+		if len(s) >= 4 {
+			m.secrets = append(m.secrets, []byte(s))
+		}
+	}
 }
 
 // NewMemoryTrail returns an empty MemoryTrail.
@@ -292,6 +306,9 @@ func (m *MemoryTrail) Append(_ context.Context, e TrailEntry) {
 	b, err := json.Marshal(&e)
 	if err != nil {
 		b, _ = json.Marshal(&TrailEntry{Seq: e.Seq, Time: e.Time, Kind: e.Kind, TaskID: e.TaskID, AgentID: e.AgentID, StepID: e.StepID})
+	}
+	for _, sec := range m.secrets {
+		b = bytes.ReplaceAll(b, sec, []byte("[redacted]"))
 	}
 	m.entries = append(m.entries, b)
 }

@@ -47,6 +47,9 @@ func main() {
 // the data directory, a stdio run relays its host's session to that one
 // (and takes over if it stops).
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "export" {
+		return runExport(ctx, args[1:], getenv, os.Stdout, stderr)
+	}
 	cfg, err := loadConfigTo(args, getenv, stderr)
 	if err != nil {
 		return err
@@ -176,7 +179,11 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, getenv func(string
 	if inst.st != nil {
 		st = inst.st
 	}
-	if inst.sys, inst.pool, err = build(cfg, log, st); err != nil {
+	tr, err := openTrail(ctx, cfg, inst.st, getenv)
+	if err != nil {
+		return inst, err
+	}
+	if inst.sys, inst.pool, err = build(cfg, log, st, tr); err != nil {
 		return inst, err
 	}
 	if err = inst.sys.StartFrom(img); err != nil {
@@ -197,6 +204,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, getenv func(string
 			SessionTimeout: cfg.HTTP.SessionTimeout, Admins: admins,
 		},
 		Limits: cfg.Limits.server(),
+		Trail:  tr,
 	})
 	if err != nil {
 		return inst, err
@@ -361,7 +369,7 @@ func operatorAdmins(cfg Config, sys *engine.System) ([]string, error) {
 // build wires prompts, the LLM client, the downstream MCP servers, the
 // skills, the tool executor and the engine. The returned pool must be
 // closed after the engine (it stops the servers' processes).
-func build(cfg Config, log *slog.Logger, st engine.Store) (*engine.System, *downstream.Pool, error) {
+func build(cfg Config, log *slog.Logger, st engine.Store, tr trail) (*engine.System, *downstream.Pool, error) {
 	set, err := prompts.Load(cfg.Lang, cfg.PromptsDir)
 	if err != nil {
 		return nil, nil, err
@@ -385,7 +393,7 @@ func build(cfg Config, log *slog.Logger, st engine.Store) (*engine.System, *down
 	}
 	pool := downstream.NewPool(mcpCfg, log.With("component", "downstream"))
 	execs, err := skills.Executors(skills.Config{LLM: client, Prompts: set, Tools: pool, Logger: log.With("component", "skills"),
-		PromptBudget: cfg.PromptBudget})
+		PromptBudget: cfg.PromptBudget, Trail: tr})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -405,6 +413,7 @@ func build(cfg Config, log *slog.Logger, st engine.Store) (*engine.System, *down
 		MemoryMaxEntries:      cfg.MemoryMaxEntries,
 		MemoryMaxChars:        cfg.MemoryMaxChars,
 		Store:                 st,
+		Trail:                 tr,
 		Logger:                log.With("component", "engine"),
 	})
 	if err != nil {
@@ -412,6 +421,7 @@ func build(cfg Config, log *slog.Logger, st engine.Store) (*engine.System, *down
 	}
 	tool, err := downstream.NewExecutor(downstream.ExecutorConfig{
 		Pool: pool, System: sys, Texts: set, ConfirmTimeout: cfg.ConfirmTimeout, Logger: log.With("component", "downstream"),
+		Trail: tr,
 	})
 	if err != nil {
 		return nil, nil, err

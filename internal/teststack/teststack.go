@@ -27,6 +27,13 @@ import (
 // log line.
 const SentinelKey = "sk-SENTINEL-do-not-leak-4242"
 
+// Trail records and reads the trail (an *engine.MemoryTrail, or the
+// durable one of package store).
+type Trail interface {
+	engine.Trail
+	engine.TrailReader
+}
+
 // Stack is a running MAS on the fake LLM.
 type Stack struct {
 	T     testing.TB
@@ -35,7 +42,7 @@ type Stack struct {
 	Store *engine.MemoryStore
 	// Trail records what the stack's agents were asked, answered and did;
 	// it outlives Restart, like Store.
-	Trail *engine.MemoryTrail
+	Trail Trail
 	Sub   *engine.Subscription
 	// Logs holds every log line of the stack (debug level).
 	Logs *SyncBuffer
@@ -69,7 +76,7 @@ type Options struct {
 	ToolExecutor func(*engine.System) engine.Executor
 	// Trail, when set, is the trail the stack records to (give it to the
 	// ToolExecutor too); nil: a new MemoryTrail.
-	Trail *engine.MemoryTrail
+	Trail Trail
 	// NoLeakCheck skips the goroutine-leak check at cleanup (for tests
 	// that leave their own goroutines to their own cleanups).
 	NoLeakCheck bool
@@ -110,9 +117,9 @@ func New(t testing.TB, o Options) *Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	trail := o.Trail
-	if trail == nil {
-		trail = engine.NewMemoryTrail()
+	var trail Trail = engine.NewMemoryTrail()
+	if o.Trail != nil {
+		trail = o.Trail
 	}
 	execs, err := skills.Executors(skills.Config{LLM: client, Prompts: set, Tools: o.Tools, Logger: log, Trail: trail})
 	if err != nil {
