@@ -79,6 +79,10 @@ func TestTrailAcceptance(t *testing.T) {
 	if len(toolSteps) != 3 {
 		t.Fatalf("%d tool steps, want 3\n%s", len(toolSteps), s.Dump())
 	}
+	// At rest first (the manager has read the stage's end): no LLM call is
+	// cut short by finish_task, so every call the trail holds reached the
+	// fake LLM. (A call cut short is in the trail too, with its error.)
+	s.WaitFor("rest", func() bool { return atRest(sys) })
 	if _, err := sys.TaskInstruction(sys.OperatorID(), engine.TaskInstruction{Action: engine.ActionFinishTask, TaskID: task, Summary: "done"}); err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +95,7 @@ func TestTrailAcceptance(t *testing.T) {
 		}
 		return true
 	})
+	s.WaitFor("rest after finish_task", func() bool { return atRest(sys) })
 	base := sys.BaseTaskID()
 	before := wholeTrail(t, tr, task, base)
 	checkTrail(t, s.LLM.Calls(), before, calls, toolSteps, file)
@@ -134,6 +139,14 @@ func checkTrail(t *testing.T, llmCalls []fakellm.Call, entries []engine.TrailEnt
 	}
 	if n != len(llmCalls) {
 		t.Errorf("the trail holds %d LLM calls, the fake LLM's log %d", n, len(llmCalls))
+		for _, e := range entries {
+			if e.Kind == engine.TrailKindLLMCall {
+				t.Logf("trail: %s %s step %s error %q", e.AgentID[:8], e.Skill, e.StepID[:8], e.LLM.Error)
+			}
+		}
+		for _, c := range llmCalls {
+			t.Logf("fake: %s %s step %s", c.AgentID[:8], c.Skill, c.StepID[:8])
+		}
 	}
 	seen := map[string]int{}
 	for _, c := range llmCalls {
@@ -149,7 +162,10 @@ func checkTrail(t *testing.T, llmCalls []fakellm.Call, entries []engine.TrailEnt
 			continue
 		}
 		for j, m := range c.Messages {
-			if got := e.LLM.Request[j]; got.Role != m.Role || got.Content.Text != m.Content {
+			// The tool history in later prompts holds the token: the trail
+			// keeps the prompt with it scrubbed.
+			sent := strings.ReplaceAll(m.Content, tokenSentinel, "[redacted]")
+			if got := e.LLM.Request[j]; got.Role != m.Role || got.Content.Text != sent {
 				t.Errorf("request %d message %d: the trail has %s %.60q, sent %s %.60q", c.N, j, got.Role, got.Content.Text, m.Role, m.Content)
 			}
 		}
@@ -200,4 +216,26 @@ func checkTrail(t *testing.T, llmCalls []fakellm.Call, entries []engine.TrailEnt
 	}) {
 		t.Errorf("the operator's finish_task is not in the trail")
 	}
+}
+
+// atRest reports whether no LLM agent can run a step: none is working or
+// running a step, and each with steps to do is blocked on its step lock.
+func atRest(sys *engine.System) bool {
+	for _, a := range sys.Agents() {
+		if a.Kind != engine.KindLLM {
+			continue
+		}
+		if a.WorkingState == engine.WorkingWorking {
+			return false
+		}
+		for _, st := range a.AgentStep.StepList {
+			if st.ExecutionState == engine.StateRunning {
+				return false
+			}
+		}
+		if len(a.AgentStep.TodoList) > 0 && len(a.StepLock) == 0 {
+			return false
+		}
+	}
+	return true
 }
