@@ -272,7 +272,7 @@ func TrailCursor(seq uint64) string { return strconv.FormatUint(seq, 10) }
 // outlives the Systems it is given to, like a MemoryStore.
 type MemoryTrail struct {
 	mu      sync.Mutex
-	entries [][]byte // JSON, in append order; entry i has Seq i+1
+	entries []memEntry // in append order; entry i has Seq i+1
 	ids     map[string]bool
 	secrets [][]byte // scrubbed from every entry (Scrub)
 }
@@ -310,7 +310,14 @@ func (m *MemoryTrail) Append(_ context.Context, e TrailEntry) {
 	for _, sec := range m.secrets {
 		b = bytes.ReplaceAll(b, sec, []byte("[redacted]"))
 	}
-	m.entries = append(m.entries, b)
+	m.entries = append(m.entries, memEntry{task: e.TaskID, agent: e.AgentID, step: e.StepID, kind: e.Kind, json: b})
+}
+
+// memEntry is an entry of a MemoryTrail: its JSON, and what queries filter
+// on (so a read decodes only what it returns).
+type memEntry struct {
+	task, agent, step, kind string
+	json                    []byte
 }
 
 // ReadTrail implements TrailReader.
@@ -324,16 +331,17 @@ func (m *MemoryTrail) ReadTrail(_ context.Context, q TrailQuery) (TrailPage, err
 	m.mu.Unlock()
 	page := TrailPage{Entries: []TrailEntry{}}
 	for i := after; i < uint64(len(entries)); i++ {
-		var e TrailEntry
-		if err := json.Unmarshal(entries[i], &e); err != nil {
-			return TrailPage{}, fmt.Errorf("trail: entry %d: %w", i+1, err)
-		}
-		if !q.Matches(&e) {
+		me := &entries[i]
+		if !q.Matches(&TrailEntry{TaskID: me.task, AgentID: me.agent, StepID: me.step, Kind: me.kind}) {
 			continue
 		}
 		if len(page.Entries) == limit {
 			page.NextCursor = TrailCursor(page.Entries[limit-1].Seq)
 			break
+		}
+		var e TrailEntry
+		if err := json.Unmarshal(me.json, &e); err != nil {
+			return TrailPage{}, fmt.Errorf("trail: entry %d: %w", i+1, err)
 		}
 		page.Entries = append(page.Entries, e)
 	}
@@ -345,9 +353,9 @@ func (m *MemoryTrail) All() []TrailEntry {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]TrailEntry, 0, len(m.entries))
-	for _, b := range m.entries {
+	for _, me := range m.entries {
 		var e TrailEntry
-		_ = json.Unmarshal(b, &e)
+		_ = json.Unmarshal(me.json, &e)
 		out = append(out, e)
 	}
 	return out

@@ -13,6 +13,7 @@ import (
 	"github.com/mas-mcp/mas-mcp/engine"
 	"github.com/mas-mcp/mas-mcp/internal/fakellm"
 	"github.com/mas-mcp/mas-mcp/internal/scripted"
+	"github.com/mas-mcp/mas-mcp/internal/teststack"
 	"github.com/mas-mcp/mas-mcp/server"
 )
 
@@ -217,3 +218,67 @@ func TestTrailVisibility(t *testing.T) {
 
 func trailURIOf(task string) string      { return "mas://tasks/" + task + "/trail" }
 func stepURIOf(task, step string) string { return "mas://tasks/" + task + "/steps/" + step }
+
+// tokenSentinel is a secret the trail is configured to scrub (a bearer
+// token, say) that the operator pastes into a message.
+const tokenSentinel = "tok-SENTINEL-resource-9090"
+
+// TestTrailNoSecrets (issue 16 item 5): neither the LLM API key nor a
+// configured token shows in the trail's resources or get_trail, though the
+// operator wrote the token into a message that agents then read in their
+// prompts.
+func TestTrailNoSecrets(t *testing.T) {
+	e := newEnv(t)
+	e.stack.Trail.(*engine.MemoryTrail).Scrub(teststack.SentinelKey, tokenSentinel)
+	f := e.startTask()
+	e.call("send_message", map[string]any{"task_id": f.TaskID, "receiver": f.Alice, "content": "Markdown, and use " + tokenSentinel}, nil)
+	e.stack.WaitFor("alice's prompt with the operator's answer, and rest", func() bool {
+		p, err := e.stack.Trail.ReadTrail(context.Background(), engine.TrailQuery{TaskID: f.TaskID, AgentID: f.Alice, Kind: engine.TrailKindLLMCall, Limit: engine.MaxTrailPage})
+		if err != nil {
+			return false
+		}
+		return atRest(e.stack.Sys) && slices.ContainsFunc(p.Entries, func(x engine.TrailEntry) bool {
+			return slices.ContainsFunc(x.LLM.Request, func(c engine.TrailChat) bool { return strings.Contains(c.Content.Text, "Markdown, and use [redacted]") })
+		})
+	})
+	var texts []string
+	entries := e.readTrail(trailURIOf(f.TaskID), 100)
+	for _, uri := range []string{trailURIOf(f.TaskID) + "?limit=500", trailURIOf(e.stack.Sys.BaseTaskID()) + "?limit=500"} {
+		res, err := e.client.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: uri})
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts = append(texts, res.Contents[0].Text)
+	}
+	steps := map[string]bool{}
+	for _, x := range entries {
+		// The records of the steps whose prompts quote the message.
+		quotes := x.LLM != nil && slices.ContainsFunc(x.LLM.Request, func(c engine.TrailChat) bool { return strings.Contains(c.Content.Text, "[redacted]") })
+		if quotes && !steps[x.StepID] {
+			steps[x.StepID] = true
+			res, err := e.client.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: stepURIOf(f.TaskID, x.StepID)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			texts = append(texts, res.Contents[0].Text)
+		}
+	}
+	res := e.call("get_trail", map[string]any{"task_id": f.TaskID, "limit": 500}, nil)
+	texts = append(texts, resultText(res), jsonString(res.StructuredContent))
+	all := strings.Join(texts, "\n")
+	for _, secret := range []string{teststack.SentinelKey, tokenSentinel} {
+		if strings.Contains(all, secret) {
+			t.Errorf("%q is in the trail's resources", secret)
+		}
+	}
+	if !strings.Contains(all, "Markdown, and use [redacted]") {
+		t.Errorf("the operator's message is not in the trail (scrubbed)")
+	}
+	if !slices.ContainsFunc(entries, func(x engine.TrailEntry) bool {
+		return x.Kind == engine.TrailKindLLMCall && x.AgentID == f.Alice && slices.ContainsFunc(x.LLM.Request, func(c engine.TrailChat) bool {
+			return strings.Contains(c.Content.Text, "[redacted]")
+		})
+	}) {
+		t.Errorf("no prompt of alice's in the trail quotes the operator's message")
+	}
+}
