@@ -167,6 +167,44 @@ type TrailAction struct {
 	Error  string    `json:"error,omitempty"`
 }
 
+// Clone returns a deep copy of e (texts are shared: strings are immutable),
+// so a trail can keep it without marshalling it on the caller's goroutine.
+func (e *TrailEntry) Clone() TrailEntry {
+	c := *e
+	if e.LLM != nil {
+		l := *e.LLM
+		l.Request = slices.Clone(l.Request)
+		if l.Parsed != nil {
+			p := *l.Parsed
+			l.Parsed = &p
+		}
+		c.LLM = &l
+	}
+	if e.Tool != nil {
+		t := *e.Tool
+		t.Approval = cloneJSONMap(t.Approval)
+		c.Tool = &t
+	}
+	if e.Message != nil {
+		m := *e.Message
+		m.Receiver, m.Waiting = slices.Clone(m.Receiver), slices.Clone(m.Waiting)
+		m.Instruction, m.Decision = m.Instruction.clone(), cloneDecision(m.Decision)
+		if m.Decision != nil {
+			m.Decision.Arguments = cloneJSONMap(m.Decision.Arguments)
+		}
+		c.Message = &m
+	}
+	if e.Action != nil {
+		a := *e.Action
+		c.Action = &a
+	}
+	if e.Step != nil {
+		st := e.Step.clone()
+		c.Step = &st
+	}
+	return c
+}
+
 // Bodies returns pointers to every body of e, for stores that keep large
 // bodies apart.
 func (e *TrailEntry) Bodies() []*TrailBody {
@@ -274,11 +312,11 @@ type MemoryTrail struct {
 	mu      sync.Mutex
 	entries []memEntry // in append order; entry i has Seq i+1
 	ids     map[string]bool
-	secrets [][]byte // scrubbed from every entry (Scrub)
+	secrets [][]byte // scrubbed from every entry read (Scrub)
 }
 
 // Scrub makes the trail replace each secret (API keys, tokens, passwords;
-// those under 4 bytes are ignored) in what it keeps from now on.
+// those under 4 bytes are ignored) in every entry it returns.
 func (m *MemoryTrail) Scrub(secrets ...string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -292,32 +330,42 @@ func (m *MemoryTrail) Scrub(secrets ...string) {
 // NewMemoryTrail returns an empty MemoryTrail.
 func NewMemoryTrail() *MemoryTrail { return &MemoryTrail{ids: map[string]bool{}} }
 
-// Append implements Trail.
+// Append implements Trail. It keeps a deep copy of e.
 func (m *MemoryTrail) Append(_ context.Context, e TrailEntry) {
+	c := e.Clone()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e.ID != "" {
-		if m.ids[e.ID] {
+	if c.ID != "" {
+		if m.ids[c.ID] {
 			return
 		}
-		m.ids[e.ID] = true
+		m.ids[c.ID] = true
 	}
-	e.Seq = uint64(len(m.entries)) + 1
-	b, err := json.Marshal(&e)
+	c.Seq = uint64(len(m.entries)) + 1
+	m.entries = append(m.entries, memEntry{entry: &c})
+}
+
+// read returns a copy of an entry kept, scrubbed.
+func (m *MemoryTrail) read(me *memEntry, secrets [][]byte) (TrailEntry, error) {
+	if len(secrets) == 0 {
+		return me.entry.Clone(), nil
+	}
+	b, err := json.Marshal(me.entry)
 	if err != nil {
-		b, _ = json.Marshal(&TrailEntry{Seq: e.Seq, Time: e.Time, Kind: e.Kind, TaskID: e.TaskID, AgentID: e.AgentID, StepID: e.StepID})
+		return TrailEntry{}, err
 	}
-	for _, sec := range m.secrets {
+	for _, sec := range secrets {
 		b = bytes.ReplaceAll(b, sec, []byte("[redacted]"))
 	}
-	m.entries = append(m.entries, memEntry{task: e.TaskID, agent: e.AgentID, step: e.StepID, kind: e.Kind, json: b})
+	var e TrailEntry
+	err = json.Unmarshal(b, &e)
+	return e, err
 }
 
 // memEntry is an entry of a MemoryTrail: its JSON, and what queries filter
 // on (so a read decodes only what it returns).
 type memEntry struct {
-	task, agent, step, kind string
-	json                    []byte
+	entry *TrailEntry // never changed after Append
 }
 
 // ReadTrail implements TrailReader.
@@ -327,20 +375,20 @@ func (m *MemoryTrail) ReadTrail(_ context.Context, q TrailQuery) (TrailPage, err
 		return TrailPage{}, err
 	}
 	m.mu.Lock()
-	entries := m.entries
+	entries, secrets := m.entries, m.secrets
 	m.mu.Unlock()
 	page := TrailPage{Entries: []TrailEntry{}}
 	for i := after; i < uint64(len(entries)); i++ {
 		me := &entries[i]
-		if !q.Matches(&TrailEntry{TaskID: me.task, AgentID: me.agent, StepID: me.step, Kind: me.kind}) {
+		if !q.Matches(me.entry) {
 			continue
 		}
 		if len(page.Entries) == limit {
 			page.NextCursor = TrailCursor(page.Entries[limit-1].Seq)
 			break
 		}
-		var e TrailEntry
-		if err := json.Unmarshal(me.json, &e); err != nil {
+		e, err := m.read(me, secrets)
+		if err != nil {
 			return TrailPage{}, fmt.Errorf("trail: entry %d: %w", i+1, err)
 		}
 		page.Entries = append(page.Entries, e)
@@ -351,11 +399,11 @@ func (m *MemoryTrail) ReadTrail(_ context.Context, q TrailQuery) (TrailPage, err
 // All returns every entry, in order (tests).
 func (m *MemoryTrail) All() []TrailEntry {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]TrailEntry, 0, len(m.entries))
-	for _, me := range m.entries {
-		var e TrailEntry
-		_ = json.Unmarshal(me.json, &e)
+	entries, secrets := m.entries, m.secrets
+	m.mu.Unlock()
+	out := make([]TrailEntry, 0, len(entries))
+	for i := range entries {
+		e, _ := m.read(&entries[i], secrets)
 		out = append(out, e)
 	}
 	return out

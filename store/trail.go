@@ -83,7 +83,7 @@ type Trail struct {
 // trailJob is an entry to write (JSON) or, with flushed set, a marker the
 // writer closes when it reaches it.
 type trailJob struct {
-	entry   []byte
+	entry   *engine.TrailEntry
 	flushed chan struct{}
 }
 
@@ -160,22 +160,19 @@ func cmpOr[T comparable](v, def T) T {
 	return v
 }
 
-// Append implements engine.Trail: it queues e (a copy) for the writer.
-// It blocks only while the queue is full.
+// Append implements engine.Trail: it queues a deep copy of e for the
+// writer, which encodes it: the caller pays for the copy only. It blocks
+// only while the queue is full.
 func (t *Trail) Append(_ context.Context, e engine.TrailEntry) {
-	e.Seq = 0
-	b, err := json.Marshal(&e)
-	if err != nil {
-		t.log.Error("trail: entry not recorded", "kind", e.Kind, "task", e.TaskID, "err", err)
-		return
-	}
+	c := e.Clone()
+	c.Seq = 0
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if t.closed {
 		t.log.Warn("trail: closed; entry not recorded", "kind", e.Kind, "task", e.TaskID)
 		return
 	}
-	t.q <- trailJob{entry: b}
+	t.q <- trailJob{entry: &c}
 }
 
 // Close writes what is queued and stops the writer. Safe to call twice.
@@ -222,11 +219,7 @@ func (t *Trail) write() {
 	}
 }
 
-func (t *Trail) writeEntry(b []byte) error {
-	var e engine.TrailEntry
-	if err := json.Unmarshal(b, &e); err != nil {
-		return err
-	}
+func (t *Trail) writeEntry(e *engine.TrailEntry) error {
 	// The writes of one entry are bounded even when NATS is unreachable:
 	// the queue behind it must move.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -236,17 +229,17 @@ func (t *Trail) writeEntry(b []byte) error {
 			return fmt.Errorf("trail: body of a %s entry of task %s: %w", e.Kind, e.TaskID, err)
 		}
 	}
-	out, err := json.Marshal(&e)
+	out, err := json.Marshal(e)
 	if err != nil {
-		return err
+		return fmt.Errorf("trail: a %s entry of task %s: %w", e.Kind, e.TaskID, err)
 	}
 	if len(out) > maxTrailEntry {
 		// Bodies are apart already: what is left is the entry's own
 		// fields (a step's result). Keep who and when, say what was lost.
 		n := len(out)
-		e = engine.TrailEntry{ID: e.ID, Time: e.Time, Kind: e.Kind, TaskID: e.TaskID, StageID: e.StageID, AgentID: e.AgentID,
+		*e = engine.TrailEntry{ID: e.ID, Time: e.Time, Kind: e.Kind, TaskID: e.TaskID, StageID: e.StageID, AgentID: e.AgentID,
 			StepID: e.StepID, Skill: e.Skill, Note: fmt.Sprintf("entry of %d bytes left out: over the trail's bound of %d bytes", n, maxTrailEntry)}
-		if out, err = json.Marshal(&e); err != nil {
+		if out, err = json.Marshal(e); err != nil {
 			return err
 		}
 	}
