@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mas-mcp/mas-mcp/engine"
@@ -273,4 +274,19 @@ func (s *Server) getTrail(ctx context.Context, req *mcp.CallToolRequest, in GetT
 		more = fmt.Sprintf("; more after cursor %s", out.NextCursor)
 	}
 	return textResult("%d trail entries of task %s%s:\n%s", len(d.Entries), in.TaskID, more, jsonText(d.Entries)), out, nil
+}
+
+func (in GetTrailIn) check(l *Limits) error {
+	c := inputCheck{l: l}
+	c.name("task_id", in.TaskID)
+	c.name("step_id", in.StepID)
+	c.name("agent", in.Agent)
+	c.name("kind", in.Kind)
+	c.name("cursor", in.Cursor)
+	return c.err
+}
+
+func (GetTrailIn) schema(s *jsonschema.Schema) {
+	enum(s, "kind", engine.TrailKinds...)
+	between(s, "limit", 0, engine.MaxTrailPage)
 }
