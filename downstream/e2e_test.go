@@ -52,6 +52,8 @@ type stackOptions struct {
 	executor func(*downstream.ExecutorConfig)
 	// handler wraps the ToolUser's LLM handler (to act between steps).
 	handler func(next func(*fakellm.Call) fakellm.Reply) func(*fakellm.Call) fakellm.Reply
+	// trail records the stack's trail (nil: teststack's MemoryTrail).
+	trail teststack.Trail
 }
 
 func newToolStackWith(t *testing.T, cfg *downstream.Config, calls []scripted.Call, o stackOptions) *toolStack {
@@ -66,7 +68,7 @@ func newToolStackWith(t *testing.T, cfg *downstream.Config, calls []scripted.Cal
 		handler = o.handler(user.Handle)
 	}
 	pool := downstream.NewPool(cfg, nil)
-	ec := downstream.ExecutorConfig{Pool: pool, Texts: set}
+	ec := downstream.ExecutorConfig{Pool: pool, Texts: set, Trail: o.trail}
 	if o.executor != nil {
 		o.executor(&ec)
 	}
@@ -74,7 +76,7 @@ func newToolStackWith(t *testing.T, cfg *downstream.Config, calls []scripted.Cal
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := teststack.New(t, teststack.Options{Handler: handler, Tools: pool, ToolExecutor: exec})
+	st := teststack.New(t, teststack.Options{Handler: handler, Trail: o.trail, Tools: pool, ToolExecutor: exec})
 	// After the MAS (cleanups run last-in first-out): stop the servers.
 	t.Cleanup(func() { _ = pool.Close() })
 	return &toolStack{Stack: st, pool: pool, user: user}

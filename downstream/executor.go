@@ -46,6 +46,9 @@ type ExecutorConfig struct {
 	// of theirs can take one. The first answer, there or in the inbox, wins.
 	OperatorElicit ElicitFunc
 	Logger         *slog.Logger
+	// Trail records every call: server, tool, arguments, result, duration,
+	// approval (nil: off).
+	Trail engine.Trail
 }
 
 // Executor runs every tool step (spec §4.2): the step's executor names the
@@ -107,7 +110,9 @@ func (e *Executor) Execute(ctx context.Context, in *engine.ExecInput) *engine.Ou
 	}
 	switch {
 	case ins.Type == "get_description":
+		start := time.Now()
 		caps, err := e.cfg.Pool.Describe(ctx, server)
+		e.record(ctx, in, server, "describe", "", nil, caps, err, start, nil)
 		if err != nil {
 			return &engine.Output{Err: err}
 		}
@@ -123,11 +128,13 @@ func (e *Executor) Execute(ctx context.Context, in *engine.ExecInput) *engine.Ou
 			return &engine.Output{Err: errors.New(`instruction_content.arguments.uri: is empty; a resource call needs {"uri": …}`)}
 		}
 		var res *mcp.ReadResourceResult
+		start := time.Now()
 		err := e.cfg.Pool.do(withCaller(ctx, in, "resource "+uri), server, true, func(ctx context.Context, s *mcp.ClientSession) error {
 			var err error
 			res, err = s.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
 			return err
 		})
+		e.record(ctx, in, server, "read_resource", ins.ResourceName, ins.Arguments, res, err, start, nil)
 		if err != nil {
 			return &engine.Output{Err: fmt.Errorf("mcp server %q: read resource %q: %w", server, uri, err)}
 		}
@@ -143,11 +150,13 @@ func (e *Executor) Execute(ctx context.Context, in *engine.ExecInput) *engine.Ou
 			}
 		}
 		var res *mcp.GetPromptResult
+		start := time.Now()
 		err := e.cfg.Pool.do(withCaller(ctx, in, "prompt "+ins.PromptName), server, true, func(ctx context.Context, s *mcp.ClientSession) error {
 			var err error
 			res, err = s.GetPrompt(ctx, &mcp.GetPromptParams{Name: ins.PromptName, Arguments: args})
 			return err
 		})
+		e.record(ctx, in, server, "get_prompt", ins.PromptName, args, res, err, start, nil)
 		if err != nil {
 			return &engine.Output{Err: fmt.Errorf("mcp server %q: get prompt %q: %w", server, ins.PromptName, err)}
 		}
@@ -192,16 +201,19 @@ func (e *Executor) callTool(ctx context.Context, in *engine.ExecInput, server st
 		approval, err := e.confirm(ctx, in, server, &ins)
 		result["operator_approval"] = approval
 		if err != nil {
+			e.record(ctx, in, server, "call_tool", ins.ToolName, ins.Arguments, nil, err, time.Now(), approval)
 			return &engine.Output{Err: err, Result: result}
 		}
 	}
 	var res *mcp.CallToolResult
 	safe := tool.Annotations != nil && (tool.Annotations.ReadOnlyHint || tool.Annotations.IdempotentHint)
+	start := time.Now()
 	err = e.cfg.Pool.do(withCaller(ctx, in, ins.ToolName), server, safe, func(ctx context.Context, s *mcp.ClientSession) error {
 		var err error
 		res, err = s.CallTool(ctx, &mcp.CallToolParams{Name: ins.ToolName, Arguments: ins.Arguments})
 		return err
 	})
+	e.record(ctx, in, server, "call_tool", ins.ToolName, ins.Arguments, res, err, start, result["operator_approval"])
 	if err != nil {
 		return &engine.Output{Err: fmt.Errorf("mcp server %q: call %s: %w", server, ins.ToolName, err), Result: result}
 	}

@@ -10,7 +10,7 @@ import (
 // AgentInstruction carries out an agent-management instruction for actorID,
 // an agent with the agent_manager skill or a HumanAgent (spec §3.10, §2.5).
 func (s *System) AgentInstruction(actorID string, ai AgentInstruction) (map[string]any, error) {
-	return s.agentInstruction(actorID, ai, "")
+	return operatorAction[map[string]any](s, actorID, ai.TaskID, "agent_manager", ai)(s.agentInstruction(actorID, ai, ""))
 }
 
 // agentInstruction is AgentInstruction issued by a step (origin): an agent

@@ -163,6 +163,7 @@ func (a *agent) finishStepLocked(id, state string, result map[string]any) (*Step
 			return nil, false
 		}
 	}
+	a.sys.trailStep(s)
 	if s.TaskID == a.sys.baseTaskID {
 		a.pruneBaseLocked()
 		s = a.stepLocked(id)

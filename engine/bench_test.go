@@ -161,7 +161,12 @@ func BenchmarkStepOverhead(b *testing.B) {
 // stepIntervals runs one agent through a stage of n planned steps and
 // returns the time between consecutive step completions.
 func stepIntervals(b *testing.B, n int) []time.Duration {
-	sys := benchSystem(b, workerBrain(n, 0))
+	return stepIntervalsOn(b, n, benchSystem(b, workerBrain(n, 0)))
+}
+
+// stepIntervalsOn is stepIntervals on a given System (built on
+// workerBrain(n, 0)).
+func stepIntervalsOn(b *testing.B, n int, sys *engine.System) []time.Duration {
 	defer sys.Close()
 	sub := sys.Subscribe(1 << 16)
 	defer sub.Close()

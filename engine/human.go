@@ -150,6 +150,10 @@ type HumanMessage struct {
 // so the operator never handles waiting IDs. The send is recorded as a
 // finished send_message step of the HumanAgent. It returns the messages sent.
 func (s *System) HumanSend(humanID string, hm HumanMessage) ([]Message, error) {
+	return operatorAction[[]Message](s, humanID, hm.TaskID, "send_message", hm)(s.humanSend(humanID, hm))
+}
+
+func (s *System) humanSend(humanID string, hm HumanMessage) ([]Message, error) {
 	h, ok := s.agent(humanID)
 	if !ok || h.kind != KindHuman {
 		return nil, errf(ErrNotFound, "human_agent_id %q: no such HumanAgent", humanID)

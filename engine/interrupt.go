@@ -28,7 +28,7 @@ func (s *System) Interrupt(operatorID, agentID, reason, instruction string) (str
 	if strings.TrimSpace(instruction) == "" {
 		return "", errf(ErrInvalid, "instruction: is empty; say what the agent should do instead")
 	}
-	return s.stopStep(operatorID, agentID, "", reason, instruction)
+	return operatorAction[string](s, operatorID, s.runningTask(agentID), "interrupt", stopInput{agentID, "", reason, instruction})(s.stopStep(operatorID, agentID, "", reason, instruction))
 }
 
 // CancelStep cancels one running tool step of an agent without steering
@@ -37,7 +37,7 @@ func (s *System) CancelStep(operatorID, agentID, stepID, reason string) error {
 	if strings.TrimSpace(stepID) == "" {
 		return errf(ErrInvalid, "step_id: is empty")
 	}
-	_, err := s.stopStep(operatorID, agentID, stepID, reason, "")
+	_, err := operatorAction[string](s, operatorID, s.runningTask(agentID), "cancel_step", stopInput{agentID, stepID, reason, ""})(s.stopStep(operatorID, agentID, stepID, reason, ""))
 	return err
 }
 

@@ -58,6 +58,7 @@ func instructionKey(in *Instruction) string {
 // persist makes a message durable (write-through): a restart delivers what
 // a crash interrupted, and receivers take each message once.
 func (s *System) persist(m *Message) error {
+	s.trailMessage(m)
 	st := s.cfg.Store
 	if st == nil {
 		return nil

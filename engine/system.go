@@ -90,6 +90,8 @@ type Config struct {
 
 	// Store persists every change (nil: memory only).
 	Store Store
+	// Trail records messages, instructions and operator actions (nil: off; trail.go).
+	Trail Trail
 	// Logger receives the engine's logs (nil: discarded).
 	Logger *slog.Logger
 	// Now is the clock (nil: time.Now).

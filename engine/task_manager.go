@@ -36,7 +36,7 @@ func (s *System) AddTask(actorID string, req AddTaskRequest) (string, error) {
 // ID is checked against the state first; an error names the field and the
 // problem and changes nothing. The result says what was done (IDs created).
 func (s *System) TaskInstruction(actorID string, ti TaskInstruction) (map[string]any, error) {
-	return s.taskInstruction(actorID, ti, "")
+	return operatorAction[map[string]any](s, actorID, ti.TaskID, "task_manager", ti)(s.taskInstruction(actorID, ti, ""))
 }
 
 // taskInstruction is TaskInstruction issued by a step (origin): what it

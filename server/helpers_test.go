@@ -44,7 +44,7 @@ func newEnvWith(t *testing.T, o envOptions) *env {
 	team := scripted.NewTeam()
 	team.AskOperator = true
 	st := teststack.New(t, teststack.Options{Handler: team.Handle})
-	cfg := server.Config{System: st.Sys, Logger: st.Log}
+	cfg := server.Config{System: st.Sys, Logger: st.Log, Trail: st.Trail}
 	if o.Config != nil {
 		o.Config(&cfg)
 	}

@@ -46,6 +46,8 @@ func TestInputLimits(t *testing.T) {
 		{"participants", "manage_agent", map[string]any{"action": "add_task_participant", "task_id": base, "agents": many}, []string{"agents: 4 items"}},
 		{"show task_id", "show_task", map[string]any{"task_id": longName}, []string{"task_id: 41 bytes", "limits.name_bytes"}},
 		{"uri", "read_resource", map[string]any{"uri": "mas://tasks/" + longName}, []string{"uri: ", "limits.name_bytes"}},
+		{"trail task_id", "get_trail", map[string]any{"task_id": longName}, []string{"task_id: 41 bytes", "limits.name_bytes"}},
+		{"trail agent", "get_trail", map[string]any{"task_id": base, "agent": "a\nb"}, []string{"agent", "control character"}},
 	}
 	covered := map[string]bool{"get_inbox": true} // no text inputs
 	for _, c := range cases {

@@ -50,6 +50,7 @@ func (s *Server) apiHandler() http.Handler {
 	mux.HandleFunc("GET /api/whoami", s.apiWhoami)
 	mux.HandleFunc("POST /api/control", s.apiControl)
 	mux.HandleFunc("POST /api/answer_approval", s.apiAnswerApproval)
+	mux.HandleFunc("GET /api/trail", s.apiTrail)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		// The mux's own 405 never happens: this catch-all matches first.
 		if methods, ok := apiMethods[r.URL.Path]; ok {
@@ -71,7 +72,7 @@ func (s *Server) apiHandler() http.Handler {
 // apiMethods is what each endpoint takes (for 405 answers).
 var apiMethods = map[string]string{
 	"/api/states": "GET, HEAD", "/api/events": "GET, HEAD", "/api/inbox": "GET, HEAD", "/api/whoami": "GET, HEAD",
-	"/api/bind_human_agent": "POST", "/api/send_message": "POST", "/api/control": "POST", "/api/answer_approval": "POST",
+	"/api/trail": "GET, HEAD", "/api/bind_human_agent": "POST", "/api/send_message": "POST", "/api/control": "POST", "/api/answer_approval": "POST",
 }
 
 // apiOperator is the operator an API request acts as: its bearer token's,

@@ -49,6 +49,7 @@ func (s *Server) addResources() {
 	} {
 		s.mcp.AddResourceTemplate(t, s.readResource)
 	}
+	s.addTrailResources()
 }
 
 // readResource serves resources/read.
@@ -146,6 +147,9 @@ func parseURI(uri string) ([]string, error) {
 
 // document builds a resource's JSON document as the operator reader sees it.
 func (s *Server) document(uri, reader string) (any, error) {
+	if doc, ok, err := s.trailDocument(uri, reader); ok {
+		return doc, err
+	}
 	parts, err := parseURI(uri)
 	if err != nil {
 		return nil, err

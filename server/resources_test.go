@@ -255,7 +255,8 @@ func TestResourceList(t *testing.T) {
 		}
 	}
 	wantTemplates := []string{"mas://tasks/{task_id}", "mas://tasks/{task_id}/stages/{stage_id}", "mas://tasks/{task_id}/conversation",
-		"mas://agents/{agent_id}", "mas://agents/{agent_id}/steps", "mas://operators/{agent_id}/inbox"}
+		"mas://agents/{agent_id}", "mas://agents/{agent_id}/steps", "mas://operators/{agent_id}/inbox",
+		"mas://tasks/{task_id}/trail{?cursor,agent,step,kind,limit}", "mas://tasks/{task_id}/steps/{step_id}"}
 	if diff := cmp.Diff(sorted(wantTemplates...), sorted(templates...)); diff != "" {
 		t.Errorf("resources/templates/list (-want +got):\n%s", diff)
 	}

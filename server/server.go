@@ -42,6 +42,8 @@ type Config struct {
 	HTTP HTTPConfig
 	// Limits bound sessions, streams, input sizes and task quotas.
 	Limits Limits
+	// Trail serves the trail's resources and get_trail (nil: none kept).
+	Trail engine.TrailReader
 }
 
 // Server is the MCP surface of one MAS. One *mcp.Server serves every

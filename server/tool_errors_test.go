@@ -217,6 +217,14 @@ func TestToolBadInput(t *testing.T) {
 		badCall{name: "unknown operator", args: q("uri", "mas://operators/"+noSuchID+"/inbox"), want: []string{"no such operator"}},
 	)
 
+	add("get_trail",
+		badCall{name: "missing task_id", args: q(), want: []string{"missing properties", "task_id"}, sdk: true},
+		badCall{name: "unknown task", args: q("task_id", noSuchID), want: []string{`task_id "` + noSuchID + `": no such task`}},
+		badCall{name: "unknown kind", args: q("task_id", f.TaskID, "kind", "gossip"), want: []string{"/properties/kind", "enum", "gossip"}, sdk: true},
+		badCall{name: "bad cursor", args: q("task_id", f.TaskID, "cursor", "x"), want: []string{`cursor "x": is not a cursor`}},
+		badCall{name: "negative limit", args: q("task_id", f.TaskID, "limit", -1), want: []string{"/properties/limit", "minimum"}, sdk: true},
+	)
+
 	covered := map[string]bool{}
 	for _, c := range cases {
 		covered[c.tool] = true

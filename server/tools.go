@@ -55,8 +55,9 @@ func (s *Server) tools() []tool {
 			"Create agents and add them to a task. Pick action: init_new_agent creates an agent (agent_config: either template, the name of a template from ask_info available_agents_config, or name, role, profile, skills and tools) and returns its agent_id; add_task_participant adds agents (agents: one agent_id or a list) to a task's group (task_id), so stages can allocate work to them; pause_agent holds agents (agents) — they start no new step — until resume_agent; interrupt stops the step an agent (agent_id) is running now (an LLM call or a tool call is cancelled) and makes your instruction (instruction, required; reason optional) its next step, so it re-plans; cancel_step cancels one running tool call (agent_id, step_id) and the agent carries on as after a failed step.",
 			writes(false), s.manageAgent),
 		defTool("read_resource", "Read a resource",
-			"Read any of the server's resources by URI (for hosts that do not read resources themselves): mas://tasks, mas://tasks/{task_id}, mas://tasks/{task_id}/stages/{stage_id}, mas://tasks/{task_id}/conversation, mas://agents, mas://agents/{agent_id}, mas://agents/{agent_id}/steps, mas://operators/{agent_id}/inbox, mas://catalog.",
+			"Read any of the server's resources by URI (for hosts that do not read resources themselves): mas://tasks, mas://tasks/{task_id}, mas://tasks/{task_id}/stages/{stage_id}, mas://tasks/{task_id}/conversation, mas://agents, mas://agents/{agent_id}, mas://agents/{agent_id}/steps, mas://operators/{agent_id}/inbox, mas://catalog, mas://tasks/{task_id}/trail (?cursor=…&agent=…&step=…&kind=…), mas://tasks/{task_id}/steps/{step_id}.",
 			readOnly(), s.readResourceTool),
+		s.getTrailTool(),
 	}
 }
 

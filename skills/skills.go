@@ -24,6 +24,9 @@ type Config struct {
 	Tools engine.ToolCatalog
 	// Logger receives debug logs of calls (nil: discarded).
 	Logger *slog.Logger
+	// Trail records every LLM call: request, raw answer, parse result
+	// (nil: off).
+	Trail engine.Trail
 	// PromptBudget is the character budget of each prompt's variable
 	// sections (stage history, tool history, persistent memory, the current
 	// step with its message): older history steps are folded to stay within
@@ -120,8 +123,10 @@ func (r *runner) Execute(ctx context.Context, in *engine.ExecInput) *engine.Outp
 		req.Model, req.Temperature, req.MaxTokens = c.Model, c.Temperature, c.MaxTokens
 	}
 	var usage llm.Usage
+	var last *llm.Response
 	call := func() (string, error) {
 		resp, err := r.cfg.LLM.Complete(ctx, req)
+		last = resp
 		if resp != nil {
 			usage.Add(resp.Usage)
 		}
@@ -133,9 +138,11 @@ func (r *runner) Execute(ctx context.Context, in *engine.ExecInput) *engine.Outp
 
 	answer, err := call()
 	if err != nil {
+		r.record(ctx, in, req, 1, last, err, nil, nil)
 		return &engine.Output{Err: err, Usage: usage}
 	}
 	out, perr := r.parse(answer, in)
+	r.record(ctx, in, req, 1, last, nil, out, perr)
 	if perr != nil {
 		// One repair round: the same prompt, the answer, the exact error.
 		r.cfg.Logger.Debug("skill output rejected, repairing", "skill", r.sk.name, "step", in.Step.StepID, "err", perr)
@@ -145,9 +152,11 @@ func (r *runner) Execute(ctx context.Context, in *engine.ExecInput) *engine.Outp
 		)
 		answer, err = call()
 		if err != nil {
+			r.record(ctx, in, req, 2, last, err, nil, nil)
 			return &engine.Output{Err: err, Usage: usage}
 		}
 		out, perr = r.parse(answer, in)
+		r.record(ctx, in, req, 2, last, nil, out, perr)
 		if perr != nil {
 			return &engine.Output{
 				Err:    fmt.Errorf("%s output unusable after one repair round: %w", r.sk.name, perr),

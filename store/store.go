@@ -101,8 +101,9 @@ type Store struct {
 	kvT  jetstream.KeyValue
 	kvA  jetstream.KeyValue
 
-	mu   sync.Mutex        // guards revs and unsure
-	revs map[string]uint64 // last revision written or read, per KV key
+	mu     sync.Mutex        // guards revs, unsure and trails
+	trails []*Trail          // opened by OpenTrail, closed by Close first
+	revs   map[string]uint64 // last revision written or read, per KV key
 	// unsure holds, per KV key, the last document whose write failed in a
 	// way that leaves its outcome unknown (it may have landed).
 	unsure map[string][]byte
@@ -327,6 +328,12 @@ func (s *Store) Role() string { return s.role }
 // Close disconnects; the owner stops its embedded server (after flushing)
 // and releases the data directory.
 func (s *Store) Close() error {
+	s.mu.Lock()
+	trails := s.trails
+	s.mu.Unlock()
+	for _, t := range trails {
+		_ = t.Close() // its queued entries land before the connection drains
+	}
 	if s.stopLease != nil {
 		s.stopLease()
 		<-s.leaseDone

@@ -27,9 +27,16 @@ var version = ""
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg, err := app.LoadConfig(os.Args[1:], os.Getenv, os.Stderr, version)
-	if err == nil {
-		err = app.Run(ctx, cfg)
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "export" {
+		// mas-mcp export --task ID: a task's audit trail as JSON Lines.
+		err = app.Export(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
+	} else {
+		var cfg app.Config
+		cfg, err = app.LoadConfig(os.Args[1:], os.Getenv, os.Stderr, version)
+		if err == nil {
+			err = app.Run(ctx, cfg)
+		}
 	}
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

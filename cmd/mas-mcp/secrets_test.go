@@ -16,6 +16,8 @@ import (
 
 	"github.com/mas-mcp/mas-mcp/internal/teststack"
 	"github.com/mas-mcp/mas-mcp/server"
+
+	"github.com/mas-mcp/mas-mcp/internal/app"
 )
 
 // TestProviderSecretsNowhere runs the binary against an LLM endpoint behind
@@ -25,6 +27,8 @@ import (
 // password nor the key's visible parts are in anything a client can read
 // (every resource, the change events, ask_info) or in the logs; the
 // requests went to /v1/chat/completions with the query kept as a query.
+// The trail — its resources, get_trail, the export — holds none of them
+// either.
 func TestProviderSecretsNowhere(t *testing.T) {
 	const marker = "MARKER-5ecret-q"
 	const password = "pw-5ecret-basic"
@@ -62,6 +66,38 @@ func TestProviderSecretsNowhere(t *testing.T) {
 		b, _ := json.Marshal(out.Events)
 		seen.Write(b)
 		seen.WriteString(readEverything(t, m.cs))
+	}
+	// The audit trail (issue 16 item 5): its resources, get_trail and the
+	// export, which reads beside the running owner.
+	for _, task := range []string{added.TaskID, ""} {
+		if task == "" {
+			var tasks []server.TaskBrief
+			m.callTool("read_resource", map[string]any{"uri": "mas://tasks"}, &struct {
+				Document *[]server.TaskBrief `json:"document"`
+			}{&tasks})
+			for _, tb := range tasks {
+				if tb.Base {
+					task = tb.TaskID
+				}
+			}
+		}
+		res, err := m.cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "mas://tasks/" + task + "/trail?limit=500"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		trailText := res.Contents[0].Text
+		if task == added.TaskID && !strings.Contains(trailText, `"llm_call"`) {
+			t.Errorf("the task's trail holds no LLM call:\n%.2000s", trailText)
+		}
+		seen.WriteString(trailText)
+		var got json.RawMessage
+		m.callTool("get_trail", map[string]any{"task_id": task, "limit": 500}, &got)
+		seen.Write(got)
+		var out, errs strings.Builder
+		if err := app.Export(context.Background(), []string{"--task", task, "--data-dir", m.dataDir}, func(string) string { return "" }, &out, &errs); err != nil {
+			t.Fatalf("export: %v (%s)", err, errs.String())
+		}
+		seen.WriteString(out.String())
 	}
 	var info json.RawMessage
 	m.callTool("ask_info", map[string]any{"type": "tasks"}, &info)

@@ -159,7 +159,11 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, stop func()) (inst
 	if inst.st != nil {
 		st = inst.st
 	}
-	if inst.sys, inst.pool, err = build(cfg, log, st); err != nil {
+	tr, err := openTrail(ctx, cfg, inst.st, cfg.env)
+	if err != nil {
+		return inst, err
+	}
+	if inst.sys, inst.pool, err = build(cfg, log, st, tr); err != nil {
 		return inst, err
 	}
 	if err = inst.sys.StartFrom(img); err != nil {
@@ -180,6 +184,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, stop func()) (inst
 			SessionTimeout: cfg.HTTP.SessionTimeout, Admins: admins,
 		},
 		Limits: cfg.Limits.server(),
+		Trail:  tr,
 	})
 	if err != nil {
 		return inst, err
@@ -349,7 +354,7 @@ func operatorAdmins(cfg Config, sys *engine.System) ([]string, error) {
 // build wires prompts, the LLM client, the downstream MCP servers, the
 // skills, the tool executor and the engine. The returned pool must be
 // closed after the engine (it stops the servers' processes).
-func build(cfg Config, log *slog.Logger, st engine.Store) (*engine.System, *downstream.Pool, error) {
+func build(cfg Config, log *slog.Logger, st engine.Store, tr trail) (*engine.System, *downstream.Pool, error) {
 	set, err := prompts.Load(cfg.Lang, cfg.PromptsDir)
 	if err != nil {
 		return nil, nil, err
@@ -373,12 +378,13 @@ func build(cfg Config, log *slog.Logger, st engine.Store) (*engine.System, *down
 	}
 	pool := downstream.NewPool(mcpCfg, log.With("component", "downstream"))
 	execs, err := skills.Executors(skills.Config{LLM: client, Prompts: set, Tools: pool, Logger: log.With("component", "skills"),
-		PromptBudget: cfg.PromptBudget})
+		PromptBudget: cfg.PromptBudget, Trail: tr})
 	if err != nil {
 		return nil, nil, err
 	}
 	tool, err := downstream.NewExecutor(downstream.ExecutorConfig{
 		Pool: pool, Texts: set, ConfirmTimeout: cfg.ConfirmTimeout, LLM: client, Logger: log.With("component", "downstream"),
+		Trail: tr,
 	})
 	if err != nil {
 		return nil, nil, err
@@ -401,6 +407,7 @@ func build(cfg Config, log *slog.Logger, st engine.Store) (*engine.System, *down
 		MemoryMaxChars:        cfg.MemoryMaxChars,
 		Budgets:               cfg.Budgets.engine(cfg.LLM.Model),
 		Store:                 st,
+		Trail:                 tr,
 		Logger:                log.With("component", "engine"),
 	})
 	if err != nil {

@@ -123,7 +123,7 @@ func TestOperatorTokensAndPasswords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sys, pool, err := build(cfg, newLogger(cfg, io.Discard), nil)
+	sys, pool, err := build(cfg, newLogger(cfg, io.Discard), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,8 @@ type Config struct {
 	SyncInterval time.Duration `yaml:"sync_interval"`
 	// Memory keeps state in memory only (nothing survives a restart).
 	Memory bool `yaml:"memory"`
+	// Trail is the audit trail's retention (trail.go).
+	Trail TrailConfig `yaml:"trail"`
 
 	// MCPConfig is the downstream MCP servers file, in the mcpServers shape
 	// hosts such as Claude Desktop use.

@@ -27,12 +27,22 @@ import (
 // log line.
 const SentinelKey = "sk-SENTINEL-do-not-leak-4242"
 
+// Trail records and reads the trail (an *engine.MemoryTrail, or the
+// durable one of package store).
+type Trail interface {
+	engine.Trail
+	engine.TrailReader
+}
+
 // Stack is a running MAS on the fake LLM.
 type Stack struct {
 	T     testing.TB
 	Sys   *engine.System
 	LLM   *fakellm.Server
 	Store *engine.MemoryStore
+	// Trail records what the stack's agents were asked, answered and did;
+	// it outlives Restart, like Store.
+	Trail Trail
 	Sub   *engine.Subscription
 	// Logs holds every log line of the stack (debug level).
 	Logs *SyncBuffer
@@ -67,6 +77,9 @@ type Options struct {
 	// step's ExecInput.Operator).
 	Tools        engine.ToolCatalog
 	ToolExecutor engine.Executor
+	// Trail, when set, is the trail the stack records to (give it to the
+	// ToolExecutor too); nil: a new MemoryTrail.
+	Trail Trail
 	// NoLeakCheck skips the goroutine-leak check at cleanup (for tests
 	// that leave their own goroutines to their own cleanups).
 	NoLeakCheck bool
@@ -107,7 +120,11 @@ func New(t testing.TB, o Options) *Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	execs, err := skills.Executors(skills.Config{LLM: client, Prompts: set, Tools: o.Tools, Logger: log})
+	var trail Trail = engine.NewMemoryTrail()
+	if o.Trail != nil {
+		trail = o.Trail
+	}
+	execs, err := skills.Executors(skills.Config{LLM: client, Prompts: set, Tools: o.Tools, Logger: log, Trail: trail})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,6 +142,7 @@ func New(t testing.TB, o Options) *Stack {
 			StallNotices:          o.StallNotices,
 			Budgets:               o.Budgets,
 			Store:                 store,
+			Trail:                 trail,
 			Logger:                log,
 			Tools:                 o.Tools,
 			Tool:                  o.ToolExecutor,
@@ -135,7 +153,7 @@ func New(t testing.TB, o Options) *Stack {
 		return sys
 	}
 	sys := newSystem()
-	s := &Stack{T: t, Logs: logs, Log: log, Sys: sys, LLM: srv, Store: store, Sub: sys.Subscribe(1 << 14), newSystem: newSystem, opts: o}
+	s := &Stack{T: t, Logs: logs, Log: log, Sys: sys, LLM: srv, Store: store, Trail: trail, Sub: sys.Subscribe(1 << 14), newSystem: newSystem, opts: o}
 	if err := sys.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import { store, api, onApi, setSteps, reset } from "./store.js";
 import { orderedTasks, renderTasks, renderTaskHead, renderProgress, renderDetails } from "./board.js";
 import { renderChat, initComposer, updateComposer } from "./chat.js";
 import { renderInbox, focusEntry, dropToasts } from "./inbox.js";
+import { renderTimeline } from "./trail.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -92,6 +93,7 @@ function render() {
   renderInbox($("inbox"), $("inbox-counts"), (id) => selectTask(id));
   dropToasts();
   renderDetails($("details"));
+  renderTimeline($("timeline"), selectStep, render);
 }
 
 // --- the event stream

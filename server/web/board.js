@@ -4,6 +4,7 @@
 import { h, fill, short, tokens, chars, ms, clock, stamp, json, stateBadge, stepIcon } from "./dom.js";
 import { store, nameOf, stepsOf } from "./store.js";
 import { taskControls, agentControls, interrupted } from "./controls.js";
+import { stepTrail, trailStep, loadStep } from "./trail.js";
 
 const NO_RELATIVE = "no_relative";
 
@@ -252,9 +253,12 @@ function stepRow(s, selectStep) {
 /** renderDetails shows every field of the selected step. */
 export function renderDetails(el) {
   const id = store.selectedStep;
-  const s = store.steps[id] || store.gone[id];
+  const rerender = () => store.selectedStep === id && renderDetails(el);
+  const s = store.steps[id] || store.gone[id] || trailStep(id);
   if (!s) {
-    fill(el, h("p", { class: "empty", text: id ? "This step is gone." : "Select a step to see its details." }));
+    // A step of an ended stage, picked from the timeline: the trail has it.
+    const r = id && store.selectedTask ? loadStep(store.selectedTask, id, "", rerender) : null;
+    fill(el, h("p", { class: "empty", text: !id ? "Select a step to see its details." : r && r.loading ? "Reading the step from the trail…" : "This step is gone." }));
     return;
   }
   const u = s.usage || {};
@@ -280,6 +284,7 @@ export function renderDetails(el) {
     block("text_content", s.text_content || "—"),
     block("instruction_content", json(s.instruction_content)),
     block("execute_result", json(s.execute_result)),
+    h("section", { class: "block" }, h("h3", { text: "LLM and tool calls (trail)" }), stepTrail(s.task_id, s, rerender)),
   );
 }
 

@@ -249,6 +249,28 @@ async function run(page) {
   for (const want of ["executor", "prompt size", "result size", "tokens", "execute_result", "instruction_content", "text_content"]) {
     if (!detail.includes(want)) fail(`the step details lack ${want}`);
   }
+  // The step's LLM calls from the trail (its stage has finished): the
+  // prompt and the raw answer, folded until opened.
+  const call = page.locator('#details .trail .trail-call[data-kind="llm_call"]').first();
+  await call.waitFor({ timeout: 10000 }).catch(() => fail("the finished step's details show no LLM call from the trail"));
+  const folds = call.locator("details.fold");
+  if ((await folds.count()) < 2) fail("the LLM call lacks its prompt and raw answer folds");
+  if (await folds.first().evaluate((d) => d.open)) fail("the prompt is not folded");
+  await folds.first().locator("summary").click();
+  const prompt = await folds.first().locator("pre").textContent();
+  if (!prompt.includes("── system ──") || !prompt.includes("agent_id")) fail(`the prompt reads "${prompt.slice(0, 200)}"`);
+  await folds.nth(1).locator("summary").click();
+  const answer = await folds.nth(1).locator("pre").textContent();
+  if (!/<\w+>/.test(answer)) fail(`the raw answer reads "${answer.slice(0, 200)}"`);
+  // The task's timeline, read from the trail.
+  await page.locator("#timeline button").click();
+  await page.waitForFunction(() => document.querySelectorAll('#timeline .tl[data-kind="llm_call"]').length > 5, null, { timeout: 10000 })
+    .catch(() => fail("the timeline shows no LLM calls"));
+  for (const kind of ["operator_action", "message", "step"]) {
+    if ((await page.locator(`#timeline .tl[data-kind="${kind}"]`).count()) === 0) fail(`the timeline has no ${kind}`);
+  }
+  await page.locator('#timeline .tl[data-kind="step"]').first().click();
+  await page.locator("#details .trail").waitFor({ timeout: 10000 }).catch(() => fail("a step picked on the timeline shows no details"));
   if (!(await page.evaluate(() => window.__sameDocument))) fail("the page was reloaded");
   if (navigations !== 1) fail(`the page navigated ${navigations} times, want 1 (no reloads)`);
   checkErrors();
