@@ -24,6 +24,30 @@
 // gets an immutable view of the agent and returns a typed Output; the agent's
 // goroutine then applies the Output (§2.5's table) through the owners.
 //
+// # Where the spec lives
+//
+// State shapes of every section are in state.go; the rules are here:
+//
+//	§1.1 base task, start-up               system.go, task.go
+//	§1.2 conversation pool                 send.go (hand), task.go (record)
+//	§1.3, §6.1 an agent's loop             agent.go (next, popLocked), sync.go (runStep)
+//	§2.1, §2.2 tasks and stages            task_manager.go (instructions), task.go (report, completion)
+//	§2.3, §9.3 working/persistent memory   memory.go
+//	§2.4, §5.7 steps, todo order           agent_steps.go
+//	§2.5 SyncState (outputs applied)       sync.go (apply), output.go
+//	§3.4–§3.12 skill outputs               output.go, plan.go (§3.12), send.go (§3.7),
+//	                                       task_manager.go (§3.9), agent_manager.go (§3.10),
+//	                                       ask_info.go (§3.11)
+//	§4, §8.2 executors, router             executor.go, sync.go (route)
+//	§6.2 messages taken                    receive.go
+//	§7 the HumanAgent                      human.go, confirm.go, visibility.go (§7.1)
+//	§8.3, §8.4 messages, dispatcher        message.go, send.go
+//	§9.1 step lock                         step_lock.go
+//
+// Beyond the spec: owner.go (commits, snapshots), restore.go, supervise.go
+// and endpoint.go (liveness), bounds.go, pause.go and interrupt.go (the
+// operator's controls), budget_tokens.go, trail.go.
+//
 // # Reads
 //
 // Every read (ask_info, snapshots for MCP resources and the monitor) takes
