@@ -16,6 +16,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mas-mcp/mas-mcp/internal/telemetry"
 )
 
 // Pool holds one client session per configured server, shared by every
@@ -162,6 +164,7 @@ func (c *conn) connectLocked(ctx context.Context) error {
 			c.mu.Unlock()
 		},
 	})
+	client.AddSendingMiddleware(telemetry.ClientMiddleware(c.name))
 	var transport mcp.Transport
 	switch {
 	case c.sc.Command != "":

@@ -13,6 +13,9 @@ type AddTaskRequest struct {
 	TaskIntention string `json:"task_intention"`
 	// Manager optionally names the task's manager agent.
 	Manager string `json:"task_manager,omitempty"`
+	// TraceParent is the W3C trace context of the request that adds the
+	// task (optional): the task's trace continues it.
+	TraceParent string `json:"-"`
 }
 
 // AddTask creates a task for an operator (or any agent) and hands it to its
@@ -20,7 +23,7 @@ type AddTaskRequest struct {
 // new task's ID; it never waits on LLM work.
 func (s *System) AddTask(actorID string, req AddTaskRequest) (string, error) {
 	res, err := s.TaskInstruction(actorID, TaskInstruction{
-		Action: ActionAddTask, TaskName: req.TaskName, TaskIntention: req.TaskIntention, Manager: req.Manager,
+		Action: ActionAddTask, TaskName: req.TaskName, TaskIntention: req.TaskIntention, Manager: req.Manager, TraceParent: req.TraceParent,
 	})
 	if err != nil {
 		return "", err
@@ -150,6 +153,7 @@ func (s *System) addTask(actor *agent, ti TaskInstruction, origin string) (map[s
 		CreatedAt:  now,
 		UpdatedAt:  now,
 	}}
+	t.st.TraceParent = s.traceTask(ti.TraceParent, id, name)
 	if err := s.registerTask(t); err != nil {
 		return nil, err
 	}
