@@ -47,3 +47,22 @@ func (o *OpenAI) Complete(ctx context.Context, req *Request) (*Response, error) 
 	}
 	return o.complete(ctx, req)
 }
+
+// Observed returns c with its calls watched by the Observer (if any) as
+// OpenAI's are: for other backends, and for in-process fakes in
+// benchmarks. It records prompts unscrubbed: c has no secrets to scrub.
+func Observed(c Client, provider, model string) Client {
+	return observed{c, provider, model}
+}
+
+type observed struct {
+	c               Client
+	provider, model string
+}
+
+func (o observed) Complete(ctx context.Context, req *Request) (*Response, error) {
+	if b := observer.Load(); b != nil && req != nil {
+		return b.o.Chat(ctx, ChatCall{Request: req, Model: cmp.Or(req.Model, o.model), Provider: o.provider}, o.c.Complete)
+	}
+	return o.c.Complete(ctx, req)
+}

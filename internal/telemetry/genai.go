@@ -101,7 +101,8 @@ type StepSpan struct {
 	st    *state
 	span  trace.Span
 	start time.Time
-	attrs []attribute.KeyValue
+	// executor and typ are the step's, for its metrics.
+	executor, typ string
 }
 
 // StartStep starts an agent step's span (invoke_agent) under the task's
@@ -112,7 +113,7 @@ func StartStep(ctx context.Context, s Step) (context.Context, *StepSpan) {
 		return ctx, nil
 	}
 	ctx = withAgent(ctx, s.AgentID, s.AgentName)
-	sp := &StepSpan{st: st, start: time.Now(), attrs: []attribute.KeyValue{KeyStepExecutor.String(s.Executor), KeyStepType.String(s.Type)}}
+	sp := &StepSpan{st: st, start: time.Now(), executor: s.Executor, typ: s.Type}
 	if st.tracer != nil {
 		pctx := parentContext(ctx, s.TaskTraceParent)
 		if s.TaskTraceParent == "" {
@@ -151,7 +152,8 @@ func (sp *StepSpan) End(outcome string, err error) {
 		sp.span.End()
 	}
 	if in := sp.st.inst; in != nil {
-		attrs := metric.WithAttributes(append(sp.attrs, KeyOutcome.String(outcome))...)
+		attrs := in.sets.of("step\x00"+sp.executor+"\x00"+sp.typ+"\x00"+outcome,
+			KeyStepExecutor.String(sp.executor), KeyStepType.String(sp.typ), KeyOutcome.String(outcome))
 		ctx := context.Background()
 		in.steps.Add(ctx, 1, attrs)
 		in.stepDuration.Record(ctx, secondsSince(sp.start), attrs)
@@ -209,27 +211,25 @@ func (chatObserver) Chat(ctx context.Context, call llm.ChatCall, next func(conte
 		ag := agentFrom(ctx)
 		base := []attribute.KeyValue{semconv.GenAIOperationNameChat, semconv.GenAIProviderNameKey.String(call.Provider),
 			semconv.GenAIRequestModel(call.Model), semconv.GenAIAgentName(ag.name)}
-		bg := context.Background()
-		outcome := OutcomeOK
-		dur := base
-		if err != nil {
-			outcome = OutcomeError
-			dur = append(dur[:len(dur):len(dur)], semconv.ErrorTypeKey.String(errType))
+		key := call.Provider + "\x00" + call.Model + "\x00" + ag.name + "\x00"
+		with := func(k string, kv attribute.KeyValue) metric.MeasurementOption {
+			return in.sets.of(key+k, append(base[:len(base):len(base)], kv)...)
 		}
-		in.llmDuration.Record(bg, secondsSince(start), metric.WithAttributes(dur...))
-		in.llmCalls.Add(bg, 1, metric.WithAttributes(append(base[:len(base):len(base)], KeyOutcome.String(outcome))...))
-		if resp != nil && err == nil {
+		bg := context.Background()
+		if err != nil {
+			in.llmDuration.Record(bg, secondsSince(start), with("error.type="+errType, semconv.ErrorTypeKey.String(errType)))
+			in.llmCalls.Add(bg, 1, with("outcome=error", KeyOutcome.String(OutcomeError)))
+			return resp, err
+		}
+		in.llmDuration.Record(bg, secondsSince(start), in.sets.of(key, base...))
+		in.llmCalls.Add(bg, 1, with("outcome=ok", KeyOutcome.String(OutcomeOK)))
+		if resp != nil {
 			u := resp.Usage
-			for _, t := range []struct {
-				typ string
-				n   int
-			}{{TokenInput, u.PromptTokens}, {TokenOutput, u.CompletionTokens}, {TokenCached, u.CachedTokens}} {
-				a := metric.WithAttributes(append(base[:len(base):len(base)], semconv.GenAITokenTypeKey.String(t.typ))...)
-				in.llmTokens.Add(bg, int64(t.n), a)
-				if t.typ != TokenCached {
-					in.llmTokenUsage.Record(bg, int64(t.n), a)
-				}
-			}
+			in.llmTokens.Add(bg, int64(u.PromptTokens), with(TokenInput, semconv.GenAITokenTypeKey.String(TokenInput)))
+			in.llmTokens.Add(bg, int64(u.CompletionTokens), with(TokenOutput, semconv.GenAITokenTypeKey.String(TokenOutput)))
+			in.llmTokens.Add(bg, int64(u.CachedTokens), with(TokenCached, semconv.GenAITokenTypeKey.String(TokenCached)))
+			in.llmTokenUsage.Record(bg, int64(u.PromptTokens), with(TokenInput, semconv.GenAITokenTypeKey.String(TokenInput)))
+			in.llmTokenUsage.Record(bg, int64(u.CompletionTokens), with(TokenOutput, semconv.GenAITokenTypeKey.String(TokenOutput)))
 		}
 	}
 	return resp, err

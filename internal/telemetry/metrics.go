@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -69,6 +70,7 @@ type instruments struct {
 	toolCalls     metric.Int64Counter
 	mcpClient     metric.Float64Histogram
 	mcpServer     metric.Float64Histogram
+	sets          sets
 }
 
 func newInstruments(m metric.Meter) (*instruments, error) {
@@ -142,3 +144,19 @@ func ObserveQueue(read func() Queue) (stop func()) {
 }
 
 func secondsSince(t time.Time) float64 { return time.Since(t).Seconds() }
+
+// sets caches the attribute sets of metric recordings: building a set
+// sorts and copies its attributes, and an LLM call records seven
+// measurements with a handful of sets that repeat across calls.
+type sets struct{ m sync.Map } // string -> attribute.Set
+
+// of returns the set of kvs, built once per key (a string that determines
+// kvs).
+func (c *sets) of(key string, kvs ...attribute.KeyValue) metric.MeasurementOption {
+	if s, ok := c.m.Load(key); ok {
+		return metric.WithAttributeSet(s.(attribute.Set))
+	}
+	s := attribute.NewSet(kvs...)
+	c.m.Store(key, s)
+	return metric.WithAttributeSet(s)
+}
