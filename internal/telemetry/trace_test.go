@@ -35,6 +35,10 @@ const headerSecret = "hdr-SENTINEL-token-7373"
 // setup starts an OTLP receiver and telemetry exporting to it (as the
 // OTEL_* variables of a user would), with or without content capture.
 func setup(t *testing.T, capture bool) (*telemetry.Telemetry, *otlptest.Receiver) {
+	return setupWith(t, capture, telemetry.Config{ServiceVersion: "test"})
+}
+
+func setupWith(t *testing.T, capture bool, cfg telemetry.Config) (*telemetry.Telemetry, *otlptest.Receiver) {
 	t.Helper()
 	r := otlptest.Start(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", r.URL)
@@ -46,7 +50,7 @@ func setup(t *testing.T, capture bool) (*telemetry.Telemetry, *otlptest.Receiver
 		c = "true"
 	}
 	t.Setenv(telemetry.EnvCaptureContent, c)
-	tel, err := telemetry.Setup(context.Background(), telemetry.Config{ServiceVersion: "test"})
+	tel, err := telemetry.Setup(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,5 +340,46 @@ func TestNoSecretsExported(t *testing.T) {
 			}
 			_ = r
 		})
+	}
+}
+
+// TestTraceSurvivesRestart: the task keeps its span's traceparent, so a
+// step run after a restart still lands under the task span in the
+// client's trace (no span is held open across the restart).
+func TestTraceSurvivesRestart(t *testing.T) {
+	tel, rcv := setup(t, false)
+	r := runTask(t)
+	r.Restart()
+	if _, err := r.Sys.HumanSend(r.Sys.OperatorID(), engine.HumanMessage{TaskID: r.task, Receiver: []string{r.worker}, Content: "thanks"}); err != nil {
+		t.Fatal(err)
+	}
+	var stepID string
+	r.WaitFor("the worker's process_message after the restart", func() bool {
+		a, _ := r.Sys.Agent(r.worker)
+		for _, st := range a.AgentStep.StepList {
+			if st.TaskID == r.task && st.Executor == "process_message" && st.ExecutionState == engine.StateFinished {
+				stepID = st.StepID
+				return true
+			}
+		}
+		return false
+	})
+	if err := tel.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var task, step *otlptest.Span
+	for _, s := range rcv.Spans() {
+		switch {
+		case s.Attrs["gen_ai.operation.name"] == "invoke_workflow" && s.Attrs["mas.task.id"] == r.task:
+			task = &s
+		case s.Attrs["mas.step.id"] == stepID:
+			step = &s
+		}
+	}
+	if task == nil || step == nil {
+		t.Fatalf("task span %v, step span %v: missing", task, step)
+	}
+	if step.TraceID != clientTraceID || step.ParentID != task.SpanID {
+		t.Errorf("step after restart: trace %s parent %s; want %s, the task span %s", step.TraceID, step.ParentID, clientTraceID, task.SpanID)
 	}
 }
