@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"reflect"
 	"strings"
 	"time"
 
@@ -75,17 +76,14 @@ func mcpErrorType(res mcp.Result, err error) string {
 	return ""
 }
 
+// nilParams reports whether p is absent: nil, or a nil pointer in the
+// interface (whose GetMeta would dereference it).
 func nilParams(p mcp.Params) bool {
 	if p == nil {
 		return true
 	}
-	switch p := p.(type) {
-	case *mcp.CallToolParams:
-		return p == nil
-	case *mcp.CallToolParamsRaw:
-		return p == nil
-	}
-	return false
+	v := reflect.ValueOf(p)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // ServerMiddleware is a receiving middleware for the MCP server: a SERVER
