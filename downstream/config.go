@@ -49,6 +49,13 @@ type ServerConfig struct {
 	Disabled bool `json:"disabled,omitempty"`
 	// AutoApprove names tools that never wait for approval.
 	AutoApprove []string `json:"autoApprove,omitempty"`
+	// AllowSampling lets the server ask the MAS's LLM (sampling/createMessage
+	// during a call): without it mas-mcp does not offer sampling and the
+	// server's request is refused.
+	AllowSampling bool `json:"allowSampling,omitempty"`
+	// Roots are what mas-mcp answers the server's roots/list with: absolute
+	// directory paths or file:// URIs. None: an empty list.
+	Roots []string `json:"roots,omitempty"`
 }
 
 // Config is a downstream configuration: {"mcpServers": {name: ServerConfig}}.
@@ -180,6 +187,11 @@ func (sc ServerConfig) check() error {
 		return fmt.Errorf("risk %q: must be %q or %q", sc.Risk, RiskLow, RiskHigh)
 	case sc.Timeout < 0:
 		return fmt.Errorf("timeout %s: must not be negative", time.Duration(sc.Timeout))
+	}
+	for _, r := range sc.Roots {
+		if _, err := rootURI(r); err != nil {
+			return fmt.Errorf("roots: %w", err)
+		}
 	}
 	if sc.URL != "" {
 		u, err := url.Parse(sc.URL)

@@ -38,6 +38,8 @@ var badConfigs = []struct {
 		server: "local", want: []string{"headers/transport"}},
 	{name: "bad transport", json: `{"mcpServers": {"ws": {"url": "https://h/mcp", "transport": "websocket"}}}`,
 		server: "ws", want: []string{`transport "websocket"`, `"http" or "sse"`}},
+	{name: "relative root", json: `{"mcpServers": {"r": {"command": "srv", "roots": ["data"]}}}`,
+		server: "r", want: []string{"roots", `"data"`, "absolute"}},
 	{name: "bad risk", json: `{"mcpServers": {"r": {"command": "srv", "risk": "medium"}}}`,
 		server: "r", want: []string{`risk "medium"`, `"low" or "high"`}},
 	{name: "negative timeout number", json: `{"mcpServers": {"t": {"command": "srv", "timeout": -5}}}`,

@@ -47,8 +47,8 @@ func newToolStack(t *testing.T, cfg *downstream.Config, calls []scripted.Call) *
 
 // stackOptions tune a toolStack; zero values mean the defaults.
 type stackOptions struct {
-	// executor adjusts the executor's configuration (Pool, System and
-	// Texts are set already).
+	// executor adjusts the executor's configuration (Pool and Texts are
+	// set already).
 	executor func(*downstream.ExecutorConfig)
 	// handler wraps the ToolUser's LLM handler (to act between steps).
 	handler func(next func(*fakellm.Call) fakellm.Reply) func(*fakellm.Call) fakellm.Reply
@@ -66,21 +66,15 @@ func newToolStackWith(t *testing.T, cfg *downstream.Config, calls []scripted.Cal
 		handler = o.handler(user.Handle)
 	}
 	pool := downstream.NewPool(cfg, nil)
-	st := teststack.New(t, teststack.Options{
-		Handler: handler,
-		Tools:   pool,
-		ToolExecutor: func(sys *engine.System) engine.Executor {
-			ec := downstream.ExecutorConfig{Pool: pool, System: sys, Texts: set}
-			if o.executor != nil {
-				o.executor(&ec)
-			}
-			e, err := downstream.NewExecutor(ec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return e
-		},
-	})
+	ec := downstream.ExecutorConfig{Pool: pool, Texts: set}
+	if o.executor != nil {
+		o.executor(&ec)
+	}
+	exec, err := downstream.NewExecutor(ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := teststack.New(t, teststack.Options{Handler: handler, Tools: pool, ToolExecutor: exec})
 	// After the MAS (cleanups run last-in first-out): stop the servers.
 	t.Cleanup(func() { _ = pool.Close() })
 	return &toolStack{Stack: st, pool: pool, user: user}

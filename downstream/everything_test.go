@@ -157,7 +157,9 @@ func testEverything(t *testing.T, mode string, sc downstream.ServerConfig) {
 	for _, c := range calls {
 		script = append(script, c.call)
 	}
-	s := newToolStack(t, cfg, script)
+	// A call with invalid arguments fails at once here (requests_test.go
+	// has the operator asked for them).
+	s := newToolStackWith(t, cfg, script, stackOptions{executor: func(ec *downstream.ExecutorConfig) { ec.NoArgumentQuestions = true }})
 	w := s.runWorker(t, "everything")
 
 	steps := s.toolSteps(w)

@@ -18,14 +18,13 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mas-mcp/mas-mcp/engine"
+	"github.com/mas-mcp/mas-mcp/llm"
 )
 
 // ExecutorConfig configures the tool executor.
 type ExecutorConfig struct {
 	// Pool reaches the servers. Required.
 	Pool *Pool
-	// System lets risky calls ask the task's operator. Required.
-	System *engine.System
 	// Texts renders the step texts the executor writes (the prompt set).
 	Texts engine.Texts
 	// ConfirmTimeout bounds the wait for the operator's approval of a risky
@@ -34,6 +33,18 @@ type ExecutorConfig struct {
 	// MaxResultBytes bounds a call's result kept on the step; larger text
 	// and data are cut with a note. Default 64 KiB.
 	MaxResultBytes int
+	// NoArgumentQuestions: a call whose arguments fail the tool's input
+	// schema fails at once, instead of the operator being asked for the
+	// missing or invalid fields (spec 001).
+	NoArgumentQuestions bool
+	// LLM answers the sampling requests of servers configured with
+	// allowSampling (nil: they are refused).
+	LLM llm.Client
+	// OperatorElicit, when set, also puts a form (a server's elicitation,
+	// a tool call's missing arguments) to the task's operator as an
+	// elicitation to their own MCP client; it fails at once when no client
+	// of theirs can take one. The first answer, there or in the inbox, wins.
+	OperatorElicit ElicitFunc
 	Logger         *slog.Logger
 }
 
@@ -49,8 +60,6 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	switch {
 	case cfg.Pool == nil:
 		return nil, errors.New("downstream: executor: Pool is required")
-	case cfg.System == nil:
-		return nil, errors.New("downstream: executor: System is required")
 	case cfg.Texts == nil:
 		return nil, errors.New("downstream: executor: Texts is required")
 	}
@@ -63,7 +72,9 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Executor{cfg: cfg}, nil
+	e := &Executor{cfg: cfg}
+	cfg.Pool.serve(e)
+	return e, nil
 }
 
 // instruction is a tool step's instruction_content (spec §4.3).
@@ -112,7 +123,7 @@ func (e *Executor) Execute(ctx context.Context, in *engine.ExecInput) *engine.Ou
 			return &engine.Output{Err: errors.New(`instruction_content.arguments.uri: is empty; a resource call needs {"uri": …}`)}
 		}
 		var res *mcp.ReadResourceResult
-		err := e.cfg.Pool.do(ctx, server, true, func(ctx context.Context, s *mcp.ClientSession) error {
+		err := e.cfg.Pool.do(withCaller(ctx, in, "resource "+uri), server, true, func(ctx context.Context, s *mcp.ClientSession) error {
 			var err error
 			res, err = s.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
 			return err
@@ -132,7 +143,7 @@ func (e *Executor) Execute(ctx context.Context, in *engine.ExecInput) *engine.Ou
 			}
 		}
 		var res *mcp.GetPromptResult
-		err := e.cfg.Pool.do(ctx, server, true, func(ctx context.Context, s *mcp.ClientSession) error {
+		err := e.cfg.Pool.do(withCaller(ctx, in, "prompt "+ins.PromptName), server, true, func(ctx context.Context, s *mcp.ClientSession) error {
 			var err error
 			res, err = s.GetPrompt(ctx, &mcp.GetPromptParams{Name: ins.PromptName, Arguments: args})
 			return err
@@ -163,10 +174,20 @@ func (e *Executor) callTool(ctx context.Context, in *engine.ExecInput, server st
 	if ins.Arguments == nil {
 		ins.Arguments = map[string]any{}
 	}
-	if err := checkArguments(tool.schema, ins.Arguments); err != nil {
-		return &engine.Output{Err: fmt.Errorf("arguments of %s.%s: %v", server, ins.ToolName, err)}
-	}
 	result := map[string]any{}
+	if err := checkArguments(tool.schema, ins.Arguments); err != nil {
+		err = fmt.Errorf("arguments of %s.%s: %v", server, ins.ToolName, err)
+		if e.cfg.NoArgumentQuestions {
+			return &engine.Output{Err: err}
+		}
+		asked, err := e.completeArguments(ctx, in, server, &ins, tool, err)
+		if asked != nil {
+			result["operator_arguments"] = asked
+		}
+		if err != nil {
+			return &engine.Output{Err: err, Result: result}
+		}
+	}
 	if e.risky(server, ins.ToolName, tool) {
 		approval, err := e.confirm(ctx, in, server, &ins)
 		result["operator_approval"] = approval
@@ -176,7 +197,7 @@ func (e *Executor) callTool(ctx context.Context, in *engine.ExecInput, server st
 	}
 	var res *mcp.CallToolResult
 	safe := tool.Annotations != nil && (tool.Annotations.ReadOnlyHint || tool.Annotations.IdempotentHint)
-	err = e.cfg.Pool.do(ctx, server, safe, func(ctx context.Context, s *mcp.ClientSession) error {
+	err = e.cfg.Pool.do(withCaller(ctx, in, ins.ToolName), server, safe, func(ctx context.Context, s *mcp.ClientSession) error {
 		var err error
 		res, err = s.CallTool(ctx, &mcp.CallToolParams{Name: ins.ToolName, Arguments: ins.Arguments})
 		return err
@@ -248,7 +269,7 @@ func (e *Executor) confirm(ctx context.Context, in *engine.ExecInput, server str
 		"AgentID": in.Agent.AgentID, "AgentName": in.Agent.Name, "Server": server, "ToolName": ins.ToolName,
 		"Arguments": string(args), "StepIntention": in.Step.StepIntention,
 	})
-	ans, err := e.cfg.System.Ask(ctx, engine.OperatorQuestion{
+	ans, err := e.askApproval(ctx, in, engine.OperatorQuestion{
 		TaskID: in.Step.TaskID, StageID: in.Step.StageID, AgentID: in.Agent.AgentID,
 		Question: question, Timeout: e.cfg.ConfirmTimeout,
 	})

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,9 +29,13 @@ type Pool struct {
 	cfg *Config
 	log *slog.Logger
 
-	mu     sync.Mutex // guards conns and closed
-	conns  map[string]*conn
-	closed bool
+	mu       sync.Mutex // guards conns, closed and requests
+	conns    map[string]*conn
+	closed   bool
+	requests serverRequests // answers the servers' requests; nil: refused
+
+	// elicit reaches operators' own MCP clients (SetOperatorElicit).
+	elicit atomic.Pointer[ElicitFunc]
 }
 
 // conn is one server's session and its cached description.
@@ -45,6 +50,10 @@ type conn struct {
 	cmd     *exec.Cmd          // the stdio server's process, if any
 	caps    *Capabilities
 	gen     int // connection generation, to reconnect once per break
+	pool    *Pool
+
+	callsMu sync.Mutex // guards calls
+	calls   map[*inflight]struct{}
 }
 
 // NewPool returns a pool for the configuration; nothing connects yet.
@@ -57,7 +66,7 @@ func NewPool(cfg *Config, log *slog.Logger) *Pool {
 	}
 	p := &Pool{cfg: cfg, log: log, conns: map[string]*conn{}}
 	for name, sc := range cfg.Servers {
-		p.conns[name] = &conn{name: name, sc: sc, log: log.With("mcp_server", name)}
+		p.conns[name] = &conn{name: name, sc: sc, log: log.With("mcp_server", name), pool: p}
 	}
 	return p
 }
@@ -79,6 +88,14 @@ func (p *Pool) ToolGuides() map[string]string {
 func (p *Pool) Server(name string) (ServerConfig, bool) {
 	sc, ok := p.cfg.Servers[name]
 	return sc, ok
+}
+
+// serve makes h answer the servers' elicitation and sampling requests on
+// the sessions connected from now on.
+func (p *Pool) serve(h serverRequests) {
+	p.mu.Lock()
+	p.requests = h
+	p.mu.Unlock()
 }
 
 func (p *Pool) conn(name string) (*conn, error) {
@@ -152,18 +169,13 @@ func (c *conn) reconnect(ctx context.Context, gen int) (*mcp.ClientSession, int,
 }
 
 func (c *conn) connectLocked(ctx context.Context) error {
-	client := mcp.NewClient(&mcp.Implementation{Name: "mas-mcp", Version: "dev"}, &mcp.ClientOptions{
-		// No sampling or elicitation: a server that asks gets a clean
-		// "method not found" instead of a request that would hang a step
-		// (the operator is reached through the risk gate instead); a roots
-		// request is answered by the SDK with an empty list.
-		Capabilities: &mcp.ClientCapabilities{},
-		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
-			c.mu.Lock()
-			c.caps = nil
-			c.mu.Unlock()
-		},
-	})
+	c.pool.mu.Lock()
+	h := c.pool.requests
+	c.pool.mu.Unlock()
+	client := mcp.NewClient(&mcp.Implementation{Name: "mas-mcp", Version: "dev"}, c.clientOptions(h))
+	if roots := c.sc.roots(); len(roots) > 0 {
+		client.AddRoots(roots...)
+	}
 	client.AddSendingMiddleware(telemetry.ClientMiddleware(c.name))
 	var transport mcp.Transport
 	switch {
@@ -267,10 +279,10 @@ func (p *Pool) do(ctx context.Context, server string, retry bool, f func(context
 		return err
 	}
 	call := func(s *mcp.ClientSession) error {
-		cctx, cancel := context.WithTimeout(ctx, c.sc.timeout())
-		defer cancel()
+		cctx, _, end := c.begin(ctx)
+		defer end()
 		err := f(cctx, s)
-		if err != nil && cctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
+		if err != nil && context.Cause(cctx) == errCallTimeout && ctx.Err() == nil {
 			return fmt.Errorf("mcp server %q: no answer within %s", server, c.sc.timeout())
 		}
 		return err

@@ -75,7 +75,16 @@ func newFixture(t *testing.T, stateless bool) *fixture {
 			if err != nil {
 				return nil, nil, fmt.Errorf("elicitation failed: %w", err)
 			}
-			return text("the user answered " + res.Action), nil, nil
+			return text(fmt.Sprintf("the user answered %s %v", res.Action, res.Content)), nil, nil
+		})
+	mcp.AddTool(srv, &mcp.Tool{Name: "input-elicitation", Description: "Asks the user by input request.", Annotations: ro},
+		func(ctx context.Context, req *mcp.CallToolRequest, _ none) (*mcp.CallToolResult, any, error) {
+			seen(req)
+			if r, ok := req.Params.InputResponses["e"].(*mcp.ElicitResult); ok {
+				return text(fmt.Sprintf("the user answered %s %v", r.Action, r.Content)), nil, nil
+			}
+			return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{"e": &mcp.ElicitParams{Message: "Your name?",
+				RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string"}}}}}}, nil, nil
 		})
 	mcp.AddTool(srv, &mcp.Tool{Name: "ask-roots", Description: "Lists the client's roots.", Annotations: ro},
 		func(ctx context.Context, req *mcp.CallToolRequest, _ none) (*mcp.CallToolResult, any, error) {
@@ -153,9 +162,10 @@ func newFixtureStack(t *testing.T, f *fixture, timeout time.Duration, calls []sc
 	return s
 }
 
-// TestServerRequests: mas-mcp offers no sampling, elicitation or roots to
-// downstream servers (the operator is reached through the risk gate). A
-// tool that asks for them fails cleanly with a reason, well within the
+// TestServerRequests: mas-mcp offers no sampling to downstream servers
+// whose config does not allow it, and no roots unless configured
+// (requests_test.go has the requests that are answered). A tool that asks
+// for what is not offered fails cleanly with a reason, well within the
 // server's timeout, and a tool that never answers fails at the timeout.
 func TestServerRequests(t *testing.T) {
 	const timeout = 3 * time.Second
@@ -177,7 +187,6 @@ func TestServerRequests(t *testing.T) {
 		name: "stateful", version: "2025-11-25",
 		wants: []want{
 			{tool: "ask-sampling", errs: []string{"tool ask-sampling reported an error", "sampling failed", "client does not support CreateMessage"}},
-			{tool: "ask-elicitation", errs: []string{"tool ask-elicitation reported an error", "elicitation failed", "client does not support elicitation"}},
 			// The SDK's client answers roots/list with its (no) roots.
 			{tool: "ask-roots", result: "the client has 0 roots"},
 			{tool: "input-sampling", errs: []string{"call input-sampling", "client does not support CreateMessage"}},

@@ -2,10 +2,7 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -30,8 +27,8 @@ type agent struct {
 	// wake is signalled (never blocking) whenever the agent may have work.
 	wake chan struct{}
 
-	mu     sync.Mutex
-	st     AgentState // guarded by mu
+	mu     ownerMu[AgentState] // the single writer's lock (owner.go)
+	st     AgentState          // guarded by mu
 	counts map[stageKey]*stageCount
 	// running is the step being executed, and cancelRun cancels it.
 	running    string
@@ -43,15 +40,10 @@ type agent struct {
 	// passwordHash is a HumanAgent's login secret (spec §7.4.1); it is never
 	// part of AgentState.
 	passwordHash []byte
-
-	// version counts the announced changes of st; last is the copy of st
-	// a reader made last (see read).
-	version atomic.Uint64
-	last    atomic.Pointer[copyAt[AgentState]]
 }
 
 func newAgentOwner(s *System, st AgentState) *agent {
-	return &agent{
+	a := &agent{
 		sys:    s,
 		id:     st.AgentID,
 		kind:   st.Kind,
@@ -59,6 +51,25 @@ func newAgentOwner(s *System, st AgentState) *agent {
 		st:     st,
 		counts: map[stageKey]*stageCount{},
 	}
+	a.mu.ops = ownerOps[AgentState]{
+		copy:     a.st.clone,
+		restore:  a.restoreLocked,
+		announce: s.publish,
+		refused: func(err error) {
+			s.log.Error("store: put agent refused: change withdrawn", "agent", a.id, "err", err)
+		},
+	}
+	if store := s.cfg.Store; store != nil {
+		a.mu.ops.put = func(doc *AgentState) error { return store.PutAgent(s.storeCtx, doc) }
+		if r, ok := store.(StoreReader); ok {
+			a.mu.ops.readBack = func() (AgentState, error) { return r.ReadAgent(s.storeCtx, a.id) }
+		}
+		// Readers see the state as created or restored until the first
+		// commit replaces it.
+		first := st.clone()
+		a.mu.snap.Store(&first)
+	}
+	return a
 }
 
 // signal wakes the agent's loop without blocking.
@@ -83,44 +94,39 @@ func (a *agent) stop() {
 	a.signal()
 }
 
-// announceLocked stamps and announces a change without persisting it.
+// announceLocked stamps a change that needs no store write of its own (an
+// LLM step started: after a crash it just runs again) and announces it
+// once every change before it is stored. mu must be held.
 func (a *agent) announceLocked(ev Event) {
 	a.st.UpdatedAt = a.sys.now()
-	a.publishLocked(ev)
+	a.mu.change(a.event(ev), false)
 }
 
-// changedLocked stamps, persists and announces a change. mu must be held.
-// A change the store refuses is not announced: the agent takes back the
-// document the store holds (so memory never runs ahead of the store) and
-// the error says why; callers whose change must not vanish silently turn
-// it into a failed step.
-func (a *agent) changedLocked(ev Event) error {
+// changedLocked stamps a change and records it, to be stored and then
+// announced when mu is released (owner.go). A change the store refuses is
+// withdrawn: the agent takes back the document the store holds, so memory
+// never runs ahead of the store; callers whose change must not vanish
+// silently learn of it from mu.syncLocked and turn it into a failed step.
+func (a *agent) changedLocked(ev Event) {
 	a.st.UpdatedAt = a.sys.now()
-	if st := a.sys.cfg.Store; st != nil {
+	if a.sys.cfg.Store != nil {
 		a.boundLocked()
-		if err := st.PutAgent(a.sys.storeCtx, &a.st); err != nil {
-			a.sys.log.Error("store: put agent refused: change withdrawn", "agent", a.id, "event", ev.Kind, "detail", ev.Detail, "err", err)
-			a.rollbackLocked()
-			return fmt.Errorf("the change could not be stored: %w", err)
-		}
 	}
-	a.publishLocked(ev)
-	return nil
+	a.mu.change(a.event(ev), true)
 }
 
-// rollbackLocked takes back the document the store holds after a refused
-// write. Without a StoreReader (or when the store cannot be read) the
-// change stays in memory, unannounced.
-func (a *agent) rollbackLocked() {
-	r, ok := a.sys.cfg.Store.(StoreReader)
-	if !ok {
-		return
+// event completes an event about the agent.
+func (a *agent) event(ev Event) Event {
+	if ev.Kind == "" {
+		ev.Kind = EventAgentChanged
 	}
-	got, err := r.ReadAgent(a.sys.storeCtx, a.id)
-	if err != nil {
-		a.sys.log.Error("store: read agent back after a refused write", "agent", a.id, "err", err)
-		return
-	}
+	ev.AgentID = a.id
+	return ev
+}
+
+// restoreLocked takes back the document the store holds after a refused
+// write.
+func (a *agent) restoreLocked(got AgentState) {
 	a.st = got
 	// An LLM step is not written when it starts (a restart just runs it
 	// again): the stored document may still list the running step as
@@ -131,17 +137,6 @@ func (a *agent) rollbackLocked() {
 			s.ExecutionState = StateRunning
 		}
 	}
-}
-
-// publishLocked makes a change visible: a new version for readers, then
-// the event. mu must be held.
-func (a *agent) publishLocked(ev Event) {
-	a.version.Add(1)
-	if ev.Kind == "" {
-		ev.Kind = EventAgentChanged
-	}
-	ev.AgentID = a.id
-	a.sys.publish(ev)
 }
 
 // snapshot returns a deep copy of the agent's state.

@@ -171,25 +171,34 @@ func (s *System) register(a *agent) error {
 // loop. A restore enrolls every agent before any loop runs (runLoops): a
 // step re-run at once could otherwise send to an agent not enrolled yet.
 func (s *System) enroll(a *agent, run bool) error {
+	if s.isClosed() {
+		return ErrClosed
+	}
+	// Stored first, without the registry's lock: an agent the store
+	// refuses does not exist. Announced once it can be looked up.
+	a.mu.Lock()
+	a.st.UpdatedAt = s.now()
+	if s.cfg.Store != nil {
+		a.boundLocked()
+	}
+	a.mu.change(Event{}, true)
+	err := a.mu.syncLocked()
+	a.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("agent %s: %w", a.id, err)
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return ErrClosed
 	}
 	s.agents[a.id] = a
 	s.agentOrder = append(s.agentOrder, a.id)
-	a.mu.Lock()
-	err := a.changedLocked(Event{Kind: EventAgentAdded, Detail: a.kind})
-	a.mu.Unlock()
-	if err != nil {
-		// Not stored, so it does not exist.
-		delete(s.agents, a.id)
-		s.agentOrder = s.agentOrder[:len(s.agentOrder)-1]
-		return fmt.Errorf("agent %s: %w", a.id, err)
-	}
 	if run && a.kind == KindLLM {
 		s.goTracked(a.loop)
 	}
+	s.mu.Unlock()
+	s.publish(Event{Kind: EventAgentAdded, AgentID: a.id, Detail: a.kind})
 	return nil
 }
 

@@ -148,7 +148,8 @@ func (a *agent) finishStepLocked(id, state string, result map[string]any) (*Step
 		merged[k] = v
 	}
 	s.ExecuteResult, _ = a.sys.clipValue(jsonShaped(merged), a.sys.cfg.MaxTextChars).(map[string]any)
-	if err := a.changedLocked(Event{Kind: EventStepChanged, StepID: id, TaskID: s.TaskID, StageID: s.StageID, Detail: state}); err != nil {
+	a.changedLocked(Event{Kind: EventStepChanged, StepID: id, TaskID: s.TaskID, StageID: s.StageID, Detail: state})
+	if err := a.mu.syncLocked(); err != nil {
 		// The outcome was refused (and taken back): the step fails
 		// visibly instead, without the result that could not be stored.
 		if s = a.stepLocked(id); s == nil {
@@ -157,7 +158,8 @@ func (a *agent) finishStepLocked(id, state string, result map[string]any) (*Step
 		s.ExecutionState = StateFailed
 		s.FinishedAt = now
 		s.ExecuteResult = map[string]any{"error": "the step's outcome could not be stored: " + err.Error()}
-		if err := a.changedLocked(Event{Kind: EventStepChanged, StepID: id, TaskID: s.TaskID, StageID: s.StageID, Detail: StateFailed}); err != nil {
+		a.changedLocked(Event{Kind: EventStepChanged, StepID: id, TaskID: s.TaskID, StageID: s.StageID, Detail: StateFailed})
+		if err := a.mu.syncLocked(); err != nil {
 			return nil, false
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/mas-mcp/mas-mcp/llm"
 )
 
 // DefaultTeamID names the MAS's one team: every agent (spec §1.1 Team; the
@@ -37,6 +39,11 @@ type TaskInfo struct {
 	// newest conversationShown messages (engine instructions left out).
 	Conversation []Message `json:"conversation,omitempty"`
 	Base         bool      `json:"base,omitempty"`
+	// Usage, Budget and BudgetLeft are what the task's LLM calls used and
+	// may still use (budget_tokens.go).
+	Usage      llm.Usage   `json:"usage"`
+	Budget     *TaskBudget `json:"budget,omitempty"`
+	BudgetLeft *BudgetLeft `json:"budget_left,omitempty"`
 }
 
 // sharedInfoShown bounds the shared-info entries a query shows (the newest);
@@ -68,6 +75,7 @@ func taskInfo(t TaskState) TaskInfo {
 		TaskManager: t.TaskManager, TaskGroup: t.TaskGroup, ExecutionState: t.ExecutionState,
 		TaskSummary: t.TaskSummary, StageList: t.StageList, SharedInfoPool: pool,
 		ConversationLength: len(t.SharedConversationPool), Conversation: tail, Base: t.Base,
+		Usage: t.Usage, Budget: t.budgetShown(), BudgetLeft: t.BudgetLeft(),
 	}
 }
 
@@ -104,10 +112,10 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 			out = append(out, taskInfo(ts))
 		}
 		if len(out) == 0 {
-			b.WriteString("(none)\n")
+			b.WriteString(s.text("ask_info_none", nil) + "\n")
 		}
 		for _, ti := range out {
-			writeTask(&b, ti)
+			s.writeTask(&b, ti)
 		}
 		res.Data = nonNil(out)
 	case QueryTaskInfo:
@@ -118,25 +126,25 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 		ts := t.read()
 		s.filterTask(askerID, &ts) // conversation_length counts what the asker may see
 		ti := taskInfo(ts)
-		writeTask(&b, ti)
+		s.writeTask(&b, ti)
 		res.Data = ti
 	case QueryStageInfo:
 		st, err := s.queryStage(askerID, q.TaskID, q.StageID)
 		if err != nil {
 			return nil, err
 		}
-		writeStage(&b, st)
+		s.writeStage(&b, st)
 		res.Data = st
 	case QueryAvailableAgentsConfig:
 		tpls := s.Templates()
 		for _, tp := range tpls {
-			fmt.Fprintf(&b, "- template %q: role %s; skills: %s; tools: %s\n  profile: %s\n",
-				tp.Template, tp.Role, strings.Join(tp.Skills, ", "), orNone(tp.Tools), oneLine(tp.Profile))
+			b.WriteString(s.text("ask_info_template", map[string]any{"Template": tp.Template, "Role": tp.Role,
+				"Skills": strings.Join(tp.Skills, ", "), "Tools": s.orNone(tp.Tools), "Profile": oneLine(tp.Profile)}) + "\n")
 		}
 		if len(tpls) == 0 {
-			b.WriteString("(none)\n")
+			b.WriteString(s.text("ask_info_none", nil) + "\n")
 		}
-		b.WriteString("\nCreate an agent from a template with agent_manager init_new_agent and {\"template\": <name>} in agent_config.\n")
+		b.WriteString("\n" + s.text("ask_info_template_hint", nil) + "\n")
 		res.Data = nonNil(tpls)
 	case QueryAllAgents, QueryTeamAgents:
 		if typ == QueryTeamAgents && q.TeamID != "" && q.TeamID != DefaultTeamID {
@@ -146,14 +154,14 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 		for _, a := range s.allAgents() {
 			briefs = append(briefs, a.readBrief())
 		}
-		writeBriefs(&b, briefs, nil)
+		s.writeBriefs(&b, briefs, nil)
 		res.Data = nonNil(briefs)
 	case QueryTaskAgents:
 		if _, err := s.queryTask(askerID, q.TaskID); err != nil {
 			return nil, err
 		}
 		briefs := s.briefs(s.taskGroup(q.TaskID))
-		writeBriefs(&b, briefs, nil)
+		s.writeBriefs(&b, briefs, nil)
 		res.Data = nonNil(briefs)
 	case QueryStageAgents:
 		st, err := s.queryStage(askerID, q.TaskID, q.StageID)
@@ -161,7 +169,7 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 			return nil, err
 		}
 		briefs := s.briefs(sortedKeys(st.AgentAllocation))
-		writeBriefs(&b, briefs, st.AgentAllocation)
+		s.writeBriefs(&b, briefs, st.AgentAllocation)
 		res.Data = nonNil(briefs)
 	case QueryAgent:
 		if len(q.AgentID) == 0 {
@@ -184,15 +192,15 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 				}
 				continue
 			}
-			writeAgent(&b, st)
+			s.writeAgent(&b, st)
 		}
 		res.Data = states
 	case QuerySkillsAndTools:
-		b.WriteString("#### skills\n")
+		b.WriteString(s.text("ask_info_skills", nil) + "\n")
 		for _, n := range SkillNames {
 			fmt.Fprintf(&b, "- **%s**: %s\n", n, oneLine(s.cfg.SkillGuides[n]))
 		}
-		b.WriteString("\n#### tools (MCP servers)\n")
+		b.WriteString("\n" + s.text("ask_info_tools", nil) + "\n")
 		tools := map[string]string{}
 		if s.cfg.Tools != nil {
 			tools = s.cfg.Tools.ToolGuides()
@@ -201,7 +209,7 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 			fmt.Fprintf(&b, "- **%s**: %s\n", n, oneLine(tools[n]))
 		}
 		if len(tools) == 0 {
-			b.WriteString("(none configured)\n")
+			b.WriteString(s.text("ask_info_no_tools", nil) + "\n")
 		}
 		res.Data = map[string]any{"skills": maps.Clone(s.cfg.SkillGuides), "tools": tools}
 	case "":
@@ -281,24 +289,25 @@ func (s *System) briefs(ids []string) []AgentBrief {
 	return out
 }
 
-func writeTask(b *strings.Builder, t TaskInfo) {
+func (s *System) writeTask(b *strings.Builder, t TaskInfo) {
 	fmt.Fprintf(b, "#### task %s — %s\n", t.TaskID, t.TaskName)
 	fmt.Fprintf(b, "- task_intention: %s\n- task_manager: %s\n- task_group: %s\n- execution_state: %s\n",
 		oneLine(t.TaskIntention), t.TaskManager, strings.Join(t.TaskGroup, ", "), t.ExecutionState)
 	if t.TaskSummary != "" {
 		fmt.Fprintf(b, "- task_summary: %s\n", t.TaskSummary)
 	}
+	writeBudget(b, t)
 	for _, st := range t.StageList {
-		writeStage(b, st)
+		s.writeStage(b, st)
 	}
 	if len(t.SharedInfoPool) > 0 {
-		b.WriteString("- shared_info_pool (newest last):\n")
+		b.WriteString(s.text("ask_info_pool", nil) + "\n")
 		for _, si := range t.SharedInfoPool {
 			fmt.Fprintf(b, "  - [%s] %s (%s): %s\n", si.Timestamp.Format("15:04:05"), si.AgentID, si.Role, oneLine(si.Content))
 		}
 	}
 	if len(t.Conversation) > 0 {
-		fmt.Fprintf(b, "- conversation (the newest %d of %d messages, newest last):\n", len(t.Conversation), t.ConversationLength)
+		b.WriteString(s.text("ask_info_conversation", map[string]any{"N": len(t.Conversation), "Total": t.ConversationLength}) + "\n")
 		for _, m := range t.Conversation {
 			fmt.Fprintf(b, "  - [%s] %s → %s: %s\n", m.Timestamp.Format("15:04:05"), m.SenderID, strings.Join(m.Receiver, ", "),
 				strings.ReplaceAll(m.Message, "\n", "\n    "))
@@ -307,7 +316,7 @@ func writeTask(b *strings.Builder, t TaskInfo) {
 	b.WriteString("\n")
 }
 
-func writeStage(b *strings.Builder, st StageState) {
+func (s *System) writeStage(b *strings.Builder, st StageState) {
 	fmt.Fprintf(b, "- stage %s [%s]: %s\n", st.StageID, st.ExecutionState, oneLine(st.StageIntention))
 	for _, id := range sortedKeys(st.AgentAllocation) {
 		fmt.Fprintf(b, "  - %s (%s): %s\n", id, orDash(st.EveryAgentState[id]), oneLine(st.AgentAllocation[id]))
@@ -317,18 +326,18 @@ func writeStage(b *strings.Builder, st StageState) {
 	}
 }
 
-func writeBriefs(b *strings.Builder, briefs []AgentBrief, goals map[string]string) {
+func (s *System) writeBriefs(b *strings.Builder, briefs []AgentBrief, goals map[string]string) {
 	if len(briefs) == 0 {
-		b.WriteString("(none)\n")
+		b.WriteString(s.text("ask_info_none", nil) + "\n")
 	}
 	for _, a := range briefs {
 		fmt.Fprintf(b, "- %s: %s — %s (%s, %s)\n", a.AgentID, a.Name, a.Role, a.Kind, a.WorkingState)
 		if a.Profile != "" {
 			fmt.Fprintf(b, "  profile: %s\n", oneLine(a.Profile))
 		}
-		fmt.Fprintf(b, "  skills: %s; tools: %s\n", strings.Join(a.Skills, ", "), orNone(a.Tools))
+		fmt.Fprintf(b, "  skills: %s; tools: %s\n", strings.Join(a.Skills, ", "), s.orNone(a.Tools))
 		if g, ok := goals[a.AgentID]; ok {
-			fmt.Fprintf(b, "  stage goal: %s\n", oneLine(g))
+			b.WriteString("  " + s.text("ask_info_stage_goal", map[string]any{"Goal": oneLine(g)}) + "\n")
 		}
 	}
 }
@@ -342,9 +351,10 @@ func (s *System) writeStep(b *strings.Builder, st AgentState, stepID string) err
 	}
 	sp := st.AgentStep.StepList[i]
 	res, _ := json.MarshalIndent(sp.ExecuteResult, "", "  ")
-	fmt.Fprintf(b, "#### step %s of agent %s — %s\n- executor: %s (%s)\n- state: %s\n- task %s, stage %s\n- text_content:\n%s\n- execute_result:\n```json\n%s\n```\n\n",
-		sp.StepID, st.Name, sp.StepIntention, sp.Executor, sp.Type, sp.ExecutionState, sp.TaskID, sp.StageID,
-		sp.TextContent, s.clipText(string(res)))
+	b.WriteString(s.text("ask_info_step", map[string]any{"StepID": sp.StepID, "AgentName": st.Name,
+		"StepIntention": sp.StepIntention, "Executor": sp.Executor, "Type": sp.Type, "State": sp.ExecutionState,
+		"TaskID": sp.TaskID, "StageID": sp.StageID, "TextContent": sp.TextContent}))
+	fmt.Fprintf(b, "\n```json\n%s\n```\n\n", s.clipText(string(res)))
 	return nil
 }
 
@@ -365,17 +375,18 @@ func stepLine(sp *StepState) string {
 	return line
 }
 
-func writeAgent(b *strings.Builder, st AgentState) {
-	fmt.Fprintf(b, "#### agent %s — %s\n- role: %s\n- profile: %s\n- kind: %s\n- working_state: %s\n- skills: %s\n- tools: %s\n- step_lock: %d waiting ID(s)\n- pending steps: %d\n",
-		st.AgentID, st.Name, st.Role, oneLine(st.Profile), st.Kind, st.WorkingState,
-		strings.Join(st.Skills, ", "), orNone(st.Tools), len(st.StepLock), len(st.AgentStep.TodoList))
+func (s *System) writeAgent(b *strings.Builder, st AgentState) {
+	b.WriteString(s.text("ask_info_agent", map[string]any{"AgentID": st.AgentID, "Name": st.Name, "Role": st.Role,
+		"Profile": oneLine(st.Profile), "Kind": st.Kind, "WorkingState": st.WorkingState,
+		"Skills": strings.Join(st.Skills, ", "), "Tools": s.orNone(st.Tools),
+		"Waits": len(st.StepLock), "Pending": len(st.AgentStep.TodoList)}) + "\n")
 	wm, _ := json.Marshal(st.WorkingMemory)
 	fmt.Fprintf(b, "- working_memory: %s\n", wm)
 	for _, k := range sortedKeys(st.PersistentMemory) {
 		fmt.Fprintf(b, "- persistent_memory %s: %s\n", k, oneLine(st.PersistentMemory[k]))
 	}
 	if len(st.AgentStep.StepList) > 0 {
-		b.WriteString("- steps (step_id [state] executor: intention → result; ask_info agent with step_id shows one in full):\n")
+		b.WriteString(s.text("ask_info_steps", nil) + "\n")
 		for i := range st.AgentStep.StepList {
 			fmt.Fprintf(b, "  - %s\n", stepLine(&st.AgentStep.StepList[i]))
 		}
@@ -383,9 +394,9 @@ func writeAgent(b *strings.Builder, st AgentState) {
 	b.WriteString("\n")
 }
 
-func orNone(l []string) string {
+func (s *System) orNone(l []string) string {
 	if len(l) == 0 {
-		return "(none)"
+		return s.text("ask_info_none", nil)
 	}
 	return strings.Join(l, ", ")
 }

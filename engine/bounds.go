@@ -105,6 +105,9 @@ func (a *agent) agentSizeLocked() int {
 // when its agent's document is over MaxDocumentBytes.
 const shortened = 400
 
+// shortenedMore is what they keep when shortening to 400 was not enough.
+const shortenedMore = 80
+
 // boundLocked keeps the agent's document under MaxDocumentBytes: past it,
 // the results and texts of its oldest finished steps are shortened (the
 // trail of what they said lives in the conversation and shared info
@@ -112,18 +115,27 @@ const shortened = 400
 func (a *agent) boundLocked() {
 	limit := a.sys.cfg.MaxDocumentBytes
 	size := a.agentSizeLocked()
-	for i := range a.st.AgentStep.StepList {
-		if size <= limit {
-			return
+	// Two passes over the oldest finished steps: first their results and
+	// texts shortened, then (an agent with very many steps in flight, as
+	// a manager of a hundred tasks is) cut to a line.
+	for _, keep := range []int{shortened, shortenedMore} {
+		for i := range a.st.AgentStep.StepList {
+			if size <= limit {
+				return
+			}
+			st := &a.st.AgentStep.StepList[i]
+			if st.ExecutionState != StateFinished && st.ExecutionState != StateFailed {
+				continue
+			}
+			before := stepSize(st)
+			st.ExecuteResult, _ = a.sys.clipValue(st.ExecuteResult, keep).(map[string]any)
+			st.TextContent = a.sys.clip(st.TextContent, keep)
+			if keep == shortenedMore {
+				st.StepIntention = a.sys.clip(st.StepIntention, keep)
+				st.InstructionContent = nil
+			}
+			size -= before - stepSize(st)
 		}
-		st := &a.st.AgentStep.StepList[i]
-		if st.ExecutionState != StateFinished && st.ExecutionState != StateFailed {
-			continue
-		}
-		before := stepSize(st)
-		st.ExecuteResult, _ = a.sys.clipValue(st.ExecuteResult, shortened).(map[string]any)
-		st.TextContent = a.sys.clip(st.TextContent, shortened)
-		size -= before - stepSize(st)
 	}
 	if p := a.st.ConversationPool; p != nil && size > limit {
 		a.boundPoolLocked(p, size-limit)

@@ -8,10 +8,13 @@
 //
 // Each task (its stages, shared info pool and conversation log) and each
 // agent (its steps, memories and step lock) has exactly one owner: a struct
-// whose every mutation happens under its own mutex. No code path ever holds
-// two owners' mutexes at once; effects on another owner (a message, a stage
-// update) are applied after the first mutex is released. This is the spec's
-// SyncState (§2.5) and Message Dispatcher (§8.4) made safe.
+// whose every mutation happens under its single writer's lock, ownerMu
+// (owner.go). No code path ever holds two owners' locks at once; effects on
+// another owner (a message, a stage update) are applied after the first lock
+// is released. This is the spec's SyncState (§2.5) and Message Dispatcher
+// (§8.4) made safe. Nothing under an owner's lock does I/O: releasing it
+// writes the owner's document to the store, then publishes it to readers
+// and announces the change (durable before visible).
 //
 // # Agents
 //
@@ -23,7 +26,7 @@
 //
 // # Reads
 //
-// Every read (ask_info, snapshots for MCP resources and the monitor) copies
-// under the owner's mutex, which is only ever held for short, non-blocking
-// sections: no read waits for an LLM call or a tool call.
+// Every read (ask_info, snapshots for MCP resources and the monitor) takes
+// the owner's published snapshot, the document as the store holds it: no
+// read waits for a store write, an LLM call or a tool call.
 package engine

@@ -31,7 +31,7 @@ func (o *stepOutage) OutageBegan(since time.Time, reason string) {
 	a.mu.Lock()
 	a.st.WorkingState = WorkingWaiting
 	a.st.WaitingFor = a.sys.text("llm_waiting", map[string]any{"Since": since.Format(time.DateTime), "Reason": truncate(reason, 300)})
-	_ = a.changedLocked(Event{Detail: "llm_outage"})
+	a.changedLocked(Event{Detail: "llm_outage"})
 	a.mu.Unlock()
 	a.sys.outage.began(a.sys, o.step.TaskID, since, reason)
 }
@@ -43,7 +43,7 @@ func (o *stepOutage) OutageEnded(recovered bool) {
 	if a.st.WaitingFor != "" {
 		a.st.WaitingFor = ""
 		a.st.WorkingState = WorkingWorking
-		_ = a.changedLocked(Event{Detail: "llm_outage_over"})
+		a.changedLocked(Event{Detail: "llm_outage_over"})
 	}
 	a.mu.Unlock()
 	a.sys.outage.ended(a.sys, recovered)

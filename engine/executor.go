@@ -28,6 +28,18 @@ type ExecInput struct {
 	Step StepState
 	// View reads the rest of the MAS (snapshots).
 	View View
+	// Operator asks the step's task operator a question and waits for the
+	// answer (the downstream risk gate's approvals). Never nil for a step
+	// the engine runs.
+	Operator Operator
+}
+
+// Operator lets an executor ask the operator of a task a question that
+// blocks its running step until answered; *System implements it. Ask
+// returns ErrNoAnswer when q.Timeout (default: the MAS's WaitTimeout)
+// passes unanswered, and ctx's error when ctx ends first.
+type Operator interface {
+	Ask(ctx context.Context, q OperatorQuestion) (Answer, error)
 }
 
 // View gives executors read-only snapshots of tasks and agents.

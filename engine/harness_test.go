@@ -30,13 +30,14 @@ type stackOpts struct {
 	stepBudget  int
 	reflBudget  int
 	handler     func(*fakellm.Call) fakellm.Reply
+	budgets     engine.BudgetConfig
 }
 
 func newStack(t *testing.T, o stackOpts) *stack {
 	t.Helper()
 	ts := teststack.New(t, teststack.Options{
 		WaitTimeout: o.waitTimeout, LLMTimeout: o.llmTimeout, StepBudget: o.stepBudget,
-		ReflBudget: o.reflBudget, Handler: o.handler,
+		ReflBudget: o.reflBudget, Handler: o.handler, Budgets: o.budgets,
 	})
 	return &stack{Stack: ts, t: t, logs: ts.Logs, sys: ts.Sys, llm: ts.LLM, store: ts.Store, sub: ts.Sub}
 }

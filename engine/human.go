@@ -306,6 +306,10 @@ type InboxEntry struct {
 	PrivateMessage
 	// AwaitingReply is true while the message needs a reply not yet given.
 	AwaitingReply bool `json:"awaiting_reply"`
+	// Approval marks a question a tool call waits on (the risk gate's
+	// approval, a server's elicitation, missing arguments): answer_approval
+	// answers it with a decision.
+	Approval bool `json:"approval,omitempty"`
 }
 
 // Inbox returns the messages other agents sent to the operator, those
@@ -320,7 +324,8 @@ func (s *System) Inbox(humanID string) ([]InboxEntry, error) {
 	for peer, msgs := range st.ConversationPool.ConversationPrivates {
 		for _, p := range msgs {
 			if p.SenderID == peer {
-				out = append(out, InboxEntry{PrivateMessage: p, AwaitingReply: p.NeedReply && !p.Replied && !p.Expired})
+				out = append(out, InboxEntry{PrivateMessage: p, AwaitingReply: p.NeedReply && !p.Replied && !p.Expired,
+					Approval: p.ReturnWaitingID == confirmWaitID(p.MessageID)})
 			}
 		}
 	}

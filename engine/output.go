@@ -129,6 +129,8 @@ type TaskInstruction struct {
 	// Manager optionally names the new task's manager (add_task); default:
 	// the issuing agent when it can manage tasks, else the MAS manager.
 	Manager string `json:"task_manager,omitempty"`
+	// Budget sets the task's limits (add_task, set_budget; beyond the spec).
+	Budget *BudgetLimits `json:"budget,omitempty"`
 
 	Stages []StageSpec `json:"stages,omitempty"`
 

@@ -30,6 +30,11 @@ func (s *System) isPaused(taskID string) bool {
 // pauseTask pauses or resumes a task (pause_task, resume_task): its
 // operators, or its manager, may.
 func (s *System) pauseTask(t *task, actorID string, human, pause bool) (map[string]any, error) {
+	if !pause && actorID != SystemSender {
+		if err := s.mayResume(t); err != nil {
+			return nil, err
+		}
+	}
 	now := s.now()
 	t.mu.Lock()
 	if err := mayManage(t, actorID, human); err != nil {
@@ -57,7 +62,8 @@ func (s *System) pauseTask(t *task, actorID string, human, pause bool) (map[stri
 	if pause {
 		detail = "paused"
 	}
-	if err := t.changedLocked(Event{Detail: detail}); err != nil {
+	t.changedLocked(Event{Detail: detail})
+	if err := t.mu.syncLocked(); err != nil {
 		t.mu.Unlock()
 		return nil, err
 	}
@@ -98,7 +104,7 @@ func (a *agent) shiftWaitsLocked(taskID string, d time.Duration) {
 		}
 	}
 	if changed {
-		_ = a.changedLocked(Event{TaskID: taskID, Detail: "step_lock_deadlines"})
+		a.changedLocked(Event{TaskID: taskID, Detail: "step_lock_deadlines"})
 	}
 }
 
@@ -146,7 +152,8 @@ func (s *System) pauseAgents(actorID string, human bool, ids []string, pause boo
 			if pause && a.running == "" {
 				a.st.WorkingState = WorkingPaused
 			}
-			if err := a.changedLocked(Event{Detail: map[bool]string{true: "paused", false: "resumed"}[pause]}); err != nil {
+			a.changedLocked(Event{Detail: map[bool]string{true: "paused", false: "resumed"}[pause]})
+			if err := a.mu.syncLocked(); err != nil {
 				a.mu.Unlock()
 				return nil, err
 			}

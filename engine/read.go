@@ -1,7 +1,7 @@
 package engine
 
 // The System's read API: copies for readers that never wait on an owner
-// (published.go).
+// (the published snapshots, owner.go).
 
 // Task returns a snapshot of a task.
 func (s *System) Task(id string) (TaskState, bool) {

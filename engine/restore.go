@@ -68,7 +68,7 @@ func (s *System) StartFrom(img *Image) error {
 		if st.Paused {
 			s.paused.Store(st.TaskID, struct{}{})
 		}
-		if err := s.registerTask(&task{sys: s, st: st}); err != nil {
+		if err := s.registerTask(newTaskOwner(s, st)); err != nil {
 			return fmt.Errorf("engine: restore: %w", err)
 		}
 	}
@@ -160,6 +160,7 @@ func (s *System) StartFrom(img *Image) error {
 		}
 	}
 	s.deliver(missing...)
+	s.reaskBudgets()
 	s.log.Info("mas restored", "tasks", len(img.Tasks), "agents", len(img.Agents),
 		"messages", len(img.Messages), "redelivered", redelivered, "recreated", len(missing), "base_task", s.baseTaskID)
 	return nil

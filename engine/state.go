@@ -95,6 +95,9 @@ type TaskState struct {
 	// It survives restarts until resume_task.
 	Paused   bool      `json:"paused,omitempty"`
 	PausedAt time.Time `json:"paused_at,omitzero"`
+	// Budget is the task's token and cost limits and what counts against
+	// them (budget_tokens.go).
+	Budget TaskBudget `json:"budget,omitzero"`
 	// EndedBy is the step (or agent) that ended the task.
 	EndedBy   string    `json:"ended_by,omitempty"`
 	Usage     llm.Usage `json:"usage"`
@@ -233,6 +236,10 @@ type AgentState struct {
 	Usage     llm.Usage `json:"usage"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+
+	// BudgetDay is a HumanAgent's raise of its daily token budget
+	// (budget_tokens.go).
+	BudgetDay *BudgetDay `json:"budget_day,omitempty"`
 }
 
 // LLMConfig is an agent's model settings (spec §2.3 llm_config). API keys are
@@ -295,6 +302,7 @@ func (t *TaskState) clone() TaskState {
 	c := *t
 	c.TaskGroup = slices.Clone(t.TaskGroup)
 	c.SharedWith = slices.Clone(t.SharedWith)
+	c.Budget = t.Budget.clone()
 	c.SharedInfoPool = slices.Clone(t.SharedInfoPool)
 	c.CommunicationQueue = cloneMessages(t.CommunicationQueue)
 	c.SharedConversationPool = cloneMessages(t.SharedConversationPool)
@@ -336,6 +344,7 @@ func (a *AgentState) clone() AgentState {
 	c.Skills = slices.Clone(a.Skills)
 	c.Waits = slices.Clone(a.Waits)
 	c.Received = slices.Clone(a.Received)
+	c.BudgetDay = clonePtr(a.BudgetDay)
 	if a.ConversationPool != nil {
 		p := ConversationPool{
 			ConversationPrivates: make(map[string][]PrivateMessage, len(a.ConversationPool.ConversationPrivates)),

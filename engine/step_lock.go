@@ -311,7 +311,7 @@ func (s *System) releaseLost(replier *agent, lost ...lostReply) {
 				Executor:      SkillProcessMessage,
 				TextContent:   s.text("reply_lost_text", data),
 			}}, true, "")
-			_ = w.changedLocked(Event{TaskID: rw.TaskID, Detail: "step_lock_released"})
+			w.changedLocked(Event{TaskID: rw.TaskID, Detail: "step_lock_released"})
 		}
 		w.mu.Unlock()
 		if released {

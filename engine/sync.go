@@ -22,7 +22,7 @@ func (a *agent) runStep(ctx context.Context, step StepState, view AgentState) {
 	} else {
 		// An LLM outage the call waits out shows on the agent.
 		ctx = llm.WithOutageObserver(ctx, &stepOutage{a: a, step: &step})
-		out = exec.Execute(ctx, &ExecInput{Agent: view, Step: step, View: s})
+		out = exec.Execute(ctx, &ExecInput{Agent: view, Step: step, View: s, Operator: s})
 		if out == nil {
 			out = &Output{Err: errors.New("executor returned no output")}
 		}
@@ -40,6 +40,7 @@ func (a *agent) runStep(ctx context.Context, step StepState, view AgentState) {
 	a.mu.Unlock()
 	endStep(span, out, cancelled)
 	s.apply(a, step, out, cancelled)
+	s.meter(a.id, &step, &view, out)
 	a.mu.Lock()
 	a.running = ""
 	a.mu.Unlock()

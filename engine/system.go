@@ -85,6 +85,8 @@ type Config struct {
 	// 6,000 characters (every entry is in every prompt of the agent).
 	MemoryMaxEntries int
 	MemoryMaxChars   int
+	// Budgets limits what tasks' LLM calls may spend (budget_tokens.go).
+	Budgets BudgetConfig
 
 	// Store persists every change (nil: memory only).
 	Store Store
@@ -120,6 +122,9 @@ func (c *Config) withDefaults() (Config, error) {
 		cfg.RetryStageLimit < 0 || cfg.StallTimeout < 0 || cfg.StallNotices < 0 || cfg.MaxTextChars < 0 || cfg.MaxDocumentBytes < 0 ||
 		cfg.MemoryMaxEntries < 0 || cfg.MemoryMaxChars < 0 {
 		return cfg, errors.New("engine: config: WaitTimeout, StageStepBudget, StageReflectionBudget, SummaryAttempts, RetryStageLimit, StallTimeout, StallNotices, MaxTextChars, MaxDocumentBytes, MemoryMaxEntries and MemoryMaxChars must not be negative")
+	}
+	if err := cfg.Budgets.check(); err != nil {
+		return cfg, err
 	}
 	cfg.RetryStageLimit = cmp.Or(cfg.RetryStageLimit, 3)
 	cfg.StallTimeout = cmp.Or(cfg.StallTimeout, 3*time.Minute)
@@ -182,6 +187,7 @@ type System struct {
 	sup     supervisor
 	outage  outageTracker
 	refused refusalTracker
+	budgets budgetQuestions
 
 	confirmMu sync.Mutex
 	confirms  map[string]chan Message // waiting ID -> AskOperator call waiting on it
@@ -255,7 +261,7 @@ func (s *System) Start() error {
 
 	now := s.cfg.Now()
 	stageID := s.baseStageID
-	t := &task{sys: s, st: TaskState{
+	t := newTaskOwner(s, TaskState{
 		TaskID:        s.baseTaskID,
 		TaskName:      s.cfg.BaseTaskName,
 		TaskIntention: s.cfg.BaseTaskIntention,
@@ -278,7 +284,7 @@ func (s *System) Start() error {
 		Operator:               op,
 		CreatedAt:              now,
 		UpdatedAt:              now,
-	}}
+	})
 	t.st.StageList[0].TaskID = t.st.TaskID
 	if err := s.registerTask(t); err != nil {
 		return fmt.Errorf("engine: start: base task: %w", err)
@@ -290,19 +296,6 @@ func (s *System) Start() error {
 	}
 	s.log.Info("mas ready", "base_task", t.st.TaskID, "manager", mgr, "operator", op,
 		"templates", len(s.cfg.Templates), "skills", len(s.cfg.Skills))
-	return nil
-}
-
-// SetToolExecutor sets the executor of tool steps (Config.Tool) when it
-// needs the System to be built (the downstream executor asks the operator
-// through it). It must be called before Start.
-func (s *System) SetToolExecutor(e Executor) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.started {
-		return errors.New("engine: SetToolExecutor after Start")
-	}
-	s.cfg.Tool = e
 	return nil
 }
 
@@ -372,7 +365,8 @@ func (s *System) agent(id string) (*agent, bool) {
 // refuses does not exist.
 func (s *System) registerTask(t *task) error {
 	t.mu.Lock()
-	err := t.changedLocked(Event{Kind: EventTaskAdded})
+	t.changedLocked(Event{Kind: EventTaskAdded})
+	err := t.mu.syncLocked()
 	t.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("task %s: %w", t.st.TaskID, err)

@@ -6,67 +6,79 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/mas-mcp/mas-mcp/llm"
 )
 
-// task owns one TaskState: every mutation happens under mu, and nothing
-// under mu calls another owner.
+// task owns one TaskState: every mutation happens under mu (the single
+// writer's lock, owner.go), and nothing under mu calls another owner.
 type task struct {
 	sys *System
 
-	mu sync.Mutex
+	mu ownerMu[TaskState]
 	st TaskState // guarded by mu
-
-	// version counts the announced changes of st; last is the copy of st
-	// a reader made last (see read).
-	version atomic.Uint64
-	last    atomic.Pointer[copyAt[TaskState]]
 }
 
-// changedLocked stamps, persists and announces a change. mu must be held.
-// A change the store refuses is not announced: the task takes back the
-// document the store holds (its conversation stays) and the error says why.
-func (t *task) changedLocked(ev Event) error {
-	t.st.UpdatedAt = t.sys.now()
-	if st := t.sys.cfg.Store; st != nil {
-		t.boundLocked()
-		if err := st.PutTask(t.sys.storeCtx, &t.st); err != nil {
-			t.sys.log.Error("store: put task refused: change withdrawn", "task", t.st.TaskID, "event", ev.Kind, "detail", ev.Detail, "err", err)
-			t.rollbackLocked()
-			return fmt.Errorf("the change could not be stored: %w", err)
+func newTaskOwner(s *System, st TaskState) *task {
+	t := &task{sys: s, st: st}
+	t.mu.ops = ownerOps[TaskState]{
+		copy:     t.docLocked,
+		restore:  t.restoreLocked,
+		announce: s.publish,
+		refused: func(err error) {
+			s.log.Error("store: put task refused: change withdrawn", "task", t.st.TaskID, "err", err)
+		},
+	}
+	if store := s.cfg.Store; store != nil {
+		t.mu.ops.put = func(doc *TaskState) error { return store.PutTask(s.storeCtx, doc) }
+		if r, ok := store.(StoreReader); ok {
+			id := st.TaskID
+			t.mu.ops.readBack = func() (TaskState, error) { return r.ReadTask(s.storeCtx, id) }
 		}
+		first := t.docLocked()
+		t.mu.snap.Store(&first)
 	}
-	t.announceLocked(ev)
-	return nil
+	return t
 }
 
-// rollbackLocked takes back the document the store holds after a refused
-// write (see agent.rollbackLocked).
-func (t *task) rollbackLocked() {
-	r, ok := t.sys.cfg.Store.(StoreReader)
-	if !ok {
-		return
-	}
-	got, err := r.ReadTask(t.sys.storeCtx, t.st.TaskID)
-	if err != nil {
-		t.sys.log.Error("store: read task back after a refused write", "task", t.st.TaskID, "err", err)
-		return
-	}
-	got.SharedConversationPool = t.st.SharedConversationPool
-	t.st = got
+// docLocked copies the task for the store and the readers' snapshot. The
+// conversation is shared, not copied: a message in it is never changed,
+// and the pool is only appended to or replaced. mu must be held.
+func (t *task) docLocked() TaskState {
+	pool := t.st.SharedConversationPool
+	t.st.SharedConversationPool = nil
+	c := t.st.clone()
+	t.st.SharedConversationPool = pool
+	c.SharedConversationPool = slices.Clip(pool)
+	return c
 }
 
-// announceLocked makes a stored change visible. mu must be held.
-func (t *task) announceLocked(ev Event) {
-	t.version.Add(1)
+// changedLocked stamps a change and records it, to be stored and then
+// announced when mu is released (owner.go). A change the store refuses is
+// withdrawn: the task takes back the document the store holds (its
+// conversation stays); callers learn of it from mu.syncLocked.
+func (t *task) changedLocked(ev Event) {
+	t.st.UpdatedAt = t.sys.now()
+	if t.sys.cfg.Store != nil {
+		t.boundLocked()
+	}
+	t.mu.change(t.event(ev), true)
+}
+
+// event completes an event about the task.
+func (t *task) event(ev Event) Event {
 	if ev.Kind == "" {
 		ev.Kind = EventTaskChanged
 	}
 	ev.TaskID = t.st.TaskID
-	t.sys.publish(ev)
+	return ev
+}
+
+// restoreLocked takes back the document the store holds after a refused
+// write; the conversation, kept through PutMessage, stays.
+func (t *task) restoreLocked(got TaskState) {
+	got.SharedConversationPool = t.st.SharedConversationPool
+	t.st = got
 }
 
 // brief is the task without its lists and logs.
@@ -140,10 +152,9 @@ func (t *task) record(m Message) {
 		t.st.SharedConversationPool = trimBase(t.st.SharedConversationPool)
 	}
 	// The store has the message already (PutMessage): the task document
-	// itself did not change.
+	// itself need not be written for it.
 	t.st.UpdatedAt = t.sys.now()
-	t.version.Add(1)
-	t.sys.publish(Event{Kind: EventMessageDelivered, TaskID: t.st.TaskID, MessageID: m.MessageID, StageID: m.StageRelative, AgentID: m.SenderID})
+	t.mu.change(t.event(Event{Kind: EventMessageDelivered, MessageID: m.MessageID, StageID: m.StageRelative, AgentID: m.SenderID}), false)
 }
 
 // answered returns the waiting IDs, of ids, that a message to agent in the
@@ -221,7 +232,8 @@ func (t *task) report(r stepReport) ([]Message, error) {
 			}
 		}
 	}
-	if err := t.changedLocked(Event{Kind: EventStageChanged, StageID: r.StageID, AgentID: r.AgentID, StepID: r.StepID, Detail: r.AgentState}); err != nil {
+	t.changedLocked(Event{Kind: EventStageChanged, StageID: r.StageID, AgentID: r.AgentID, StepID: r.StepID, Detail: r.AgentState})
+	if err := t.mu.syncLocked(); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -376,7 +388,8 @@ func (t *task) endTaskLocked(state, summary, by string) ([]Message, error) {
 	t.st.TaskSummary = t.sys.clipText(summary)
 	t.st.EndedBy = by
 	t.st.EndedAt = now
-	if err := t.changedLocked(Event{Detail: state}); err != nil {
+	t.changedLocked(Event{Detail: state})
+	if err := t.mu.syncLocked(); err != nil {
 		return nil, err
 	}
 	return t.endTaskNoticesLocked(), nil

@@ -13,6 +13,8 @@ type AddTaskRequest struct {
 	TaskIntention string `json:"task_intention"`
 	// Manager optionally names the task's manager agent.
 	Manager string `json:"task_manager,omitempty"`
+	// Budget overrides the MAS's default limits (budget_tokens.go).
+	Budget *BudgetLimits `json:"budget,omitempty"`
 	// TraceParent is the W3C trace context of the request that adds the
 	// task (optional): the task's trace continues it.
 	TraceParent string `json:"-"`
@@ -23,7 +25,7 @@ type AddTaskRequest struct {
 // new task's ID; it never waits on LLM work.
 func (s *System) AddTask(actorID string, req AddTaskRequest) (string, error) {
 	res, err := s.TaskInstruction(actorID, TaskInstruction{
-		Action: ActionAddTask, TaskName: req.TaskName, TaskIntention: req.TaskIntention, Manager: req.Manager, TraceParent: req.TraceParent,
+		Action: ActionAddTask, TaskName: req.TaskName, TaskIntention: req.TaskIntention, Manager: req.Manager, Budget: req.Budget, TraceParent: req.TraceParent,
 	})
 	if err != nil {
 		return "", err
@@ -84,10 +86,12 @@ func (s *System) taskInstruction(actorID string, ti TaskInstruction, origin stri
 		return s.endTask(t, actorID, human, StateFailed, ti.Summary, by(origin, actorID))
 	case ActionPauseTask, ActionResumeTask:
 		return s.pauseTask(t, actorID, human, action == ActionPauseTask)
+	case ActionSetBudget:
+		return s.setBudget(t, human, ti.Budget)
 	case "":
-		return nil, errf(ErrInvalid, "action: is empty; one of add_task, add_stage, finish_stage, retry_stage, finish_task, cancel_task, pause_task, resume_task")
+		return nil, errf(ErrInvalid, "action: is empty; one of add_task, add_stage, finish_stage, retry_stage, finish_task, cancel_task, pause_task, resume_task, set_budget")
 	default:
-		return nil, errf(ErrInvalid, "action %q: must be one of add_task, add_stage, finish_stage, retry_stage, finish_task, cancel_task, pause_task, resume_task", action)
+		return nil, errf(ErrInvalid, "action %q: must be one of add_task, add_stage, finish_stage, retry_stage, finish_task, cancel_task, pause_task, resume_task, set_budget", action)
 	}
 }
 
@@ -130,12 +134,16 @@ func (s *System) addTask(actor *agent, ti TaskInstruction, origin string) (map[s
 	if actor.kind == KindHuman {
 		operator = actor.id
 	}
+	budget, err := s.newTaskBudget(ti.Budget, actor.kind == KindHuman)
+	if err != nil {
+		return nil, err
+	}
 	now := s.now()
 	group := []string{manager}
 	if operator != "" && operator != manager {
 		group = append(group, operator)
 	}
-	t := &task{sys: s, st: TaskState{
+	t := newTaskOwner(s, TaskState{
 		TaskID:                 id,
 		TaskName:               name,
 		TaskIntention:          intention,
@@ -150,13 +158,15 @@ func (s *System) addTask(actor *agent, ti TaskInstruction, origin string) (map[s
 		// Someone else hands the task over: its manager plans staffing and
 		// stages (the manager's own add_task continues its own plan).
 		HandedOver: manager != actor.id,
+		Budget:     budget,
 		CreatedAt:  now,
 		UpdatedAt:  now,
-	}}
+	})
 	t.st.TraceParent = s.traceTask(ti.TraceParent, id, name)
 	if err := s.registerTask(t); err != nil {
 		return nil, err
 	}
+	s.enforceBudgets(t) // an operator past the daily budget: held before it starts
 	t.mu.Lock()
 	msgs := t.startNoticesLocked()
 	t.mu.Unlock()
@@ -406,6 +416,7 @@ func (s *System) endTask(t *task, actorID string, human bool, state, summary, by
 		return nil, err
 	}
 	s.sup.forget(id)
+	s.budgets.drop(id)
 	s.deliver(msgs...)
 	s.releaseWaits(func(w Wait) bool { return w.TaskID == id })
 	s.log.Info("task ended", "task", id, "state", state, "by", actorID)

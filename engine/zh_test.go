@@ -41,3 +41,49 @@ func TestChineseEngineTexts(t *testing.T) {
 		}
 	}
 }
+
+// TestChineseAskInfo: in zh mode an ask_info answer's own labels (headings,
+// empty lists, the template hint, the lines of an agent and of a step) are
+// Chinese; only field names, IDs and state values stay as they are.
+func TestChineseAskInfo(t *testing.T) {
+	zh, err := prompts.Load("zh", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newTestbed(t, func(c *Config) {
+		c.Texts, c.SkillGuides, c.Templates = zh, zh.SkillGuides(), templatesOf(zh)
+	})
+	w1 := b.newAgent("w1")
+	task := b.newTask("报告", w1)
+	stage := b.addStages(task, StageSpec{StageIntention: "收集资料", AgentAllocation: map[string]string{w1: "目标一"}})[0]
+	b.waitFor("w1 to finish its stage", func() bool { return b.stage(task, stage).EveryAgentState[w1] == AgentFinished })
+	b.settle()
+	steps := b.agent(w1).AgentStep.StepList
+	if len(steps) == 0 {
+		t.Fatal("w1 has no steps")
+	}
+	queries := []AskInfoQuery{
+		{Type: QueryAvailableAgentsConfig},
+		{Type: QuerySkillsAndTools},
+		{Type: QueryTaskInfo, TaskID: task},
+		{Type: QueryStageAgents, TaskID: task, StageID: stage},
+		{Type: QueryAgent, AgentID: StringList{w1}},
+		{Type: QueryAgent, AgentID: StringList{w1}, StepID: steps[0].StepID},
+		{Type: QueryManagedTaskAndStageInfo},
+	}
+	// The labels the engine writes in English mode (field names such as
+	// profile, skills and execution_state are the protocol's and stay).
+	english := []string{"(none", "- template ", "Create an agent", "newest", "stage goal", "of agent", "- state:",
+		"- kind:", "waiting ID", "pending steps", "- steps (", "#### skills", "#### tools"}
+	for _, q := range queries {
+		res, err := b.sys.Query(w1, q)
+		if err != nil {
+			t.Fatalf("Query(%+v): %v", q, err)
+		}
+		for _, w := range english {
+			if strings.Contains(res.Markdown, w) {
+				t.Errorf("ask_info %s answer holds English %q:\n%s", q.Type, w, res.Markdown)
+			}
+		}
+	}
+}

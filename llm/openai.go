@@ -189,6 +189,12 @@ func (o *OpenAI) complete(ctx context.Context, req *Request) (*Response, error) 
 	}
 	creq := chatRequest(model, req)
 
+	if g, ok := ctx.Value(observerKey{}).(CallGate); ok {
+		if err := g.BeforeCall(ctx); err != nil {
+			resp.Usage.Calls = 0 // nothing was sent
+			return done(err)
+		}
+	}
 	outage := newOutageWait(ctx)
 	for attempt := 1; ; attempt++ {
 		cres, f := o.attempt(ctx, creq, req.Tag, attempt)

@@ -21,6 +21,14 @@ type OutageObserver interface {
 	OutageEnded(recovered bool)
 }
 
+// CallGate is an ability an OutageObserver may have: BeforeCall is asked
+// before each Complete sends anything (not before its retries), and an
+// error stops the call there, with no request sent and no call counted.
+// The engine holds the calls of a task paused for its budget this way.
+type CallGate interface {
+	BeforeCall(ctx context.Context) error
+}
+
 type observerKey struct{}
 
 // WithOutageObserver returns a context whose calls report outages they

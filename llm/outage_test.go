@@ -190,3 +190,41 @@ func TestOutageWaitEndsWithTheCaller(t *testing.T) {
 		t.Errorf("observer mismatch (-want +got):\n%s", diff)
 	}
 }
+
+// gateLog is an OutageObserver with the CallGate ability.
+type gateLog struct {
+	outageLog
+	err   error
+	asked int
+}
+
+func (g *gateLog) BeforeCall(context.Context) error {
+	g.asked++
+	return g.err
+}
+
+// TestCallGate: a gate that refuses stops the call before anything is
+// sent; one that lets it go is asked once per call, not per retry.
+func TestCallGate(t *testing.T) {
+	api := newFakeAPI(t)
+	o, _ := newTestClient(t, api, OpenAIConfig{MaxRetries: 2})
+	held := errors.New("the task is held for its budget")
+	g := &gateLog{err: held}
+	resp, err := o.Complete(WithOutageObserver(t.Context(), g), userRequest("hi"))
+	if !errors.Is(err, held) || resp == nil || resp.Usage.Calls != 0 {
+		t.Fatalf("Complete = %+v, %v; want the gate's error and no call counted", resp, err)
+	}
+	if n := len(api.received()); n != 0 || g.asked != 1 {
+		t.Errorf("sent %d requests, gate asked %d times; want 0 and 1", n, g.asked)
+	}
+
+	api = newFakeAPI(t, reply{status: 503, body: errorBody("busy")}, reply{status: 200, body: completionBody("m", "ok", nil)})
+	o, _ = newTestClient(t, api, OpenAIConfig{MaxRetries: 2})
+	g = &gateLog{}
+	if _, err := o.Complete(WithOutageObserver(t.Context(), g), userRequest("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(api.received()); n != 2 || g.asked != 1 {
+		t.Errorf("sent %d requests, gate asked %d times; want 2 (one retry) and 1", n, g.asked)
+	}
+}

@@ -64,17 +64,21 @@ var TextKeys = []string{
 	"human_reply_needed", "human_stage_started", "human_stage_finished", "human_task_finished",
 	"ask_info_result", "repair_request",
 	"tool_describe_intention", "tool_describe_text", "tool_result_intention", "tool_result_text",
-	"tool_confirm",
+	"tool_confirm", "tool_elicit", "tool_missing_arguments",
 	"text_clipped",
 	"stall_no_stages", "stall_stage", "stall_no_running_stage", "stall_base", "stall_notice", "stall_failed",
 	"llm_waiting", "llm_outage_began", "llm_outage_ended", "llm_outage_gave_up", "llm_refused",
 	"reply_lost_intention", "reply_lost_text", "operator_task_failed",
+	"budget_reached", "budget_question", "budget_declined", "budget_waiting",
 	"interrupt_intention", "interrupt_text",
 	"history_digest",
 	"memory_added", "memory_deleted", "memory_no_key", "memory_ignored", "memory_refused",
 	"shared_info_step", "stage_no_step_left", "stage_step_failed", "tool_instruction_intention",
 	"base_task_name", "base_task_intention", "base_stage_goal",
 	"reason_plan_ends", "reason_goal_met", "reason_reflection_ends",
+	"ask_info_none", "ask_info_no_tools", "ask_info_template", "ask_info_template_hint",
+	"ask_info_skills", "ask_info_tools", "ask_info_pool", "ask_info_conversation",
+	"ask_info_stage_goal", "ask_info_step", "ask_info_agent", "ask_info_steps",
 }
 
 // SkillPrompt is one skill's prompt file.

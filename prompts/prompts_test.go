@@ -81,6 +81,8 @@ var textFields = map[string][]string{
 	"tool_result_intention":      {"ToolName"},
 	"tool_result_text":           {"ToolName"},
 	"tool_confirm":               {"AgentID", "AgentName", "Server", "ToolName", "Arguments", "StepIntention"},
+	"tool_elicit":                {"AgentID", "AgentName", "Server", "ToolName", "Message", "Fields"},
+	"tool_missing_arguments":     {"AgentID", "AgentName", "Server", "ToolName", "Problem", "Fields", "Arguments"},
 	"text_clipped":               {"Dropped", "Limit"},
 	"stall_no_stages":            {"TaskID", "TaskName"},
 	"stall_stage":                {"TaskID", "TaskName", "StageID", "StageIntention", "Finished", "Open"},
@@ -96,6 +98,10 @@ var textFields = map[string][]string{
 	"reply_lost_intention":       {"ReceiverIDs", "Reason"},
 	"reply_lost_text":            {"ReceiverIDs", "Reason"},
 	"operator_task_failed":       {"TaskID", "TaskName", "Reason"},
+	"budget_reached":             {"Kind", "Agent", "Used", "Limit", "Day"},
+	"budget_question":            {"TaskID", "TaskName", "Reason", "Daily", "Used", "RaiseTokens", "RaiseAgent", "RaiseCost"},
+	"budget_declined":            {"Reason"},
+	"budget_waiting":             {"TaskID", "Reason"},
 	"interrupt_intention":        {"Reason", "Instruction"},
 	"interrupt_text":             {"Reason", "Instruction"},
 	"history_digest":             {"N", "Finished", "Failed"},
@@ -114,6 +120,18 @@ var textFields = map[string][]string{
 	"reason_plan_ends":           {},
 	"reason_goal_met":            {},
 	"reason_reflection_ends":     {},
+	"ask_info_none":              {},
+	"ask_info_no_tools":          {},
+	"ask_info_template":          {"Template", "Role", "Skills", "Tools", "Profile"},
+	"ask_info_template_hint":     {},
+	"ask_info_skills":            {},
+	"ask_info_tools":             {},
+	"ask_info_pool":              {},
+	"ask_info_conversation":      {"N", "Total"},
+	"ask_info_stage_goal":        {"Goal"},
+	"ask_info_step":              {"StepID", "AgentName", "StepIntention", "Executor", "Type", "State", "TaskID", "StageID", "TextContent"},
+	"ask_info_agent":             {"AgentID", "Name", "Role", "Profile", "Kind", "WorkingState", "Skills", "Tools", "Waits", "Pending"},
+	"ask_info_steps":             {},
 }
 
 // sample returns data for a text: every field gets a distinct marker value,
@@ -395,29 +413,34 @@ func TestTextsRender(t *testing.T) {
 
 		// Texts whose content matters to the engine.
 		wantIn := map[string][]string{
-			"reply_text":         {"<<Message>>", "<<SenderID>>"},
-			"process_text":       {"<<Message>>", "<<SenderID>>"},
-			"start_task_text":    {"<<TaskID>>", "<<TaskIntention>>", "add_stage", "add_task_participant", "init_new_agent", "available_agents_config", "all_agents"},
-			"start_stage_text":   {"<<TaskID>>", "<<StageID>>", "<<StageIntention>>", "<<Goal>>", "<<Allocation>>", "summary", "reflection"},
-			"stage_complete":     {"<<TaskID>>", "<<StageID>>", "<<Allocation>>", "<<Completion>>", "finish_stage", "retry_stage", "agent_manager"},
-			"task_judge":         {"<<TaskID>>", "<<Stages>>", "finish_task", "add_stage", "ask_info"},
-			"wait_timeout_text":  {"<<ReceiverIDs>>", "<<Timeout>>"},
-			"wait_cycle_text":    {"<<PeerID>>", "<<Cycle>>"},
-			"reflection_text":    {"<<Reason>>"},
-			"summary_text":       {"<<Reason>>"},
-			"summary_failed":     {"<<Reason>>"},
-			"budget_steps":       {"40"},
-			"budget_reflections": {"40"},
-			"human_reply_needed": {"<agent_id><<SenderID>></agent_id>"},
-			"ask_info_result":    {"ask_info", "<<Type>>"},
-			"repair_request":     {"<<Error>>"},
-			"tool_describe_text": {"<tool_name><<ToolName>></tool_name>", "capabilities_list_description"},
-			"tool_result_text":   {"<tool_name><<ToolName>></tool_name>", "mcp_server_result"},
-			"tool_confirm":       {"<<AgentName>>", "<<Server>>", "<<ToolName>>", "<<Arguments>>"},
-			"stall_notice":       {"<<Quiet>>", "<<Outstanding>>"},
-			"stall_failed":       {"<<Outstanding>>"},
-			"reply_lost_text":    {"<<ReceiverIDs>>", "<<Reason>>"},
-			"llm_refused":        {"<<Reason>>"},
+			"reply_text":             {"<<Message>>", "<<SenderID>>"},
+			"process_text":           {"<<Message>>", "<<SenderID>>"},
+			"start_task_text":        {"<<TaskID>>", "<<TaskIntention>>", "add_stage", "add_task_participant", "init_new_agent", "available_agents_config", "all_agents"},
+			"start_stage_text":       {"<<TaskID>>", "<<StageID>>", "<<StageIntention>>", "<<Goal>>", "<<Allocation>>", "summary", "reflection"},
+			"stage_complete":         {"<<TaskID>>", "<<StageID>>", "<<Allocation>>", "<<Completion>>", "finish_stage", "retry_stage", "agent_manager"},
+			"task_judge":             {"<<TaskID>>", "<<Stages>>", "finish_task", "add_stage", "ask_info"},
+			"wait_timeout_text":      {"<<ReceiverIDs>>", "<<Timeout>>"},
+			"wait_cycle_text":        {"<<PeerID>>", "<<Cycle>>"},
+			"reflection_text":        {"<<Reason>>"},
+			"summary_text":           {"<<Reason>>"},
+			"summary_failed":         {"<<Reason>>"},
+			"budget_steps":           {"40"},
+			"budget_reflections":     {"40"},
+			"human_reply_needed":     {"<agent_id><<SenderID>></agent_id>"},
+			"ask_info_result":        {"ask_info", "<<Type>>"},
+			"repair_request":         {"<<Error>>"},
+			"tool_describe_text":     {"<tool_name><<ToolName>></tool_name>", "capabilities_list_description"},
+			"tool_result_text":       {"<tool_name><<ToolName>></tool_name>", "mcp_server_result"},
+			"tool_confirm":           {"<<AgentName>>", "<<Server>>", "<<ToolName>>", "<<Arguments>>"},
+			"tool_elicit":            {"<<AgentName>>", "<<Server>>", "<<ToolName>>", "<<Message>>", "<<Fields>>"},
+			"tool_missing_arguments": {"<<AgentName>>", "<<Server>>", "<<ToolName>>", "<<Problem>>", "<<Fields>>", "<<Arguments>>"},
+			"stall_notice":           {"<<Quiet>>", "<<Outstanding>>"},
+			"stall_failed":           {"<<Outstanding>>"},
+			"reply_lost_text":        {"<<ReceiverIDs>>", "<<Reason>>"},
+			"llm_refused":            {"<<Reason>>"},
+			"budget_reached":         {"<<Used>>", "<<Limit>>"},
+			"budget_question":        {"<<Reason>>", "<<RaiseTokens>>", "answer_approval"},
+			"budget_declined":        {"<<Reason>>"},
 		}
 		for k, wants := range wantIn {
 			got := s.Text(k, sample(k))
@@ -443,6 +466,12 @@ func TestTextsRender(t *testing.T) {
 		d["Waiting"] = false
 		if notWaiting := s.Text("reply_text", d); notWaiting == waiting {
 			t.Errorf("%s: reply_text ignores Waiting", lang)
+		}
+		// A task's own budget question names the task and set_budget.
+		d = sample("budget_question")
+		d["Daily"] = false
+		if got := s.Text("budget_question", d); !strings.Contains(got, "<<TaskID>>") || !strings.Contains(got, "set_budget") {
+			t.Errorf("%s: budget_question of a task lacks its ID or set_budget: %q", lang, got)
 		}
 		d = sample("task_finished_notice")
 		d["Summary"] = ""

@@ -53,7 +53,7 @@ type browserReport struct {
 // then the server restarts and the page shows the banner and reconnects.
 func TestBrowserMonitor(t *testing.T) {
 	node, dir := needBrowser(t)
-	bin := buildBinary(t)
+	bin := teststack.Binary(t, teststack.MasPlain)
 	team, llm := fakeTeam(t)
 	llm.Handle(func(c *fakellm.Call) fakellm.Reply {
 		r := team.Handle(c)
@@ -170,7 +170,7 @@ func TestBrowserMonitor(t *testing.T) {
 // operator; then it switches to another operator with its password.
 func TestBrowserBind(t *testing.T) {
 	node, dir := needBrowser(t)
-	bin := buildBinary(t)
+	bin := teststack.Binary(t, teststack.MasPlain)
 	_, llm := fakeTeam(t)
 	const token = "browser-token-0123456789abcdef"
 	config := filepath.Join(t.TempDir(), "mas.yaml")
@@ -256,38 +256,14 @@ func (b *browserServer) stopOnce(t *testing.T) {
 	}
 }
 
-// startBrowserServer starts the binary on addr ("": a free loopback port,
-// retried should another process take it first) and waits until it answers.
+// startBrowserServer starts the binary on addr ("": a loopback port it
+// picks itself) and waits until it is ready.
 func startBrowserServer(t *testing.T, bin, addr string, env []string) *browserServer {
 	t.Helper()
-	var errs string
-	for range 3 {
-		a := addr
-		if a == "" {
-			a = freeLoopbackAddr(t)
-		}
-		p := &httpBinary{stderr: &teststack.SyncBuffer{}, base: "http://" + a, exited: make(chan struct{})}
-		p.cmd = exec.Command(bin, "--http", a, "--log-level", "debug")
-		p.cmd.Env = env
-		p.cmd.Stderr = p.stderr
-		if err := p.cmd.Start(); err != nil {
-			t.Fatalf("start mas-mcp: %v", err)
-		}
-		go func() {
-			p.err = p.cmd.Wait()
-			close(p.exited)
-		}()
-		if p.waitReady(15 * time.Second) {
-			return &browserServer{httpBinary: p}
-		}
-		p.kill()
-		errs = p.stderr.String()
-		if addr != "" {
-			break // the address is fixed: no other to try
-		}
+	if addr == "" {
+		addr = "127.0.0.1:0"
 	}
-	t.Fatalf("mas-mcp --http %s never answered; its stderr:\n%s", addr, lastLines(errs, 50))
-	return nil
+	return &browserServer{httpBinary: startBinaryHTTP(t, bin, addr, env)}
 }
 
 // addTaskOverMCP hands the scripted task over through the binary's MCP

@@ -11,3 +11,15 @@ func (s *Server) Held() (sessions, events, sse, monitorSessions, throttled int) 
 	sse, _ = s.sseCaps.held("")
 	return sessions, events, sse, s.sessions.count(), s.throttle.size()
 }
+
+// The tests validate every tool output against its tool's output schema
+// (the server does not, on each call: toolcall.go); the benchmarks turn it
+// off with CheckToolOutputs(false).
+func init() { checkOutputs.Store(true) }
+
+// CheckToolOutputs turns the validation of tool outputs on or off and
+// returns a function that restores the previous setting.
+func CheckToolOutputs(on bool) (restore func()) {
+	was := checkOutputs.Swap(on)
+	return func() { checkOutputs.Store(was) }
+}

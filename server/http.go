@@ -111,6 +111,7 @@ func (s *Server) Handler() http.Handler {
 	// proxy Host on a loopback listener.
 	stateful := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{
 		SessionTimeout: cfg.SessionTimeout, MaxRequestBodyBytes: cfg.MaxBodyBytes, DisableLocalhostProtection: true,
+		EventStore: s.eventStore(),
 	})
 	stateless := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{
 		Stateless: true, JSONResponse: true, MaxRequestBodyBytes: cfg.MaxBodyBytes, DisableLocalhostProtection: true,
@@ -125,7 +126,7 @@ func (s *Server) Handler() http.Handler {
 		stateful.ServeHTTP(w, r)
 	})
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", s.guard(s.limitSessions(streamable)))
+	mux.Handle("/mcp", s.guard(s.limitSessions(s.taskAugmented(streamable))))
 	mux.Handle("/sse", s.guard(s.limitStreams(s.sseCaps, false, sse)))
 	// The web monitor: its API checks tokens or bound sessions itself.
 	mux.Handle("/api/", s.perimeter(s.apiHandler()))

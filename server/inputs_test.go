@@ -44,6 +44,7 @@ func TestInputLimits(t *testing.T) {
 		{"profile", "manage_agent", map[string]any{"action": "init_new_agent", "agent_config": map[string]any{"name": "n", "role": "r", "profile": long}}, []string{"agent_config.profile: 101 bytes"}},
 		{"agent name", "manage_agent", map[string]any{"action": "init_new_agent", "agent_config": map[string]any{"name": "n\r", "role": "r"}}, []string{"agent_config.name", "control character"}},
 		{"participants", "manage_agent", map[string]any{"action": "add_task_participant", "task_id": base, "agents": many}, []string{"agents: 4 items"}},
+		{"show task_id", "show_task", map[string]any{"task_id": longName}, []string{"task_id: 41 bytes", "limits.name_bytes"}},
 		{"uri", "read_resource", map[string]any{"uri": "mas://tasks/" + longName}, []string{"uri: ", "limits.name_bytes"}},
 	}
 	covered := map[string]bool{"get_inbox": true} // no text inputs

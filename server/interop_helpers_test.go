@@ -5,11 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -58,7 +57,7 @@ func needInterop(t *testing.T) *interop {
 		t.Fatal(err)
 	}
 	checkPinned(t, in.dir, hint)
-	in.bin = buildBinary(t)
+	in.bin = teststack.Binary(t, teststack.MasPlain)
 	return &in
 }
 
@@ -128,34 +127,6 @@ func readJSONFile(t *testing.T, path string, v any) {
 	}
 }
 
-// buildBinary builds cmd/mas-mcp from the module root (the parent of the
-// test's working directory) into t's temporary directory.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		t.Fatalf("module root not found at %s: %v", root, err)
-	}
-	goCmd, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("the go command is not on PATH: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "mas-mcp")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, goCmd, "build", "-o", bin, "./cmd/mas-mcp")
-	cmd.Dir = root
-	start := time.Now()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/mas-mcp: %v\n%s", err, out)
-	}
-	t.Logf("built mas-mcp in %s", time.Since(start).Round(time.Millisecond))
-	return bin
-}
-
 // llmEnv is what the binary needs to talk to the fake LLM: its URL, the
 // sentinel key (which must never show up in any output) and a model name.
 func llmEnv(baseURL string) []string {
@@ -165,16 +136,7 @@ func llmEnv(baseURL string) []string {
 // cleanEnv is the test's environment without variables that configure
 // mas-mcp or an LLM, so a developer's real key never reaches a test, plus
 // extra.
-func cleanEnv(extra ...string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "OPENAI_") || strings.HasPrefix(kv, "MAS_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return append(env, extra...)
-}
+func cleanEnv(extra ...string) []string { return teststack.CleanEnv(extra...) }
 
 // fakeTeam starts a fake LLM driven by a fresh scripted team whose alice
 // asks the operator (the brain keeps state per task: one per subtest).
@@ -224,110 +186,57 @@ func checkNoKey(t *testing.T, outputs map[string]string) {
 	}
 }
 
-// httpBinary is a mas-mcp binary serving HTTP, stopped at t's cleanup.
+// httpBinary is a mas-mcp binary serving HTTP, started by
+// teststack.StartProcess: interrupted at t's cleanup (as Ctrl-C would),
+// it must exit cleanly in time, and the API key must be in none of its
+// output.
 type httpBinary struct {
-	cmd    *exec.Cmd
-	stderr *teststack.SyncBuffer
-	base   string // http://127.0.0.1:PORT
-	exited chan struct{}
-	err    error // Wait's result, set before exited is closed
+	*teststack.Process
+	base string // http://127.0.0.1:PORT
 }
 
-// startHTTP starts the binary on a free loopback port and waits until it
-// answers HTTP. A port taken between choosing and binding (the process
-// exits early) is retried with another.
+// readyMCP finds the MCP address in the ready line (text log format).
+var readyMCP = regexp.MustCompile(`mas-mcp ready .*mcp="?http://([^/"\s]+)/mcp`)
+
+// startHTTP starts the binary on a loopback port it picks itself and
+// waits until its ready line says where it serves.
 func (in *interop) startHTTP(t *testing.T, env []string) *httpBinary {
 	t.Helper()
-	var last string
-	for range 3 {
-		addr := freeLoopbackAddr(t)
-		p := &httpBinary{stderr: &teststack.SyncBuffer{}, base: "http://" + addr, exited: make(chan struct{})}
-		p.cmd = exec.Command(in.bin, "--http", addr, "--log-level", "debug")
-		p.cmd.Env = env
-		p.cmd.Stderr = p.stderr
-		if err := p.cmd.Start(); err != nil {
-			t.Fatalf("start mas-mcp: %v", err)
-		}
-		go func() {
-			p.err = p.cmd.Wait()
-			close(p.exited)
-		}()
-		if p.waitReady(15 * time.Second) {
-			t.Cleanup(func() { p.stop(t) })
-			return p
-		}
-		p.kill()
-		last = p.stderr.String()
-	}
-	t.Fatalf("mas-mcp --http never answered; its stderr:\n%s", last)
-	return nil
+	return startBinaryHTTP(t, in.bin, "127.0.0.1:0", env)
 }
 
-func freeLoopbackAddr(t *testing.T) string {
+// startBinaryHTTP starts bin serving HTTP on addr and waits for its ready
+// line.
+func startBinaryHTTP(t *testing.T, bin, addr string, env []string) *httpBinary {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// waitReady polls until the server answers any HTTP status at /mcp, or the
-// process exits, or d passes.
-func (p *httpBinary) waitReady(d time.Duration) bool {
-	client := &http.Client{Timeout: time.Second}
-	defer client.CloseIdleConnections()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		select {
-		case <-p.exited:
-			return false
-		default:
+	p := &httpBinary{}
+	// Registered first, so it runs once the process is gone.
+	t.Cleanup(func() {
+		if p.Process != nil {
+			checkNoKey(t, map[string]string{"mas-mcp's stderr": p.Stderr.String()})
 		}
-		if resp, err := client.Get(p.base + "/mcp"); err == nil {
-			resp.Body.Close()
-			return true
-		}
-		time.Sleep(50 * time.Millisecond)
+	})
+	p.Process = teststack.StartProcess(t, bin, teststack.ProcessOptions{Args: []string{"--http", addr, "--log-level", "debug"}, Env: env,
+		StopSignal: syscall.SIGINT})
+	if !p.WaitStderr(15*time.Second, readyMCP.MatchString) {
+		p.Kill()
+		t.Fatalf("mas-mcp --http %s never became ready; its stderr:\n%s", addr, lastLines(p.Stderr.String(), 50))
 	}
-	return false
+	p.base = "http://" + readyMCP.FindStringSubmatch(p.Stderr.String())[1]
+	return p
 }
 
-func (p *httpBinary) kill() {
-	_ = p.cmd.Process.Kill()
-	<-p.exited
-}
-
-// stop interrupts the server as Ctrl-C would and expects a clean exit in
-// time; it is killed otherwise. Its stderr goes to the log if t failed.
+// stop interrupts the server as Ctrl-C would and expects a clean exit
+// (status 0) in time.
 func (p *httpBinary) stop(t *testing.T) {
-	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
-		p.kill() // no interrupt on this platform, or it is gone
-	}
-	select {
-	case <-p.exited:
-		if p.err != nil {
-			t.Errorf("mas-mcp did not exit cleanly on interrupt: %v", p.err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Errorf("mas-mcp still running 15s after interrupt: killed")
-		p.kill()
-	}
-	checkNoKey(t, map[string]string{"mas-mcp's stderr": p.stderr.String()})
-	if t.Failed() {
-		t.Logf("mas-mcp stderr:\n%s", lastLines(p.stderr.String(), 200))
+	t.Helper()
+	if code, _ := p.Stop(syscall.SIGINT, 15*time.Second); code != 0 {
+		t.Errorf("mas-mcp did not exit cleanly on interrupt: status %d (%v)", code, p.Err)
 	}
 }
 
 // lastLines is the last n lines of s.
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) <= n {
-		return s
-	}
-	return fmt.Sprintf("[… %d lines]\n%s", len(lines)-n, strings.Join(lines[len(lines)-n:], "\n"))
-}
+func lastLines(s string, n int) string { return teststack.LastLines(s, n) }
 
 // waitGone waits until the process pid (a server a Node client spawned)
 // has exited, killing it if it outlives d. It reports whether it exited

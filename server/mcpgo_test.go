@@ -259,7 +259,7 @@ func rigText(res *mcp.CallToolResult) string {
 
 // mcpgoWantTools are the server's tools, sorted (go-sdk lists tools by
 // name, whatever order they were added in).
-var mcpgoWantTools = []string{"add_task", "answer_approval", "ask_info", "get_inbox", "manage_agent", "manage_task", "read_resource", "send_message", "wait_for_updates"}
+var mcpgoWantTools = []string{"add_task", "answer_approval", "ask_info", "get_inbox", "manage_agent", "manage_task", "read_resource", "send_message", "show_task", "wait_for_updates"}
 
 // TestMCPGoClientInterop connects mark3labs/mcp-go's streamable HTTP client
 // to the real server: initialize, list the tools, ask_info and add_task.

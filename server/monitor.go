@@ -23,6 +23,8 @@ import (
 //	POST /api/send_message                       spec §7.4.1's body
 //	GET  /api/inbox                              the operator's inbox
 //	GET  /api/whoami                             the operator the page acts as
+//	POST /api/control                            pause/resume a task or agent, interrupt, cancel_step
+//	POST /api/answer_approval                    approve or deny an approval question
 //
 // POST bodies must be sent as Content-Type application/json (415 otherwise)
 // and be one JSON object of known fields with nothing after it (400); a
@@ -46,6 +48,8 @@ func (s *Server) apiHandler() http.Handler {
 	mux.HandleFunc("POST /api/send_message", s.apiSendMessage)
 	mux.HandleFunc("GET /api/inbox", s.apiInbox)
 	mux.HandleFunc("GET /api/whoami", s.apiWhoami)
+	mux.HandleFunc("POST /api/control", s.apiControl)
+	mux.HandleFunc("POST /api/answer_approval", s.apiAnswerApproval)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		// The mux's own 405 never happens: this catch-all matches first.
 		if methods, ok := apiMethods[r.URL.Path]; ok {
@@ -67,7 +71,7 @@ func (s *Server) apiHandler() http.Handler {
 // apiMethods is what each endpoint takes (for 405 answers).
 var apiMethods = map[string]string{
 	"/api/states": "GET, HEAD", "/api/events": "GET, HEAD", "/api/inbox": "GET, HEAD", "/api/whoami": "GET, HEAD",
-	"/api/bind_human_agent": "POST", "/api/send_message": "POST",
+	"/api/bind_human_agent": "POST", "/api/send_message": "POST", "/api/control": "POST", "/api/answer_approval": "POST",
 }
 
 // apiOperator is the operator an API request acts as: its bearer token's,

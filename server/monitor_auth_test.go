@@ -214,7 +214,7 @@ func TestMonitorPage(t *testing.T) {
 	if !strings.Contains(page, `<script type="module" src="app.js">`) || strings.Contains(page, "http://") || strings.Contains(page, "https://") {
 		t.Errorf("index.html must load app.js as a module and nothing from elsewhere")
 	}
-	for _, js := range []string{"app.js", "board.js", "chat.js", "inbox.js", "store.js", "dom.js"} {
+	for _, js := range []string{"app.js", "board.js", "chat.js", "inbox.js", "store.js", "dom.js", "controls.js"} {
 		src, err := os.ReadFile(filepath.Join("web", js))
 		if err != nil {
 			t.Fatal(err)

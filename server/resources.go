@@ -1,11 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -59,11 +61,49 @@ func (s *Server) readResource(ctx context.Context, req *mcp.ReadResourceRequest)
 		}
 		return nil, err
 	}
-	b, err := json.MarshalIndent(doc, "", "  ")
+	text, err := indentedJSON(doc)
 	if err != nil {
 		return nil, fmt.Errorf("resource %s: %w", uri, err)
 	}
-	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: mimeJSON, Text: string(b)}}}, nil
+	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: mimeJSON, Text: text}}}, nil
+}
+
+// indentedJSON renders v as json.MarshalIndent(v, "", "  ") does, through
+// a pooled encoder and buffers: a document is rendered on every read, and
+// the string returned is its only allocation the size of the document.
+func indentedJSON(v any) (string, error) {
+	e := jsonEncoders.Get().(*jsonEncoder)
+	defer e.release()
+	if err := e.enc.Encode(v); err != nil {
+		return "", err
+	}
+	return string(bytes.TrimSuffix(e.buf.Bytes(), []byte("\n"))), nil
+}
+
+// jsonEncoder is an indenting encoder and the buffer it writes to (it
+// keeps its own indentation buffer too).
+type jsonEncoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+// maxPooledJSON bounds the buffers kept for reuse: rendering one huge
+// document does not pin its buffers.
+const maxPooledJSON = 1 << 20
+
+var jsonEncoders = sync.Pool{New: func() any {
+	e := &jsonEncoder{}
+	e.enc = json.NewEncoder(&e.buf)
+	e.enc.SetIndent("", "  ")
+	return e
+}}
+
+func (e *jsonEncoder) release() {
+	if e.buf.Cap() > maxPooledJSON {
+		return
+	}
+	e.buf.Reset()
+	jsonEncoders.Put(e)
 }
 
 // resourceError is a bad resource URI.
@@ -206,12 +246,14 @@ type TaskDocument struct {
 	SharedConversationPool []engine.Message `json:"shared_conversation_pool,omitempty"`
 	ConversationLength     int              `json:"conversation_length"`
 	ConversationURI        string           `json:"conversation_uri"`
+	// BudgetLeft is what remains of the task's token and cost limits.
+	BudgetLeft *engine.BudgetLeft `json:"budget_left,omitempty"`
 }
 
 func taskDocument(t engine.TaskState) TaskDocument {
 	n := len(t.SharedConversationPool)
 	t.SharedConversationPool = nil
-	return TaskDocument{TaskState: t, ConversationLength: n, ConversationURI: conversationURI(t.TaskID)}
+	return TaskDocument{TaskState: t, ConversationLength: n, ConversationURI: conversationURI(t.TaskID), BudgetLeft: t.BudgetLeft()}
 }
 
 // ConversationDocument is mas://tasks/{id}/conversation.

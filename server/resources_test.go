@@ -226,7 +226,7 @@ func TestResourceList(t *testing.T) {
 		}
 		got[r.URI] = r
 	}
-	want := []string{"mas://tasks", "mas://agents", "mas://catalog"}
+	want := []string{"mas://tasks", "mas://agents", "mas://catalog", appURI}
 	for _, id := range []string{e.stack.Sys.BaseTaskID(), f.TaskID} {
 		want = append(want, "mas://tasks/"+id, "mas://tasks/"+id+"/conversation")
 	}
@@ -236,6 +236,8 @@ func TestResourceList(t *testing.T) {
 	if diff := cmp.Diff(sorted(want...), sorted(keys(got)...)); diff != "" {
 		t.Errorf("resources/list (-want +got):\n%s", diff)
 	}
+	// The MCP App's page is HTML, not a document (TestAppResource).
+	delete(got, appURI)
 	for uri, r := range got {
 		if r.MIMEType != "application/json" || r.Name == "" || r.Title == "" || r.Description == "" {
 			t.Errorf("%s: mimeType %q, name %q, title %q, description %q", uri, r.MIMEType, r.Name, r.Title, r.Description)

@@ -120,9 +120,9 @@ func TestToolSchemasGolden(t *testing.T) {
 
 // Tools whose hints the design fixes (ARCHITECTURE.md "MCP surface").
 var (
-	readOnlyTools    = []string{"ask_info", "get_inbox", "wait_for_updates", "read_resource"}
+	readOnlyTools    = []string{"ask_info", "get_inbox", "wait_for_updates", "read_resource", "show_task"}
 	destructiveTools = []string{"manage_task"}
-	allTools         = []string{"add_task", "send_message", "ask_info", "get_inbox", "answer_approval", "wait_for_updates", "manage_task", "manage_agent", "read_resource"}
+	allTools         = []string{"add_task", "send_message", "ask_info", "get_inbox", "answer_approval", "wait_for_updates", "manage_task", "manage_agent", "read_resource", "show_task"}
 )
 
 var snakeCase = regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)

@@ -25,3 +25,19 @@ func TestSDKLogsQuietOnDisconnect(t *testing.T) {
 		t.Errorf("dropped another warning:\n%s", got)
 	}
 }
+
+// TestSDKLogsUndeliveredAtDebug: with debug logging on, the SDK's message
+// about an undelivered notification is logged, at debug level.
+func TestSDKLogsUndeliveredAtDebug(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(minLevel{slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}), slog.LevelWarn})
+	log.Warn("calling notifications/progress: rejected by transport: write to closed stream")
+	log.Info("an info record")
+	got := buf.String()
+	if !strings.Contains(got, "level=DEBUG") || !strings.Contains(got, "rejected by transport") {
+		t.Errorf("want the SDK's message at debug level, got:\n%s", got)
+	}
+	if strings.Contains(got, "an info record") {
+		t.Errorf("logged an SDK info record:\n%s", got)
+	}
+}

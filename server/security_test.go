@@ -631,12 +631,8 @@ func testShutdown(t *testing.T, pending []string) {
 		"streamable": dial(&mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp", HTTPClient: hc, MaxRetries: -1}),
 		"sse":        dial(&mcp.SSEClientTransport{Endpoint: "http://" + addr + "/sse", HTTPClient: hc}),
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(wire.bodies.String(), "--- GET /mcp: 200") {
-		if time.Now().After(deadline) {
-			t.Fatal("the streamable client opened no standalone stream")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !wire.bodies.WaitFor(5*time.Second, nil, func(s string) bool { return strings.Contains(s, "--- GET /mcp: 200") }) {
+		t.Fatal("the streamable client opened no standalone stream")
 	}
 
 	// A long wait on each, pending once its first progress arrives.

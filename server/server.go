@@ -141,7 +141,11 @@ func New(cfg Config) (*Server, error) {
 	s.mcp.AddReceivingMiddleware(telemetry.ServerMiddleware, s.filterLists)
 	s.addTools()
 	s.addResources()
+	s.addApp()
 	s.addPrompts()
+	if err := s.addTasks(); err != nil {
+		return nil, fmt.Errorf("server: tasks: %w", err)
+	}
 	s.updates = newUpdates(s)
 	s.goTracked(s.updates.run)
 	return s, nil
@@ -196,14 +200,20 @@ func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
 	return l >= h.min && h.Handler.Enabled(ctx, l)
 }
 
-// Handle passes r on, unless it is the SDK's warning that a notification
-// could not be delivered to a client that has disconnected ("calling
-// notifications/…: rejected by transport: …"): a short-lived client (one
-// add_task, then gone) is normal, not a problem to warn about. It counts as
-// debug (so it is dropped below min).
+// Handle passes r on. The SDK's warning that a notification could not be
+// delivered to a client that has gone ("calling notifications/…: rejected
+// by transport: …") counts as debug: it is logged only at --log-level
+// debug. (Its usual cause, notifications to the lingering session of a
+// short-lived client, is gone with the event store, resume.go; a progress
+// notification that comes after its request's stream closed still causes
+// it.)
 func (h minLevel) Handle(ctx context.Context, r slog.Record) error {
 	if strings.HasPrefix(r.Message, "calling notifications/") && strings.Contains(r.Message, "rejected by transport") {
 		r.Level = slog.LevelDebug
+		if !h.Handler.Enabled(ctx, r.Level) {
+			return nil
+		}
+		return h.Handler.Handle(ctx, r)
 	}
 	if r.Level < h.min {
 		return nil

@@ -200,6 +200,11 @@ func TestToolBadInput(t *testing.T) {
 		badCall{name: "participant without agents", args: ma("add_task_participant", "task_id", f.TaskID), want: []string{"agents: is empty"}},
 		badCall{name: "participant unknown agent", args: ma("add_task_participant", "task_id", f.TaskID, "agents", []string{f.Bob, noSuchID}), want: []string{`agents: "` + noSuchID + `": no such agent`}},
 	)
+	add("show_task",
+		badCall{name: "task_id a number", args: q("task_id", 7), want: []string{"/properties/task_id", `want "string"`}, sdk: true},
+		badCall{name: "unknown task", args: q("task_id", noSuchID), want: []string{`task_id "` + noSuchID + `": no such task`}},
+		badCall{name: "unknown property", args: q("stage_id", f.Stages[0]), want: []string{"unexpected additional properties", "stage_id"}, sdk: true},
+	)
 	add("read_resource",
 		badCall{name: "missing uri", args: q(), want: []string{"missing properties", "uri"}, sdk: true},
 		badCall{name: "uri a number", args: q("uri", 1), want: []string{"/properties/uri", `want "string"`}, sdk: true},

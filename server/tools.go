@@ -28,9 +28,12 @@ type tool struct {
 // tools lists every tool of the server (clients see them sorted by name).
 func (s *Server) tools() []tool {
 	return []tool{
-		defTool("add_task", "Hand over a task",
+		withApp(defTool("add_task", "Hand over a task",
 			"Hand the multi-agent system a task. Its manager agent staffs it with agents and splits it into stages; this returns at once with the task's ID and resource URI (it never waits for the agents' work). Watch progress with wait_for_updates, read_resource or a subscription to the task's resource; agents' questions arrive in get_inbox.",
-			writes(false), s.addTask),
+			writes(false), s.addTask)),
+		withApp(defTool("show_task", "Show a task",
+			"Show one task as it is now: its stages, each agent's part and newest steps, and the agents' questions awaiting your reply (task_id; default: your newest task). Hosts that render MCP Apps show it as a live view in which you can answer the agents; others get the same facts as text and structured data.",
+			readOnly(), s.showTask)),
 		defTool("send_message", "Message agents",
 			"Send a message as the operator to agents of a task. To answer an agent's question, send to that agent: a pending question from it (see get_inbox) is answered automatically, and an agent blocked waiting for your reply resumes. need_reply asks the receivers to answer; waiting marks it urgent (they answer before anything else).",
 			writes(false), s.sendMessage),
@@ -47,7 +50,7 @@ func (s *Server) tools() []tool {
 			"Long-poll for changes of the MAS, for hosts that cannot subscribe to resources: returns the events after cursor (0 for the latest), waiting up to timeout_seconds for the first one. Pass the returned cursor to the next call. Sends progress notifications while it waits.",
 			readOnly(), s.waitForUpdates),
 		defTool("manage_task", "Manage a task",
-			"Steer a task yourself instead of through its manager agent. Pick action: add_stage appends stages (stages: each a stage_intention and an agent_allocation {agent_id: goal}); finish_stage ends the running stage (stage_id); retry_stage replaces a stage that went wrong with a corrected one (old_stage_id, new_stage_intention, new_agent_allocation); finish_task ends the task with its result (summary, required); cancel_task stops it (summary optional); pause_task holds it (no new step starts, steps already running finish, its supervision and wait timeouts wait too, and it stays paused across restarts) until resume_task; share lets another operator (operator: that operator's agent_id) manage it, message inside it and see it — only a task's owner, operators it is shared with and admins may act on it. Every action needs task_id. Find IDs with ask_info (tasks, task_info) or the task's resource.",
+			"Steer a task yourself instead of through its manager agent. Pick action: add_stage appends stages (stages: each a stage_intention and an agent_allocation {agent_id: goal}); finish_stage ends the running stage (stage_id); retry_stage replaces a stage that went wrong with a corrected one (old_stage_id, new_stage_intention, new_agent_allocation); finish_task ends the task with its result (summary, required); cancel_task stops it (summary optional); pause_task holds it (no new step starts, steps already running finish, its supervision and wait timeouts wait too, and it stays paused across restarts) until resume_task; set_budget sets its token and cost limits (budget: tokens, agent_tokens per agent, cost; 0: no limit) and resumes it when it was paused for its budget; share lets another operator (operator: that operator's agent_id) manage it, message inside it and see it — only a task's owner, operators it is shared with and admins may act on it. Every action needs task_id. Find IDs with ask_info (tasks, task_info) or the task's resource.",
 			destructive(), s.manageTask),
 		defTool("manage_agent", "Manage agents",
 			"Create agents and add them to a task. Pick action: init_new_agent creates an agent (agent_config: either template, the name of a template from ask_info available_agents_config, or name, role, profile, skills and tools) and returns its agent_id; add_task_participant adds agents (agents: one agent_id or a list) to a task's group (task_id), so stages can allocate work to them; pause_agent holds agents (agents) — they start no new step — until resume_agent; interrupt stops the step an agent (agent_id) is running now (an LLM call or a tool call is cancelled) and makes your instruction (instruction, required; reason optional) its next step, so it re-plans; cancel_step cancels one running tool call (agent_id, step_id) and the agent carries on as after a failed step.",
@@ -65,13 +68,14 @@ func (s *Server) addTools() {
 }
 
 // defTool builds a tool whose handler takes In and returns Out, once In is
-// within the input limits (inputs.go).
+// within the input limits (inputs.go); addTool (toolcall.go) registers it
+// with its schemas marshalled and resolved once.
 func defTool[In, Out any](name, title, desc string, ann *mcp.ToolAnnotations, h mcp.ToolHandlerFor[In, Out]) tool {
 	ann.Title = title
 	return tool{
 		def: &mcp.Tool{Name: name, Title: title, Description: desc, Annotations: ann,
 			InputSchema: schemaOf[In](), OutputSchema: schemaOf[Out]()},
-		add: func(srv *mcp.Server, def *mcp.Tool, l *Limits) { mcp.AddTool(srv, def, checked(l, h)) },
+		add: func(srv *mcp.Server, def *mcp.Tool, l *Limits) { addTool(srv, def, checked(l, h)) },
 	}
 }
 
@@ -106,9 +110,10 @@ func jsonText(v any) string {
 
 // AddTaskIn is add_task's input.
 type AddTaskIn struct {
-	TaskName      string `json:"task_name" jsonschema:"a short name for the task"`
-	TaskIntention string `json:"task_intention" jsonschema:"what the task must achieve, in detail; the manager plans the stages from it"`
-	TaskManager   string `json:"task_manager,omitempty" jsonschema:"agent_id of the manager agent to give it to; default: the MAS's manager"`
+	TaskName      string               `json:"task_name" jsonschema:"a short name for the task"`
+	TaskIntention string               `json:"task_intention" jsonschema:"what the task must achieve, in detail; the manager plans the stages from it"`
+	TaskManager   string               `json:"task_manager,omitempty" jsonschema:"agent_id of the manager agent to give it to; default: the MAS's manager"`
+	Budget        *engine.BudgetLimits `json:"budget,omitempty" jsonschema:"the task's limits, overriding the server's defaults; the task pauses when one is reached and you are asked to raise it or end the task"`
 }
 
 // AddTaskOut is add_task's output.
@@ -124,7 +129,7 @@ func (s *Server) addTask(ctx context.Context, req *mcp.CallToolRequest, in AddTa
 	if err != nil {
 		return nil, AddTaskOut{}, err
 	}
-	id, err := s.sys.AddTask(op, engine.AddTaskRequest{TaskName: in.TaskName, TaskIntention: in.TaskIntention, Manager: in.TaskManager, TraceParent: telemetry.TraceParent(ctx)})
+	id, err := s.sys.AddTask(op, engine.AddTaskRequest{TaskName: in.TaskName, TaskIntention: in.TaskIntention, Manager: in.TaskManager, Budget: in.Budget, TraceParent: telemetry.TraceParent(ctx)})
 	done(err == nil)
 	if err != nil {
 		return nil, AddTaskOut{}, err
@@ -233,7 +238,7 @@ func queryTypes() []string { return append(slices.Clone(engine.QueryTypes), quer
 
 func (s *Server) askInfo(ctx context.Context, req *mcp.CallToolRequest, in AskInfoIn) (*mcp.CallToolResult, AskInfoOut, error) {
 	in.Type = strings.TrimSpace(in.Type)
-	if !slices.Contains(queryTypes(), in.Type) {
+	if in.Type != queryTasks && !slices.Contains(engine.QueryTypes, in.Type) {
 		if in.Type == "" {
 			return nil, AskInfoOut{}, fmt.Errorf("type: is empty; one of %s", strings.Join(queryTypes(), ", "))
 		}
@@ -256,7 +261,7 @@ func (s *Server) askInfo(ctx context.Context, req *mcp.CallToolRequest, in AskIn
 		return nil, AskInfoOut{}, err
 	}
 	out := AskInfoOut{Type: res.Type, Markdown: res.Markdown, Data: res.Data}
-	return textResult("%s", res.Markdown), out, nil
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: res.Markdown}}}, out, nil
 }
 
 // --- get_inbox
@@ -364,15 +369,16 @@ func (s *Server) answerApproval(ctx context.Context, req *mcp.CallToolRequest, i
 
 // ManageTaskIn is manage_task's input.
 type ManageTaskIn struct {
-	Action             string             `json:"action" jsonschema:"what to do (see the tool's description)"`
-	TaskID             string             `json:"task_id" jsonschema:"the task to act on"`
-	Stages             []engine.StageSpec `json:"stages,omitempty" jsonschema:"for add_stage: the stages to append, in the order they run"`
-	StageID            string             `json:"stage_id,omitempty" jsonschema:"for finish_stage: the running stage"`
-	OldStageID         string             `json:"old_stage_id,omitempty" jsonschema:"for retry_stage: the stage to replace"`
-	NewStageIntention  string             `json:"new_stage_intention,omitempty" jsonschema:"for retry_stage: what the new stage must achieve"`
-	NewAgentAllocation map[string]string  `json:"new_agent_allocation,omitempty" jsonschema:"for retry_stage: the new stage's goal of each agent, {agent_id: goal}"`
-	Summary            string             `json:"summary,omitempty" jsonschema:"for finish_task (required) and cancel_task: the task's result or why it stops"`
-	Operator           string             `json:"operator,omitempty" jsonschema:"for share: the agent_id of the operator to share the task with"`
+	Action             string               `json:"action" jsonschema:"what to do (see the tool's description)"`
+	TaskID             string               `json:"task_id" jsonschema:"the task to act on"`
+	Stages             []engine.StageSpec   `json:"stages,omitempty" jsonschema:"for add_stage: the stages to append, in the order they run"`
+	StageID            string               `json:"stage_id,omitempty" jsonschema:"for finish_stage: the running stage"`
+	OldStageID         string               `json:"old_stage_id,omitempty" jsonschema:"for retry_stage: the stage to replace"`
+	NewStageIntention  string               `json:"new_stage_intention,omitempty" jsonschema:"for retry_stage: what the new stage must achieve"`
+	NewAgentAllocation map[string]string    `json:"new_agent_allocation,omitempty" jsonschema:"for retry_stage: the new stage's goal of each agent, {agent_id: goal}"`
+	Summary            string               `json:"summary,omitempty" jsonschema:"for finish_task (required) and cancel_task: the task's result or why it stops"`
+	Operator           string               `json:"operator,omitempty" jsonschema:"for share: the agent_id of the operator to share the task with"`
+	Budget             *engine.BudgetLimits `json:"budget,omitempty" jsonschema:"for set_budget: the limits to set (a field left out keeps its value; 0: no limit)"`
 }
 
 // InstructionOut is what a management action did.
@@ -386,7 +392,7 @@ type InstructionOut struct {
 const actionShare = "share"
 
 var manageTaskActions = []string{engine.ActionAddStage, engine.ActionFinishStage, engine.ActionRetryStage, engine.ActionFinishTask, engine.ActionCancelTask,
-	engine.ActionPauseTask, engine.ActionResumeTask, actionShare}
+	engine.ActionPauseTask, engine.ActionResumeTask, engine.ActionSetBudget, actionShare}
 
 func (s *Server) manageTask(ctx context.Context, req *mcp.CallToolRequest, in ManageTaskIn) (*mcp.CallToolResult, InstructionOut, error) {
 	if !slices.Contains(manageTaskActions, in.Action) {
@@ -402,7 +408,7 @@ func (s *Server) manageTask(ctx context.Context, req *mcp.CallToolRequest, in Ma
 	res, err := s.sys.TaskInstruction(s.operator(ctx, req.Extra), engine.TaskInstruction{
 		Action: in.Action, TaskID: in.TaskID, Stages: in.Stages, StageID: in.StageID,
 		OldStageID: in.OldStageID, NewStageIntention: in.NewStageIntention, NewAgentAllocation: in.NewAgentAllocation,
-		Summary: in.Summary,
+		Summary: in.Summary, Budget: in.Budget,
 	})
 	if err != nil {
 		return nil, InstructionOut{}, err
@@ -482,5 +488,9 @@ func (s *Server) readResourceTool(ctx context.Context, req *mcp.CallToolRequest,
 	if err != nil {
 		return nil, ReadResourceOut{}, err
 	}
-	return textResult("%s", jsonText(doc)), ReadResourceOut{URI: in.URI, Document: doc}, nil
+	text, err := indentedJSON(doc)
+	if err != nil {
+		return nil, ReadResourceOut{}, fmt.Errorf("resource %s: %w", in.URI, err)
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, ReadResourceOut{URI: in.URI, Document: doc}, nil
 }

@@ -12,7 +12,7 @@ import (
 func agentManager() skill {
 	return skill{
 		name:     engine.SkillAgentManager,
-		sections: []section{secRole, secStep, secHistory, secMemory},
+		sections: []section{secRole, secHistory, secStep, secMemory},
 		parse: func(answer string, _ *engine.ExecInput) (*engine.Output, error) {
 			var ai engine.AgentInstruction
 			if err := ExtractJSON(answer, "agent_instruction", &ai); err != nil {

@@ -59,11 +59,13 @@ func TestHistoryFolding(t *testing.T) {
 			if !strings.Contains(user60, "result 59: "+strings.Repeat("x", 1500)) {
 				t.Error("the newest step is not shown whole")
 			}
-			if strings.Contains(user60, "result 50: "+strings.Repeat("x", 200)) {
-				t.Error("step 50 is shown whole, want it folded")
+			// Which steps fold depends on the fold blocks (foldHistory); at
+			// this budget step 52 starts a block of one-line steps.
+			if strings.Contains(user60, "result 52: "+strings.Repeat("x", 200)) {
+				t.Error("step 52 is shown whole, want it folded")
 			}
-			if !strings.Contains(user60, "- step_id step-50 [finished] think: Examine part 50 → ") {
-				t.Error("step 50 has no one-line form")
+			if !strings.Contains(user60, "- step_id step-52 [finished] think: Examine part 52 → ") {
+				t.Error("step 52 has no one-line form")
 			}
 			if strings.Contains(user60, "step-00") {
 				t.Error("the oldest step is listed, want it counted in the digest")
@@ -145,5 +147,35 @@ func TestMemoryFullNotice(t *testing.T) {
 				t.Errorf("%s: MemoryFull %v: notice shown = %v", lang, full, got)
 			}
 		}
+	}
+}
+
+// TestHistoryFoldsInBlocks: folding moves in blocks, so that most
+// consecutive prompts of a long stage share their history's beginning byte
+// for byte (a provider's prompt cache serves it) instead of differing from
+// the digest line on. (Without blocks none of them does.)
+func TestHistoryFoldsInBlocks(t *testing.T) {
+	set := loadSet(t, "en")
+	r := budgetRunner(t, set, 8000)
+	history := func(n int) string {
+		_, user := r.render(longStage(n))
+		return user[strings.Index(user, set.Heading("executed")):strings.Index(user, set.Heading("pending"))]
+	}
+	shared, pairs := 0, 0
+	prev := history(30)
+	for n := 31; n <= 60; n++ {
+		cur := history(n)
+		common := 0
+		for common < len(prev) && common < len(cur) && prev[common] == cur[common] {
+			common++
+		}
+		if common >= len(prev)/2 {
+			shared++
+		}
+		pairs++
+		prev = cur
+	}
+	if shared*3 < pairs {
+		t.Errorf("%d of %d consecutive histories share at least half their beginning, want a third", shared, pairs)
 	}
 }

@@ -8,7 +8,7 @@ import "github.com/mas-mcp/mas-mcp/engine"
 func decision() skill {
 	return skill{
 		name:     engine.SkillDecision,
-		sections: []section{secRole, secStep, secHistory, secMemory},
+		sections: []section{secRole, secHistory, secStep, secMemory},
 		parse: func(answer string, _ *engine.ExecInput) (*engine.Output, error) {
 			steps, err := stepList(answer, "decision_step", true)
 			if err != nil {

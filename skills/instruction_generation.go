@@ -10,11 +10,12 @@ import (
 
 // instructionGeneration writes the concrete MCP call onto the tool step it
 // prepares (spec §3.4, §4.3). Prompt: system → role → (goal → rules) → tool
-// step (with the MCP base prompt and the tool's guide) → memory.
+// step (with the tool's guide) → memory; the MCP base prompt (§5.4) is the
+// MCP section, in the fixed part.
 func instructionGeneration() skill {
 	return skill{
 		name:     engine.SkillInstructionGeneration,
-		sections: []section{secRole, secStep, secToolStep, secMemory},
+		sections: []section{secRole, secStep, secMCP, secToolStep, secMemory},
 		prepare: func(in *engine.ExecInput) error {
 			t, ok := targetToolStep(in)
 			switch {

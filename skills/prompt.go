@@ -45,9 +45,11 @@ const DefaultPromptBudget = 16000
 // agent — role (§5.2), the skill's rules and return format (§5.3), the MCP
 // guide (§5.11), the rules of persistent memory (§5.5) — then what changes:
 // the memory's content (changes only when the agent edits it), then the
-// skill's variable sections in the skill's order (current step, history,
-// tool step, tool history). The fixed part is byte-identical across calls,
-// so an OpenAI-compatible endpoint serves it from its cache.
+// skill's variable sections in the skill's order. The fixed part is
+// byte-identical across calls, so an OpenAI-compatible endpoint serves it
+// from its cache. The stage history comes before the current step, whose
+// IDs change at every call: the history grows at its end and folds in
+// blocks (foldHistory), so most of it is cached too.
 //
 // The variable sections share r.budget characters: memory, the current
 // step and the tool step are shown whole (memory has its own cap in the
@@ -55,31 +57,24 @@ const DefaultPromptBudget = 16000
 // least a quarter of the budget, folding its older steps to fit
 // (foldHistory, writeToolHistory).
 func (r *runner) render(in *engine.ExecInput) (system, user string) {
-	p := r.cfg.Prompts
-	system = p.Heading("system") + "\n" + strings.TrimSpace(p.SystemPrompt()) + "\n"
+	system = r.systemMessage()
 
 	fixed := map[section]string{}
 	var memory string
 	variable := map[section]string{}
 	for _, sec := range r.sk.sections {
 		var b strings.Builder
+		if st := r.staticSection(sec); st != "" {
+			fixed[sec] = st
+		}
 		switch sec {
 		case secRole:
 			r.writeRole(&b, in)
 			fixed[sec] = b.String()
 		case secStep:
-			r.writeRules(&b)
-			fixed[sec] = b.String()
-			b.Reset()
 			r.writeStep(&b, in)
 			variable[sec] = b.String()
-		case secMCP:
-			fmt.Fprintf(&b, "%s\n%s\n", p.Heading("mcp"), strings.TrimSpace(p.MCPBasePrompt()))
-			fixed[sec] = b.String()
 		case secMemory:
-			fmt.Fprintf(&b, "%s\n%s\n%s\n", p.Heading("memory"), p.Heading("memory_rules"), strings.TrimSpace(p.PersistentMemoryPrompt()))
-			fixed[sec] = b.String()
-			b.Reset()
 			r.writeMemory(&b, in)
 			memory = b.String()
 		case secToolStep:
@@ -161,12 +156,40 @@ func (r *runner) writeRole(b *strings.Builder, in *engine.ExecInput) {
 	}
 }
 
-// writeRules writes the skill's rules and return format (spec §5.3), the
-// same in every call of the skill.
-func (r *runner) writeRules(b *strings.Builder) {
+// systemMessage is the system prompt (spec §5.1) under its heading: the
+// same in every call of every skill.
+func (r *runner) systemMessage() string {
 	p := r.cfg.Prompts
-	sp, _ := p.Skill(r.sk.name)
-	fmt.Fprintf(b, "%s\n%s\n\n%s\n", p.Heading("skill_rules"), strings.TrimSpace(sp.UsePrompt.SkillPrompt), strings.TrimSpace(sp.UsePrompt.ReturnFormat))
+	return p.Heading("system") + "\n" + strings.TrimSpace(p.SystemPrompt()) + "\n"
+}
+
+// staticSection is the part of a section that is the same for every agent
+// and every call of the skill: the skill's rules and return format (spec
+// §5.3), the MCP guide (§5.11), the rules of persistent memory (§5.5); ""
+// for the sections without one.
+func (r *runner) staticSection(sec section) string {
+	p := r.cfg.Prompts
+	switch sec {
+	case secStep:
+		sp, _ := p.Skill(r.sk.name)
+		return fmt.Sprintf("%s\n%s\n\n%s\n", p.Heading("skill_rules"), strings.TrimSpace(sp.UsePrompt.SkillPrompt), strings.TrimSpace(sp.UsePrompt.ReturnFormat))
+	case secMCP:
+		return fmt.Sprintf("%s\n%s\n", p.Heading("mcp"), strings.TrimSpace(p.MCPBasePrompt()))
+	case secMemory:
+		return fmt.Sprintf("%s\n%s\n%s\n", p.Heading("memory"), p.Heading("memory_rules"), strings.TrimSpace(p.PersistentMemoryPrompt()))
+	}
+	return ""
+}
+
+// fixedPart is the skill's prompt text that no agent or step changes: the
+// system message and the static sections (issue 14 item 6 measures it).
+func (r *runner) fixedPart() string {
+	var b strings.Builder
+	b.WriteString(r.systemMessage())
+	for _, sec := range r.sk.sections {
+		b.WriteString(r.staticSection(sec))
+	}
+	return b.String()
 }
 
 // writeStep writes the current step (spec §5.3); the skill's rules are
@@ -256,36 +279,66 @@ func (r *runner) writeHistory(b *strings.Builder, in *engine.ExecInput, budget i
 	fmt.Fprintf(b, "\n%s\n%s", p.Heading("pending"), pendingText)
 }
 
+// wholeBlock and foldBlock are the grains of history folding: the
+// boundary between one-line and whole steps moves in blocks of wholeBlock
+// steps, the one between counted and one-line steps in blocks of foldBlock,
+// so that consecutive prompts of a long stage share their history's
+// beginning byte for byte (and a provider serves it from its prompt cache)
+// instead of shifting it by one step at every call. foldBlock is smaller:
+// one-line steps are many to a budget, and rounding drops up to
+// foldBlock-1 of them.
+const (
+	wholeBlock = 8
+	foldBlock  = 4
+)
+
 // foldHistory renders executed steps, oldest first, in about budget
 // characters, deterministically and without any LLM call: going back from
 // the newest, steps are shown whole while they fit (the newest always is),
 // then one line each (foldedStep) while those fit, and the steps older than
-// that are counted in one digest line at the top. When anything is folded,
-// a note says how to read a folded step's full result.
+// that are counted in one digest line at the top. Each boundary is moved
+// forward to a multiple of its block (showing less, so still within budget;
+// the newest step stays whole), the whole steps' first, so that the steps
+// it folds leave room for more one-line steps. When anything is
+// folded, a note says how to read a folded step's full result.
 func (r *runner) foldHistory(done []engine.StepState, budget int) string {
 	p := r.cfg.Prompts
-	lines := make([]string, len(done))
-	used, oldest, whole := 0, len(done), true
-	for i := len(done) - 1; i >= 0; i-- {
-		if whole {
-			var sb strings.Builder
-			writeHistoryStep(&sb, done[i], true)
-			if n := utf8.RuneCountInString(sb.String()); i == len(done)-1 || used+n <= budget {
-				lines[i], used, oldest = sb.String(), used+n, i
-				continue
-			}
-			whole = false
-		}
-		l := foldedStep(done[i])
-		n := utf8.RuneCountInString(l)
-		if used+n > budget {
+	wholeText := func(s engine.StepState) string {
+		var sb strings.Builder
+		writeHistoryStep(&sb, s, true)
+		return sb.String()
+	}
+	n := len(done)
+	used, wholeFrom := 0, n
+	for i := n - 1; i >= 0; i-- {
+		c := utf8.RuneCountInString(wholeText(done[i]))
+		if i < n-1 && used+c > budget {
 			break
 		}
-		lines[i], used, oldest = l, used+n, i
+		used, wholeFrom = used+c, i
 	}
-	if whole {
-		return strings.Join(lines, "")
+	if wholeFrom == 0 {
+		var b strings.Builder
+		for _, s := range done {
+			b.WriteString(wholeText(s))
+		}
+		return b.String()
 	}
+	roundUp := func(i, block int) int { return (i + block - 1) / block * block }
+	for i := wholeFrom; i < min(roundUp(wholeFrom, wholeBlock), n-1); i++ {
+		used -= utf8.RuneCountInString(wholeText(done[i]))
+	}
+	wholeFrom = min(roundUp(wholeFrom, wholeBlock), n-1)
+	oldest := wholeFrom
+	for i := wholeFrom - 1; i >= 0; i-- {
+		c := utf8.RuneCountInString(foldedStep(done[i]))
+		if used+c > budget {
+			break
+		}
+		used, oldest = used+c, i
+	}
+	oldest = min(roundUp(oldest, foldBlock), wholeFrom)
+
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n", p.Heading("history_folded"))
 	if oldest > 0 {
@@ -300,7 +353,13 @@ func (r *runner) foldHistory(done []engine.StepState, budget int) string {
 		}
 		fmt.Fprintf(&b, "%s\n", p.Text("history_digest", map[string]any{"N": oldest, "Finished": finished, "Failed": failed}))
 	}
-	b.WriteString(strings.Join(lines[oldest:], ""))
+	for i := oldest; i < n; i++ {
+		if i < wholeFrom {
+			b.WriteString(foldedStep(done[i]))
+		} else {
+			b.WriteString(wholeText(done[i]))
+		}
+	}
 	return b.String()
 }
 

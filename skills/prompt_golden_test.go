@@ -309,21 +309,23 @@ var sectionKeys = []string{"role", "skill_rules", "current_step", "history", "to
 // spec's sections (§3 "提示词顺序" and "提示词"), with the part that is the
 // same in every call first — role, the skill's rules, the MCP guide, the
 // memory rules (followed by the memory's content) — so that providers cache
-// it (issue 14), then the variable sections in the spec's relative order.
+// it (issue 14), then the variable sections in the spec's relative order,
+// except that the stage history, which grows at its end, comes before the
+// current step, which changes at every call.
 var wantSections = map[string][]string{
 	engine.SkillPlanning:              {"role", "skill_rules", "memory", "current_step"},
-	engine.SkillReflection:            {"role", "skill_rules", "memory", "current_step", "history"},
-	engine.SkillSummary:               {"role", "skill_rules", "memory", "current_step", "history"},
-	engine.SkillInstructionGeneration: {"role", "skill_rules", "memory", "current_step", "tool_step"},
-	engine.SkillThink:                 {"role", "skill_rules", "memory", "current_step", "history"},
+	engine.SkillReflection:            {"role", "skill_rules", "memory", "history", "current_step"},
+	engine.SkillSummary:               {"role", "skill_rules", "memory", "history", "current_step"},
+	engine.SkillInstructionGeneration: {"role", "skill_rules", "mcp", "memory", "current_step", "tool_step"},
+	engine.SkillThink:                 {"role", "skill_rules", "memory", "history", "current_step"},
 	engine.SkillQuickThink:            {"role", "skill_rules", "memory", "current_step"},
-	engine.SkillSendMessage:           {"role", "skill_rules", "memory", "current_step", "history"},
+	engine.SkillSendMessage:           {"role", "skill_rules", "memory", "history", "current_step"},
 	engine.SkillProcessMessage:        {"role", "skill_rules", "memory", "history", "current_step"},
-	engine.SkillTaskManager:           {"role", "skill_rules", "memory", "current_step", "history"},
-	engine.SkillAgentManager:          {"role", "skill_rules", "memory", "current_step", "history"},
+	engine.SkillTaskManager:           {"role", "skill_rules", "memory", "history", "current_step"},
+	engine.SkillAgentManager:          {"role", "skill_rules", "memory", "history", "current_step"},
 	engine.SkillAskInfo:               {"role", "skill_rules", "memory", "current_step"},
 	engine.SkillToolDecision:          {"role", "skill_rules", "mcp", "memory", "current_step", "tool_history"},
-	engine.SkillDecision:              {"role", "skill_rules", "memory", "current_step", "history"},
+	engine.SkillDecision:              {"role", "skill_rules", "memory", "history", "current_step"},
 }
 
 func goldenPath(lang, name string) string {

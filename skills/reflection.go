@@ -8,7 +8,7 @@ import "github.com/mas-mcp/mas-mcp/engine"
 func reflection() skill {
 	return skill{
 		name:     engine.SkillReflection,
-		sections: []section{secRole, secStep, secHistory, secMemory},
+		sections: []section{secRole, secHistory, secStep, secMemory},
 		parse: func(answer string, _ *engine.ExecInput) (*engine.Output, error) {
 			steps, err := stepList(answer, "reflection_step", true)
 			if err != nil {

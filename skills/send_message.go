@@ -13,7 +13,7 @@ import (
 func sendMessage() skill {
 	return skill{
 		name:     engine.SkillSendMessage,
-		sections: []section{secRole, secStep, secHistory, secMemory},
+		sections: []section{secRole, secHistory, secStep, secMemory},
 		parse: func(answer string, _ *engine.ExecInput) (*engine.Output, error) {
 			if lastBlock(answer, "send_message", "get_more_info") == "get_more_info" {
 				var sp engine.StepSpec

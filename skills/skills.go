@@ -35,8 +35,10 @@ type Config struct {
 // becomes an Output.
 type skill struct {
 	name string
-	// sections lists the prompt's sections after the system prompt, in the
-	// spec's order for this skill (§3's "提示词顺序").
+	// sections lists the prompt's sections after the system prompt (§3's
+	// "提示词"). render puts their fixed parts first; the variable parts
+	// follow in this order, which is the spec's except that a stage history
+	// comes before the current step (see render).
 	sections []section
 	// prepare runs before the LLM call; an error fails the step without a
 	// call (e.g. instruction_generation with no tool step to write to).

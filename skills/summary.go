@@ -8,7 +8,7 @@ import "github.com/mas-mcp/mas-mcp/engine"
 func summary() skill {
 	return skill{
 		name:     engine.SkillSummary,
-		sections: []section{secRole, secStep, secHistory, secMemory},
+		sections: []section{secRole, secHistory, secStep, secMemory},
 		parse: func(answer string, _ *engine.ExecInput) (*engine.Output, error) {
 			text, err := ExtractText(answer, "summary")
 			if err != nil {

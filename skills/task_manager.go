@@ -18,7 +18,7 @@ var taskActions = []string{
 func taskManager() skill {
 	return skill{
 		name:     engine.SkillTaskManager,
-		sections: []section{secRole, secStep, secHistory, secMemory},
+		sections: []section{secRole, secHistory, secStep, secMemory},
 		parse: func(answer string, _ *engine.ExecInput) (*engine.Output, error) {
 			var ti engine.TaskInstruction
 			if err := ExtractJSON(answer, "task_instruction", &ti); err != nil {

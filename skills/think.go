@@ -7,7 +7,7 @@ import "github.com/mas-mcp/mas-mcp/engine"
 func think() skill {
 	return skill{
 		name:     engine.SkillThink,
-		sections: []section{secRole, secStep, secHistory, secMemory},
+		sections: []section{secRole, secHistory, secStep, secMemory},
 		parse:    textOutput("_think", "think"),
 	}
 }

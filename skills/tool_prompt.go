@@ -48,11 +48,12 @@ func (r *runner) writeToolStep(b *strings.Builder, in *engine.ExecInput) {
 	if r.cfg.Tools != nil {
 		guide = r.cfg.Tools.ToolGuides()[t.Executor]
 	}
-	// spec §5.4: the tool step's intention and goal, the MCP base rules,
-	// then the tool's own description.
-	fmt.Fprintf(b, "- step_id: %s\n- tool: %s\n- step_intention: %s\n- text_content:\n\n%s\n\n%s\n\n- %s: %s\n",
+	// spec §5.4: the tool step's intention and goal, then the tool's own
+	// description. The MCP base rules §5.4 also names are the skill's MCP
+	// section, in the prompt's fixed part where a provider caches them.
+	fmt.Fprintf(b, "- step_id: %s\n- tool: %s\n- step_intention: %s\n- text_content:\n\n%s\n\n- %s: %s\n",
 		t.StepID, t.Executor, oneLine(t.StepIntention), strings.TrimSpace(t.TextContent),
-		strings.TrimSpace(p.MCPBasePrompt()), t.Executor, oneLine(guide))
+		t.Executor, oneLine(guide))
 }
 
 // toolName is the tool a tool_decision step decides on: the

@@ -1,7 +1,8 @@
 package main
 
 // Helpers of the process-level tests (crash_test.go): the real mas-mcp
-// binary and nats-server built once, a MAS that lives across several
+// binary and nats-server (built once by teststack.Binary, started by
+// teststack.StartProcess), a MAS that lives across several
 // processes on one data directory, an MCP client per process, an external
 // nats-server, a stdio proxy in front of a downstream MCP server, and the
 // check that nothing the binary started outlives the test.
@@ -19,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +31,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
 
 	"github.com/mas-mcp/mas-mcp/engine"
 	"github.com/mas-mcp/mas-mcp/internal/teststack"
@@ -52,74 +55,10 @@ func TestMain(m *testing.M) {
 		// Started by mas-mcp as a downstream MCP server (see runProxy).
 		os.Exit(runProxy())
 	}
-	code := m.Run()
-	if buildDir != "" {
-		_ = os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
-
-// --- the binaries, built once per test binary run
-
-var (
-	buildOnce   sync.Once
-	buildDir    string
-	buildErr    error
-	masRaceBin  string // cmd/mas-mcp with the race detector
-	masPlainBin string // cmd/mas-mcp without
-	natsBin     string // nats-server, from the module go.mod requires
-)
-
-// binaries builds mas-mcp (with and without the race detector) and
-// nats-server, once, and returns their paths.
-func binaries(t *testing.T) (masRace, masPlain, nats string) {
-	t.Helper()
-	buildOnce.Do(func() {
-		root, err := filepath.Abs(filepath.Join("..", ".."))
-		if err != nil {
-			buildErr = err
-			return
-		}
-		if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-			buildErr = fmt.Errorf("module root not found at %s: %w", root, err)
-			return
-		}
-		goCmd, err := exec.LookPath("go")
-		if err != nil {
-			buildErr = fmt.Errorf("the go command is not on PATH: %w", err)
-			return
-		}
-		if buildDir, err = os.MkdirTemp("", "mas-crashtest-bin-"); err != nil {
-			buildErr = err
-			return
-		}
-		build := func(out, pkg string, flags ...string) error {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, goCmd, append(append([]string{"build"}, flags...), "-o", out, pkg)...)
-			cmd.Dir = root
-			if b, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
-			}
-			return nil
-		}
-		masRaceBin = filepath.Join(buildDir, "mas-mcp-race")
-		masPlainBin = filepath.Join(buildDir, "mas-mcp")
-		natsBin = filepath.Join(buildDir, "nats-server")
-		// With the race detector, a data race in the process under test
-		// is reported on its stderr (and fails the test).
-		if buildErr = build(masRaceBin, "./cmd/mas-mcp", "-race"); buildErr != nil {
-			return
-		}
-		if buildErr = build(masPlainBin, "./cmd/mas-mcp"); buildErr != nil {
-			return
-		}
-		buildErr = build(natsBin, "github.com/nats-io/nats-server/v2")
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return masRaceBin, masPlainBin, natsBin
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		teststack.RemoveBinaries()
+		os.Exit(code)
+	}))
 }
 
 // --- one MAS across processes
@@ -147,21 +86,13 @@ type masInstance struct {
 	opts    masOptions
 	dataDir string
 	marker  string
-	addr    string // host:port, kept across restarts when free
+	addr    string // host:port the running process serves HTTP on
 
-	runs    []*masProc // every process, in order
-	started int        // processes that came up
-	cur     *masProc   // the running one, nil between processes
+	runs    []*teststack.Process // every process, in order
+	started int                  // processes that came up
+	cur     *teststack.Process   // the running one, nil between processes
 	cs      *mcp.ClientSession
 	http    *http.Transport
-}
-
-// masProc is one process of the binary.
-type masProc struct {
-	cmd    *exec.Cmd
-	stderr *teststack.SyncBuffer
-	exited chan struct{}
-	err    error // Wait's result, set before exited is closed
 }
 
 // newMAS prepares a MAS on a fresh data directory; start runs it. At the
@@ -169,94 +100,52 @@ type masProc struct {
 // started must be gone, and on failure the processes' logs are shown.
 func newMAS(t *testing.T, o masOptions) *masInstance {
 	t.Helper()
-	race, plain, _ := binaries(t)
-	bin := race
+	bin := teststack.Binary(t, teststack.MasRace)
 	if o.NoRace {
-		bin = plain
+		bin = teststack.Binary(t, teststack.MasPlain)
 	}
 	m := &masInstance{t: t, bin: bin, opts: o, dataDir: t.TempDir(), marker: fmt.Sprintf("%s-%d-%d", strings.ReplaceAll(t.Name(), "/", "_"), os.Getpid(), time.Now().UnixNano())}
 	t.Cleanup(m.cleanup)
 	return m
 }
 
-// start runs a new process on the data directory, waits until it serves
-// HTTP and connects an MCP client to it.
+// readyAddr finds the address in the ready line of a process logging JSON.
+var readyAddr = regexp.MustCompile(`"msg":"mas-mcp ready".*"mcp":"http://([^/"]+)/mcp`)
+
+// start runs a new process on the data directory (on a port it picks
+// itself), waits until its ready line says where it serves HTTP and
+// connects an MCP client to it.
 func (m *masInstance) start() {
 	t := m.t
 	t.Helper()
 	if m.cur != nil {
 		t.Fatal("start: a process is running already")
 	}
-	var last string
-	for attempt := range 3 {
-		if m.addr == "" || attempt > 0 {
-			m.addr = freeAddr(t)
-		}
-		p := &masProc{stderr: &teststack.SyncBuffer{}, exited: make(chan struct{})}
-		args := []string{"--http", m.addr, "--data-dir", m.dataDir, "--log-format", "json", "--log-level", "debug"}
-		if m.opts.NATSURL != "" {
-			args = append(args, "--nats-url", m.opts.NATSURL)
-		}
-		if m.opts.MCPConfig != "" {
-			args = append(args, "--mcp-config", m.opts.MCPConfig)
-		}
-		args = append(args, m.opts.Args...)
-		p.cmd = exec.Command(m.bin, args...)
-		p.cmd.Env = cleanEnv("OPENAI_BASE_URL="+m.opts.LLMURL, "OPENAI_API_KEY="+teststack.SentinelKey, "MAS_MODEL="+runModel(m.started+1),
-			"MAS_DATA_DIR="+m.dataDir, markerEnv+"="+m.marker)
-		p.cmd.Stderr = p.stderr
-		if err := p.cmd.Start(); err != nil {
-			t.Fatalf("start mas-mcp: %v", err)
-		}
-		m.runs = append(m.runs, p)
-		go func() {
-			p.err = p.cmd.Wait()
-			close(p.exited)
-		}()
-		if p.waitReady(m.addr, readyTimeout) {
-			m.cur = p
-			m.started++
-			m.connect()
-			return
-		}
-		p.kill()
-		last = p.stderr.String()
-		if !strings.Contains(last, "address already in use") {
-			break
-		}
+	args := []string{"--http", "127.0.0.1:0", "--data-dir", m.dataDir, "--log-format", "json", "--log-level", "debug"}
+	if m.opts.NATSURL != "" {
+		args = append(args, "--nats-url", m.opts.NATSURL)
 	}
-	t.Fatalf("mas-mcp (run %d) never served HTTP; its stderr:\n%s", len(m.runs), lastLines(last, 80))
+	if m.opts.MCPConfig != "" {
+		args = append(args, "--mcp-config", m.opts.MCPConfig)
+	}
+	args = append(args, m.opts.Args...)
+	p := teststack.StartProcess(t, m.bin, teststack.ProcessOptions{Args: args,
+		Env: cleanEnv("OPENAI_BASE_URL="+m.opts.LLMURL, "OPENAI_API_KEY="+teststack.SentinelKey, "MAS_MODEL="+runModel(m.started+1),
+			"MAS_DATA_DIR="+m.dataDir, markerEnv+"="+m.marker)})
+	m.runs = append(m.runs, p)
+	if !p.WaitStderr(readyTimeout, readyAddr.MatchString) {
+		p.Kill()
+		t.Fatalf("mas-mcp (run %d) never served HTTP; its stderr:\n%s", len(m.runs), lastLines(p.Stderr.String(), 80))
+	}
+	m.addr = readyAddr.FindStringSubmatch(p.Stderr.String())[1]
+	m.cur = p
+	m.started++
+	m.connect()
 }
 
 // runModel is the model name the n-th process (from 1) asks the LLM for:
 // the fake LLM's calls tell which process made them.
 func runModel(n int) string { return "fake-run-" + strconv.Itoa(n) }
-
-// waitReady polls until the process answers HTTP at /mcp, exits, or d
-// passes.
-func (p *masProc) waitReady(addr string, d time.Duration) bool {
-	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{}}
-	defer client.CloseIdleConnections()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		select {
-		case <-p.exited:
-			return false
-		default:
-		}
-		if resp, err := client.Get("http://" + addr + "/mcp"); err == nil {
-			resp.Body.Close()
-			return true
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return false
-}
-
-func (p *masProc) kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.exited
-}
 
 // connect opens an MCP client session (streamable HTTP) to the running
 // process.
@@ -265,7 +154,7 @@ func (m *masInstance) connect() {
 	m.http = &http.Transport{}
 	cs, err := dial(m.addr, m.http)
 	if err != nil {
-		m.t.Fatalf("connect an MCP client to mas-mcp: %v\n%s", err, lastLines(m.cur.stderr.String(), 50))
+		m.t.Fatalf("connect an MCP client to mas-mcp: %v\n%s", err, lastLines(m.cur.Stderr.String(), 50))
 	}
 	m.cs = cs
 }
@@ -298,14 +187,11 @@ func (m *masInstance) kill() {
 	if p == nil {
 		m.t.Fatal("kill: no process is running")
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		m.t.Fatalf("SIGKILL: %v", err)
-	}
-	<-p.exited
+	p.Kill()
 	m.cur = nil
 	m.disconnect()
-	if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		m.t.Fatalf("mas-mcp was not killed by SIGKILL: %v", p.err)
+	if ws, ok := p.Cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		m.t.Fatalf("mas-mcp was not killed by SIGKILL: %v", p.Err)
 	}
 }
 
@@ -318,55 +204,26 @@ func (m *masInstance) terminate(d time.Duration) (code int, took time.Duration) 
 	if p == nil {
 		m.t.Fatal("terminate: no process is running")
 	}
-	start := time.Now()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		m.t.Fatalf("SIGTERM: %v", err)
-	}
-	select {
-	case <-p.exited:
-		took = time.Since(start)
-		code = p.cmd.ProcessState.ExitCode()
-	case <-time.After(d):
-		took = time.Since(start)
-		code = -1
-		p.kill()
-	}
+	code, took = p.Stop(syscall.SIGTERM, d)
 	m.cur = nil
 	m.disconnect()
 	return code, took
 }
 
-// cleanup stops the running process (SIGTERM, as an operator would),
-// checks that nothing the MAS started is left, and shows the logs of
-// every process when the test failed.
+// cleanup runs after the processes' own (teststack.StartProcess stopped
+// the running one with SIGTERM, expecting a clean exit, and logged every
+// process's stderr should the test have failed): it checks that nothing
+// the MAS started is left and that the API key is in no log.
 func (m *masInstance) cleanup() {
 	t := m.t
-	if p := m.cur; p != nil {
-		m.disconnect()
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-			if p.err != nil {
-				t.Errorf("mas-mcp did not exit cleanly on SIGTERM: %v", p.err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Errorf("mas-mcp still running 15s after SIGTERM: killed")
-			p.kill()
-		}
-		m.cur = nil
-	}
+	m.disconnect()
+	m.cur = nil
 	if left := waitNoMarked(m.marker, goneTimeout); len(left) > 0 {
 		t.Errorf("processes started by mas-mcp outlived it (killed now): %s", strings.Join(left, "; "))
 	}
 	for i, p := range m.runs {
-		if strings.Contains(p.stderr.String(), teststack.SentinelKey) {
+		if strings.Contains(p.Stderr.String(), teststack.SentinelKey) {
 			t.Errorf("the API key appears in the stderr of mas-mcp run %d", i+1)
-		}
-		if strings.Contains(p.stderr.String(), "WARNING: DATA RACE") {
-			t.Errorf("mas-mcp run %d reported a data race", i+1)
-		}
-		if t.Failed() {
-			t.Logf("mas-mcp run %d stderr:\n%s", i+1, lastLines(p.stderr.String(), 150))
 		}
 	}
 }
@@ -375,7 +232,7 @@ func (m *masInstance) cleanup() {
 func (m *masInstance) logs() string {
 	var b strings.Builder
 	for _, p := range m.runs {
-		b.WriteString(p.stderr.String())
+		b.WriteString(p.Stderr.String())
 	}
 	return b.String()
 }
@@ -484,38 +341,20 @@ func (m *masInstance) describeAgents() string {
 
 // --- environment and addresses
 
-// cleanEnv is the test's environment without variables that configure
-// mas-mcp or an LLM (a developer's real key must never reach a test), plus
+// cleanEnv is teststack.CleanEnv without a marker of another test, plus
 // extra.
 func cleanEnv(extra ...string) []string {
 	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "OPENAI_") || strings.HasPrefix(kv, "MAS_") || strings.HasPrefix(kv, markerEnv+"=") {
-			continue
+	for _, kv := range teststack.CleanEnv() {
+		if !strings.HasPrefix(kv, markerEnv+"=") {
+			env = append(env, kv)
 		}
-		env = append(env, kv)
 	}
 	return append(env, extra...)
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // lastLines is the last n lines of s.
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) <= n {
-		return s
-	}
-	return fmt.Sprintf("[… %d lines]\n%s", len(lines)-n, strings.Join(lines[len(lines)-n:], "\n"))
-}
+func lastLines(s string, n int) string { return teststack.LastLines(s, n) }
 
 // --- an external nats-server
 
@@ -524,38 +363,15 @@ func lastLines(s string, n int) string {
 // client URL.
 func startNATS(t *testing.T) string {
 	t.Helper()
-	_, _, bin := binaries(t)
-	var last string
-	for range 3 {
-		addr := freeAddr(t)
-		host, port, _ := net.SplitHostPort(addr)
-		out := &teststack.SyncBuffer{}
-		cmd := exec.Command(bin, "-js", "-sd", t.TempDir(), "-a", host, "-p", port)
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start nats-server: %v", err)
-		}
-		exited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(exited) }()
-		stop := func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(10 * time.Second):
-				t.Errorf("nats-server still running 10s after SIGTERM: killed")
-				_ = cmd.Process.Kill()
-				<-exited
-			}
-		}
-		if waitListening(addr, exited, readyTimeout) && waitJetStream(out, exited, readyTimeout) {
-			t.Cleanup(stop)
-			return "nats://" + addr
-		}
-		stop()
-		last = out.String()
+	bin := teststack.Binary(t, teststack.NATSServer)
+	// Port 0 has nats-server pick a free one; its log says which.
+	listening := regexp.MustCompile(`Listening for client connections on (\S+:\d+)`)
+	p := teststack.StartProcess(t, bin, teststack.ProcessOptions{Args: []string{"-js", "-sd", t.TempDir(), "-a", "127.0.0.1", "-p", "-1"}, StopTimeout: 10 * time.Second})
+	if !p.WaitStderr(readyTimeout, func(s string) bool { return listening.MatchString(s) && strings.Contains(s, "Server is ready") }) {
+		p.Kill()
+		t.Fatalf("nats-server never became ready:\n%s", lastLines(p.Stderr.String(), 40))
 	}
-	t.Fatalf("nats-server never became ready:\n%s", lastLines(last, 40))
-	return ""
+	return "nats://" + listening.FindStringSubmatch(p.Stderr.String())[1]
 }
 
 // dropLease deletes the lease by which a mas-mcp process owns the state on
@@ -581,40 +397,6 @@ func dropLease(t *testing.T, natsURL string) {
 		return
 	}
 	_ = kv.Delete(ctx, "owner")
-}
-
-// waitListening waits until something accepts connections on addr.
-func waitListening(addr string, exited <-chan struct{}, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		select {
-		case <-exited:
-			return false
-		default:
-		}
-		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
-			c.Close()
-			return true
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return false
-}
-
-// waitJetStream waits until nats-server logs that it is ready.
-func waitJetStream(out *teststack.SyncBuffer, exited <-chan struct{}, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if strings.Contains(out.String(), "Server is ready") {
-			return true
-		}
-		select {
-		case <-exited:
-			return false
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return false
 }
 
 // --- orphans

@@ -1,14 +1,8 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
-	"log/slog"
-	"net"
 	"os/exec"
 	"strings"
 	"sync/atomic"
@@ -28,19 +22,28 @@ type stdioClient struct {
 	cs      *mcp.ClientSession
 	cmd     *exec.Cmd
 	stderr  *teststack.SyncBuffer
-	updates atomic.Int64 // resources/updated notifications received
-	changed atomic.Int64 // resources/list_changed notifications received
+	updates atomic.Int64  // resources/updated notifications received
+	changed atomic.Int64  // resources/list_changed notifications received
+	wake    chan struct{} // signalled (without blocking) on each of them
+}
+
+// signal wakes waitUntil.
+func (c *stdioClient) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
 }
 
 func startStdio(t *testing.T, bin string, env []string, args ...string) *stdioClient {
 	t.Helper()
-	c := &stdioClient{stderr: &teststack.SyncBuffer{}}
+	c := &stdioClient{stderr: &teststack.SyncBuffer{}, wake: make(chan struct{}, 1)}
 	c.cmd = exec.Command(bin, append([]string{"--stdio", "--log-level", "debug"}, args...)...)
 	c.cmd.Env = env
 	c.cmd.Stderr = c.stderr
 	client := mcp.NewClient(&mcp.Implementation{Name: "relay-test", Version: "1"}, &mcp.ClientOptions{
-		ResourceUpdatedHandler:     func(context.Context, *mcp.ResourceUpdatedNotificationRequest) { c.updates.Add(1) },
-		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { c.changed.Add(1) },
+		ResourceUpdatedHandler:     func(context.Context, *mcp.ResourceUpdatedNotificationRequest) { c.updates.Add(1); c.signal() },
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { c.changed.Add(1); c.signal() },
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -57,8 +60,6 @@ func startStdio(t *testing.T, bin string, env []string, args ...string) *stdioCl
 	})
 	return c
 }
-
-func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // call calls a tool and decodes its structured result into out; a tool
 // error fails the test.
@@ -117,14 +118,31 @@ func (c *stdioClient) taskState(t *testing.T, taskID string) string {
 	return doc.ExecutionState
 }
 
-func waitUntil(t *testing.T, what string, d time.Duration, ok func() bool) {
+// waitUntil re-checks ok whenever a resource the client subscribed to
+// changes (and every second, should a notification be lost while a
+// subscription is being set up); it fails the test after d.
+func (c *stdioClient) waitUntil(t *testing.T, what string, d time.Duration, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	backstop := time.NewTicker(time.Second)
+	defer backstop.Stop()
 	for !ok() {
-		if time.Now().After(deadline) {
+		select {
+		case <-c.wake:
+		case <-backstop.C:
+		case <-deadline.C:
 			t.Fatalf("timed out after %s waiting for %s", d, what)
 		}
-		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitStderr waits until c's stderr holds want (written by a pipe copier:
+// it may land a little after the fact it reports).
+func (c *stdioClient) waitStderr(t *testing.T, want string, d time.Duration) {
+	t.Helper()
+	if !c.stderr.WaitFor(d, nil, func(s string) bool { return strings.Contains(s, want) }) {
+		t.Fatalf("timed out after %s waiting for %q on stderr", d, want)
 	}
 }
 
@@ -140,7 +158,7 @@ func relayEnv(llm *fakellm.Server, dataDir string) []string {
 // acknowledged write, keeps its host's session and subscriptions, and the
 // task finishes.
 func TestSecondProcessJoinsAndTakesOver(t *testing.T) {
-	bin, _, _ := binaries(t) // with the race detector
+	bin := teststack.Binary(t, teststack.MasRace)
 	team := scripted.NewTeam()
 	team.AskOperator = true
 	llm := fakellm.New(t)
@@ -150,10 +168,7 @@ func TestSecondProcessJoinsAndTakesOver(t *testing.T) {
 
 	owner := startStdio(t, bin, env)
 	joined := startStdio(t, bin, env)
-	// Its stderr is copied from a pipe: the line may land a little later.
-	waitUntil(t, "the second process to say it joined the first", 10*time.Second, func() bool {
-		return strings.Contains(joined.stderr.String(), `took_over=false`)
-	})
+	joined.waitStderr(t, "took_over=false", 10*time.Second)
 
 	// A task handed over through the second process is the first's.
 	var added server.AddTaskOut
@@ -168,7 +183,11 @@ func TestSecondProcessJoinsAndTakesOver(t *testing.T) {
 	// Both hosts act as the same default operator: alice's question
 	// reaches the inbox read through either.
 	var inbox server.GetInboxOut
-	waitUntil(t, "alice's question in the inbox", 60*time.Second, func() bool {
+	joined.call(t, "get_inbox", map[string]any{}, &inbox)
+	if err := joined.cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "mas://operators/" + inbox.OperatorID + "/inbox"}); err != nil {
+		t.Fatal(err)
+	}
+	joined.waitUntil(t, "alice's question in the inbox", 60*time.Second, func() bool {
 		joined.call(t, "get_inbox", map[string]any{}, &inbox)
 		return inbox.AwaitingReply > 0
 	})
@@ -209,9 +228,7 @@ func TestSecondProcessJoinsAndTakesOver(t *testing.T) {
 	if took > 20*time.Second {
 		t.Errorf("taking over took %s, want a few seconds", took)
 	}
-	waitUntil(t, "the joined process to say it took over", 10*time.Second, func() bool {
-		return strings.Contains(joined.stderr.String(), "took over the data directory")
-	})
+	joined.waitStderr(t, "took over the data directory", 10*time.Second)
 	found := map[string]bool{}
 	for _, tk := range info.Data {
 		found[tk.TaskID] = true
@@ -231,7 +248,7 @@ func TestSecondProcessJoinsAndTakesOver(t *testing.T) {
 	}
 	q := inbox.Messages[0]
 	joined.call(t, "send_message", map[string]any{"task_id": q.TaskID, "receiver": []string{q.SenderID}, "content": "Use markdown."}, nil)
-	waitUntil(t, "the task to finish after the takeover", 90*time.Second, func() bool {
+	joined.waitUntil(t, "the task to finish after the takeover", 90*time.Second, func() bool {
 		return joined.taskState(t, added.TaskID) == "finished"
 	})
 	if joined.updates.Load() <= updatesBefore {
@@ -240,143 +257,5 @@ func TestSecondProcessJoinsAndTakesOver(t *testing.T) {
 	t.Logf("resources/updated: %d before the kill, %d at the end", updatesBefore, joined.updates.Load())
 	if got := team.OperatorAnswers(); len(got) == 0 || !strings.Contains(got[len(got)-1], "Use markdown.") {
 		t.Errorf("alice read %q from the operator, want the answer sent after the takeover", got)
-	}
-}
-
-// TestRelayFailsCallsInFlight: a call the owner never answered (it died)
-// gets an answer saying so, as a tool error for tools/call and a JSON-RPC
-// error otherwise; the relay's own requests' answers never reach the host.
-func TestRelayFailsCallsInFlight(t *testing.T) {
-	var out bytes.Buffer
-	r := newRelay(discardLogger(), &out)
-	r.note([]byte(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"add_task"}}`))
-	r.note([]byte(`{"jsonrpc":"2.0","id":"r","method":"resources/read","params":{"uri":"mas://tasks"}}`))
-	r.note([]byte(`{"jsonrpc":"2.0","id":8,"method":"ping"}`))
-	// 9 never reached the owner (the write failed): the next owner gets it.
-	unsent := []byte(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"ask_info"}}`)
-	r.note(unsent)
-	r.unsent = append(r.unsent, unsent)
-	// A subscription stream stays open for the next owner.
-	r.note([]byte(`{"jsonrpc":"2.0","id":10,"method":"subscriptions/listen","params":{"notifications":{"resourceSubscriptions":["mas://tasks"]}}}`))
-	// The owner answered 8, and a request of the relay itself.
-	r.fromOwner(bufio.NewReader(strings.NewReader(`{"jsonrpc":"2.0","id":8,"result":{}}` + "\n" +
-		`{"jsonrpc":"2.0","id":"` + relayPrefix + `1","result":{}}` + "\n")))
-	r.failInflight()
-	got := map[string]map[string]any{}
-	sc := bufio.NewScanner(&out)
-	for sc.Scan() {
-		var m map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatalf("relay wrote %q: %v", sc.Text(), err)
-		}
-		got[fmt.Sprint(m["id"])] = m
-	}
-	if len(got) != 3 {
-		t.Fatalf("relay wrote %v, want answers to 7, r and 8 only", got)
-	}
-	if _, ok := r.inflight["9"]; !ok {
-		t.Errorf("the unsent request 9 is no longer awaited: %v", r.inflight)
-	}
-	if _, ok := r.listens["10"]; !ok {
-		t.Errorf("the subscription stream 10 was dropped: %v", r.listens)
-	}
-	if res, _ := got["7"]["result"].(map[string]any); res == nil || res["isError"] != true {
-		t.Errorf("tools/call in flight answered %v, want a tool error", got["7"])
-	}
-	if e, _ := got["r"]["error"].(map[string]any); e == nil || !strings.Contains(fmt.Sprint(e["message"]), "may or may not have taken effect") {
-		t.Errorf("resources/read in flight answered %v, want a JSON-RPC error with the reason", got["r"])
-	}
-	if got["8"]["result"] == nil {
-		t.Errorf("the owner's answer to 8 was not relayed: %v", got["8"])
-	}
-}
-
-// TestRelayNotesSession: what a new owner must be told follows the host's
-// messages: its initialize, log level and current subscriptions.
-func TestRelayNotesSession(t *testing.T) {
-	r := newRelay(discardLogger(), io.Discard)
-	for _, l := range []string{
-		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18"}}`,
-		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
-		`{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}}`,
-		`{"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{"uri":"mas://tasks"}}`,
-		`{"jsonrpc":"2.0","id":4,"method":"resources/subscribe","params":{"uri":"mas://agents"}}`,
-		`{"jsonrpc":"2.0","id":5,"method":"resources/unsubscribe","params":{"uri":"mas://tasks"}}`,
-		`[{"jsonrpc":"2.0","id":6,"method":"ping"}]`,
-		`not json`,
-	} {
-		r.note([]byte(l))
-	}
-	if r.init == nil || r.init.Method != "initialize" || r.inited == nil || r.level == nil {
-		t.Errorf("init %v, initialized %q, level %v: want all noted", r.init, r.inited, r.level)
-	}
-	if len(r.subs) != 1 || r.subs["mas://agents"] == nil {
-		t.Errorf("subscriptions %v, want mas://agents only", r.subs)
-	}
-	if len(r.inflight) != 5 {
-		t.Errorf("in flight %v, want the 5 requests", r.inflight)
-	}
-}
-
-// TestRelayResumeOlderHost: for a host of an older protocol the new owner
-// gets initialize, initialized, the log level and the subscriptions again
-// (each answered, the answers kept from the host), then what the stopped
-// owner never received; the host hears that resources changed.
-func TestRelayResumeOlderHost(t *testing.T) {
-	var host bytes.Buffer
-	r := newRelay(discardLogger(), &host)
-	for _, l := range []string{
-		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18"}}`,
-		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
-		`{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}}`,
-		`{"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{"uri":"mas://tasks"}}`,
-	} {
-		r.note([]byte(l))
-	}
-	r.unsent = [][]byte{[]byte(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"get_inbox"}}`)}
-	relaySide, ownerSide := net.Pipe()
-	defer relaySide.Close()
-	var seen []string
-	ownerDone := make(chan struct{})
-	go func() {
-		defer close(ownerDone)
-		br := bufio.NewReader(ownerSide)
-		for len(seen) < 5 {
-			line, err := br.ReadBytes('\n')
-			if err != nil {
-				return
-			}
-			var f frame
-			if err := json.Unmarshal(line, &f); err != nil {
-				return
-			}
-			seen = append(seen, f.Method+" "+string(f.ID))
-			if f.isRequest() && f.Method != "tools/call" {
-				// A notification first, then the answer.
-				fmt.Fprintf(ownerSide, `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}`+"\n")
-				fmt.Fprintf(ownerSide, `{"jsonrpc":"2.0","id":%s,"result":{}}`+"\n", f.ID)
-			}
-		}
-	}()
-	if err := r.resume(relaySide, bufio.NewReader(relaySide)); err != nil {
-		t.Fatal(err)
-	}
-	<-ownerDone
-	want := []string{`initialize "mas-relay-1"`, "notifications/initialized ", `logging/setLevel "mas-relay-2"`,
-		`resources/subscribe "mas-relay-3"`, "tools/call 4"}
-	if strings.Join(seen, "|") != strings.Join(want, "|") {
-		t.Errorf("the new owner got %q, want %q", seen, want)
-	}
-	out := host.String()
-	if strings.Contains(out, "mas-relay-") {
-		t.Errorf("answers to the relay's requests reached the host:\n%s", out)
-	}
-	for _, w := range []string{`"notifications/message"`, `"notifications/resources/list_changed"`, `"notifications/resources/updated"`, `"uri":"mas://tasks"`} {
-		if !strings.Contains(out, w) {
-			t.Errorf("the host did not get %s:\n%s", w, out)
-		}
-	}
-	if len(r.unsent) != 0 {
-		t.Errorf("unsent %q after the resume, want none", r.unsent)
 	}
 }

@@ -57,7 +57,7 @@ func (w *lineWatch) Write(p []byte) (int, error) {
 // stdio is in the monitor's /api/states at once. The ready line names both,
 // the operator, that a key is set, the model and one operator.
 func TestStdioWithHTTP(t *testing.T) {
-	bin, _, _ := binaries(t)
+	bin := teststack.Binary(t, teststack.MasRace)
 	team := scripted.NewTeam()
 	llm := fakellm.New(t)
 	llm.Handle(team.Handle)

@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
-	"os/exec"
+	"os"
 	"strings"
 	"testing"
 
@@ -15,11 +15,10 @@ import (
 // rawStdio is a mas-mcp --stdio process driven with raw lines, as a buggy
 // host would.
 type rawStdio struct {
-	cmd     *exec.Cmd
+	*teststack.Process
 	stdin   io.WriteCloser
-	stderr  *teststack.SyncBuffer
 	replies chan rawReply // responses (messages with an ID), in order
-	exited  chan error
+	exited  chan error    // Wait's result, once stdout is drained
 }
 
 // rawReply is a JSON-RPC response as read from stdout; ID stays raw so
@@ -35,23 +34,25 @@ type rawReply struct {
 
 func startRawStdio(t *testing.T, bin string, env []string) *rawStdio {
 	t.Helper()
-	p := &rawStdio{stderr: &teststack.SyncBuffer{}, replies: make(chan rawReply, 64), exited: make(chan error, 1)}
-	p.cmd = exec.Command(bin, "--stdio", "--log-level", "debug")
-	p.cmd.Env = env
-	p.cmd.Stderr = p.stderr
-	var err error
-	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := p.cmd.StdoutPipe()
+	// Pipes of the OS, handed to the process as they are (exec.Cmd copies
+	// nothing), so that its exit and EOF on stdin are what the test does.
+	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Start(); err != nil {
+	stdoutR, stdoutW, err := os.Pipe()
+	if err != nil {
 		t.Fatal(err)
 	}
+	p := &rawStdio{stdin: stdinW, replies: make(chan rawReply, 64), exited: make(chan error, 1)}
+	p.Process = teststack.StartProcess(t, bin, teststack.ProcessOptions{Args: []string{"--stdio", "--log-level", "debug"}, Env: env,
+		Stdin: stdinR, Stdout: stdoutW})
+	// The process holds its own copies now.
+	stdinR.Close()
+	stdoutW.Close()
 	go func() {
-		sc := bufio.NewScanner(stdout)
+		defer stdoutR.Close()
+		sc := bufio.NewScanner(stdoutR)
 		sc.Buffer(make([]byte, 64<<10), 16<<20)
 		for sc.Scan() {
 			var r rawReply
@@ -61,14 +62,13 @@ func startRawStdio(t *testing.T, bin string, env []string) *rawStdio {
 			}
 		}
 		close(p.replies)
-		p.exited <- p.cmd.Wait()
+		<-p.Exited
+		p.exited <- p.Err
 	}()
+	// Before the process's own cleanup (which stops it): its host goes.
 	t.Cleanup(func() {
 		_ = p.stdin.Close()
 		for range p.replies {
-		}
-		if t.Failed() {
-			t.Logf("stdio mas-mcp stderr:\n%s", lastLines(p.stderr.String(), 80))
 		}
 	})
 	return p
@@ -120,7 +120,7 @@ func checkSurvivesMalformedLine(t *testing.T, p *rawStdio) {
 
 // TestStdioSurvivesMalformedLine: the --stdio server itself.
 func TestStdioSurvivesMalformedLine(t *testing.T) {
-	bin, _, _ := binaries(t)
+	bin := teststack.Binary(t, teststack.MasRace)
 	llm := fakellm.New(t)
 	checkSurvivesMalformedLine(t, startRawStdio(t, bin, relayEnv(llm, t.TempDir())))
 }
@@ -129,14 +129,14 @@ func TestStdioSurvivesMalformedLine(t *testing.T) {
 // data directory relays to the owner; a malformed line from its host is
 // answered as the owner would, and neither process loses its session.
 func TestRelaySurvivesMalformedLine(t *testing.T) {
-	bin, _, _ := binaries(t)
+	bin := teststack.Binary(t, teststack.MasRace)
 	llm := fakellm.New(t)
 	env := relayEnv(llm, t.TempDir())
 	owner := startStdio(t, bin, env)
 	joined := startRawStdio(t, bin, env)
 	checkSurvivesMalformedLine(t, joined)
-	if !strings.Contains(joined.stderr.String(), "took_over=false") {
-		t.Errorf("the second process did not relay to the first:\n%s", lastLines(joined.stderr.String(), 20))
+	if !strings.Contains(joined.Stderr.String(), "took_over=false") {
+		t.Errorf("the second process did not relay to the first:\n%s", lastLines(joined.Stderr.String(), 20))
 	}
 	// The owner still serves its own host.
 	var inbox struct {

@@ -99,19 +99,16 @@ func runTask(t *testing.T) *run {
 		t.Fatal(err)
 	}
 	user := &scripted.ToolUser{Calls: []scripted.Call{{Server: "fx", Tool: "echo", Args: map[string]any{"text": "hello"}}}}
+	exec, err := downstream.NewExecutor(downstream.ExecutorConfig{Pool: pool, Texts: set})
+	if err != nil {
+		t.Fatal(err)
+	}
 	st := teststack.New(t, teststack.Options{
-		Handler: user.Handle, Tools: pool,
+		Handler: user.Handle, Tools: pool, ToolExecutor: exec,
 		// The receiver and the echo server keep the exporter's and the
 		// pool's keep-alive connections until their own cleanups, which
 		// run after the stack's leak check.
 		NoLeakCheck: true,
-		ToolExecutor: func(sys *engine.System) engine.Executor {
-			e, err := downstream.NewExecutor(downstream.ExecutorConfig{Pool: pool, System: sys, Texts: set})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return e
-		},
 	})
 	t.Cleanup(func() { _ = pool.Close() })
 

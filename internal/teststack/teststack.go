@@ -58,12 +58,15 @@ type Options struct {
 	// (0: the engine's defaults).
 	StallTimeout time.Duration
 	StallNotices int
+	// Budgets sets the engine's budgets (zero: none).
+	Budgets engine.BudgetConfig
 	// Handler answers the LLM requests no script rule matched.
 	Handler func(*fakellm.Call) fakellm.Reply
 	// Tools describes downstream MCP servers (nil: none) and ToolExecutor,
-	// when set, builds the tool-step executor once the System exists.
+	// when set, runs the tool steps (it asks the operator through the
+	// step's ExecInput.Operator).
 	Tools        engine.ToolCatalog
-	ToolExecutor func(*engine.System) engine.Executor
+	ToolExecutor engine.Executor
 	// NoLeakCheck skips the goroutine-leak check at cleanup (for tests
 	// that leave their own goroutines to their own cleanups).
 	NoLeakCheck bool
@@ -120,17 +123,14 @@ func New(t testing.TB, o Options) *Stack {
 			StageReflectionBudget: o.ReflBudget,
 			StallTimeout:          o.StallTimeout,
 			StallNotices:          o.StallNotices,
+			Budgets:               o.Budgets,
 			Store:                 store,
 			Logger:                log,
 			Tools:                 o.Tools,
+			Tool:                  o.ToolExecutor,
 		})
 		if err != nil {
 			t.Fatal(err)
-		}
-		if o.ToolExecutor != nil {
-			if err := sys.SetToolExecutor(o.ToolExecutor(sys)); err != nil {
-				t.Fatal(err)
-			}
 		}
 		return sys
 	}
@@ -164,15 +164,21 @@ func (s *Stack) Restart() {
 	}
 }
 
-// SyncBuffer is a log sink safe for concurrent writers.
+// SyncBuffer is a log sink safe for concurrent writers; WaitFor waits on
+// its writes.
 type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu      sync.Mutex
+	b       bytes.Buffer
+	changed chan struct{} // closed by the next write; guarded by mu
 }
 
 func (w *SyncBuffer) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.changed != nil {
+		close(w.changed)
+		w.changed = nil
+	}
 	return w.b.Write(p)
 }
 
@@ -180,6 +186,33 @@ func (w *SyncBuffer) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.String()
+}
+
+// WaitFor waits until cond holds of what was written, re-checking after
+// every write (no polling). It reports false when d passes first, or when
+// done (nil: never) is closed and cond does not hold of the final content.
+func (w *SyncBuffer) WaitFor(d time.Duration, done <-chan struct{}, cond func(string) bool) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		w.mu.Lock()
+		s := w.b.String()
+		if w.changed == nil {
+			w.changed = make(chan struct{})
+		}
+		changed := w.changed
+		w.mu.Unlock()
+		if cond(s) {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-done:
+			return cond(w.String())
+		case <-timer.C:
+			return false
+		}
+	}
 }
 
 // WaitFor waits until cond holds, re-checking on every engine event (and

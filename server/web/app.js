@@ -20,7 +20,10 @@ const loaders = {
     if (!store.me || store.me.human_agent_id !== me.human_agent_id) reset();
     store.me = me;
   },
-  tasks: async () => (store.tasks = await api("/api/states?type=task")),
+  tasks: async () => {
+    store.tasks = await api("/api/states?type=task");
+    store.loaded = true;
+  },
   agents: async () => (store.agents = await api("/api/states?type=agent")),
   steps: async () => setSteps(await api("/api/states?type=step")),
   inbox: async () => (store.inbox = (await api("/api/inbox")).messages || []),

@@ -3,6 +3,7 @@
 
 import { h, fill, short, tokens, chars, ms, clock, stamp, json, stateBadge, stepIcon } from "./dom.js";
 import { store, nameOf, stepsOf } from "./store.js";
+import { taskControls, agentControls, interrupted } from "./controls.js";
 
 const NO_RELATIVE = "no_relative";
 
@@ -17,6 +18,10 @@ export function orderedTasks() {
 /** renderTasks fills the task list; select is called with a task_id on click. */
 export function renderTasks(list, select) {
   const tasks = orderedTasks();
+  if (!store.loaded) {
+    fill(list, h("li", { class: "empty loading", text: "loading…" }));
+    return;
+  }
   if (tasks.length === 0) {
     fill(list, h("li", { class: "empty", text: "No tasks." }));
     return;
@@ -38,12 +43,13 @@ export function renderTasks(list, select) {
           onclick: () => select(t.task_id),
           onkeydown: (e) => (e.key === "Enter" || e.key === " ") && (e.preventDefault(), select(t.task_id)),
         },
-        h("div", { class: "task-line" }, h("span", { class: "task-name", text: t.task_name }), stateBadge(t.execution_state)),
+        h("div", { class: "task-line" }, h("span", { class: "task-name", text: t.task_name }), t.paused ? h("span", { class: "pill paused", text: "⏸" , title: "paused" }) : null, stateBadge(t.execution_state)),
         h(
           "div",
           { class: "task-meta" },
           t.base ? h("span", { text: "always running" }) : h("span", { text: `${done}/${stages.length} stages` }),
           h("span", { class: "tok", title: "tokens used by this task", text: `${tokens(t.usage && t.usage.total_tokens)} tok` }),
+          t.budget && t.budget.held ? h("span", { class: "pill warn budget-held", title: t.budget.held, text: "budget reached" }) : null,
           awaiting ? h("span", { class: "pill warn", title: "messages awaiting your reply", text: `✉ ${awaiting}` }) : null,
         ),
       );
@@ -51,7 +57,18 @@ export function renderTasks(list, select) {
   );
 }
 
-/** renderTaskHead shows the selected task: name, state, tokens, team. */
+/** budgetText says a task's limits and what is left of them ("" without any). */
+function budgetText(t) {
+  const b = t.budget || {};
+  const used = (t.usage && t.usage.total_tokens) || 0;
+  const parts = [];
+  if (b.tokens) parts.push(`budget ${tokens(b.tokens)} tok, ${tokens(Math.max(b.tokens - used, 0))} left`);
+  if (b.agent_tokens) parts.push(`${tokens(b.agent_tokens)} tok per agent`);
+  if (b.cost) parts.push(`cost ${(b.cost_used || 0).toFixed(4)} of ${b.cost.toFixed(4)}`);
+  return parts.join(" · ");
+}
+
+/** renderTaskHead shows the selected task: name, state, tokens, budget, team. */
 export function renderTaskHead(el) {
   const t = store.tasks[store.selectedTask];
   if (!t) {
@@ -79,6 +96,7 @@ export function renderTaskHead(el) {
       h("h2", { id: "task-name", text: t.task_name }),
       stateBadge(t.execution_state, "big"),
       h("span", { id: "task-state", class: "visually-hidden", text: t.execution_state }),
+      taskControls(t),
       h("span", { class: "spacer" }),
       h(
         "span",
@@ -87,7 +105,11 @@ export function renderTaskHead(el) {
         " tokens · ",
         `${u.calls || 0} calls · ${ms(u.latency_ms)}`,
       ),
+      budgetText(t) ? h("span", { id: "task-budget", class: "usage", title: "the task's budget and what is left of it", text: budgetText(t) }) : null,
     ),
+    t.budget && t.budget.held
+      ? h("p", { id: "task-held", class: "held" }, h("b", { text: "Paused for its budget: " }), `${t.budget.held}. Answer the budget question in your inbox (approve raises it, deny ends the task), or set a new budget with manage_task set_budget.`)
+      : null,
     h("p", { class: "intention", text: t.task_intention }),
     t.task_summary ? h("p", { class: "summary" }, h("b", { text: "Summary: " }), t.task_summary) : null,
     h("div", { class: "team" }, h("span", { class: "label", text: "Team" }), team),
@@ -189,6 +211,8 @@ function agentBlocks(agents, stage, selectStep) {
           a ? h("span", { class: "muted", text: a.role }) : null,
           inStage ? stateBadge(inStage) : null,
           a && (a.step_lock || []).length ? h("span", { class: "pill warn", title: "blocked until a reply arrives (step lock)", text: "⏳ waiting for a reply" }) : null,
+          a && a.working_state === "paused" ? h("span", { class: "pill paused", title: "it, or every task it has steps in, is paused", text: "paused" }) : null,
+          agentControls(id, a),
           h("span", { class: "spacer" }),
           h("span", { class: "tok", title: `tokens of these steps; the agent used ${a ? tokens(a.usage && a.usage.total_tokens) : "?"} in all` }, `${tokens(used)} tok`),
           a && a.kind === "llm" ? h("span", { class: "tok total", title: "the agent's total tokens (all tasks)", text: `Σ ${tokens(a.usage && a.usage.total_tokens)}` }) : null,
@@ -219,6 +243,7 @@ function stepRow(s, selectStep) {
     h("span", { class: "icon", text: stepIcon(s.execution_state) }),
     h("code", { class: "exec", text: s.executor }),
     s.type === "tool" ? h("span", { class: "pill tool", text: "tool" }) : null,
+    interrupted(s) ? h("span", { class: "pill interrupted", title: s.execute_result.error, text: "✋ interrupted" }) : null,
     h("span", { class: "intent", text: s.step_intention }),
     u.total_tokens ? h("span", { class: "tok", text: `${tokens(u.total_tokens)} tok` }) : null,
   );

@@ -5,6 +5,7 @@
 import { h, fill, clock } from "./dom.js";
 import { store, nameOf, api } from "./store.js";
 import { kindOf, kindTag } from "./chat.js";
+import { approvalButtons } from "./controls.js";
 
 // Entries are keyed by message_id: a re-render keeps their elements, so a
 // reply being typed survives every update.
@@ -99,6 +100,7 @@ function entry(e, openTask) {
     ),
     h("div", { class: "body", text: e.content }),
     h("div", { class: "answered", text: "✓ answered" }),
+    e.approval ? approvalButtons(e) : null,
     form,
   );
 }
@@ -115,6 +117,8 @@ function update(el, e) {
   }
   el.querySelector(".answered").hidden = e.awaiting_reply || !e.need_reply;
   el.querySelector(".reply-box").hidden = !e.awaiting_reply;
+  const approval = el.querySelector(".approval-box");
+  if (approval) approval.hidden = !e.awaiting_reply;
 }
 
 /** focusEntry scrolls to an inbox entry and puts the caret in its reply box. */

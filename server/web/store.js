@@ -10,6 +10,9 @@ export const SYSTEM = "mas.system";
 export const store = {
   /** @type {{human_agent_id: string, name: string, tokens_required: boolean} | null} */
   me: null,
+  // loaded: the task list was read at least once since the page (re)bound;
+  // until then the page says "loading…", not "No tasks."
+  loaded: false,
   tasks: {}, // task_id → task_state (with stage_list, shared_conversation_pool)
   agents: {}, // agent_id → agent_state (step lists are read as steps)
   steps: {}, // step_id → step_state, as the server has them now
@@ -125,6 +128,7 @@ export function setSteps(next) {
 
 /** reset forgets everything (another operator was bound, or the server restarted). */
 export function reset() {
+  store.loaded = false;
   store.tasks = {};
   store.agents = {};
   store.steps = {};

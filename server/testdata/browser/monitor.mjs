@@ -131,9 +131,24 @@ async function run(page) {
   page.on("framenavigated", (f) => f === page.mainFrame() && navigations++);
   const checkErrors = () => errors.length && fail(errors.join("\n"));
 
-  // 1. The page comes up live, with nothing but the base task.
+  // 1. The page comes up live, with nothing but the base task. Until the
+  // task list has been read (held back here until checked), it says so:
+  // "loading…", never "No tasks." next to the live badge.
+  let releaseTasks;
+  const tasksHeld = new Promise((r) => (releaseTasks = r));
+  let heldOnce = false;
+  await page.route("**/api/states?type=task", async (route) => {
+    if (!heldOnce) {
+      heldOnce = true;
+      await tasksHeld;
+    }
+    await route.continue();
+  });
   await page.goto(opts.url);
   await page.locator("#conn.live").waitFor({ timeout: 10000 });
+  const before = (await page.locator("#tasks").textContent()).trim();
+  releaseTasks();
+  if (before !== "loading…") fail(`before the task list was read, the page said "${before}", want "loading…"`);
   await page.locator("#tasks .task.base").waitFor({ timeout: 10000 });
   const me = (await page.locator("#whoami b").textContent()).trim();
   if (!me) fail("the header names no operator");

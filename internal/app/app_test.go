@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/mas-mcp/mas-mcp/engine"
+	"github.com/mas-mcp/mas-mcp/internal/teststack"
 )
 
 func env(m map[string]string) func(string) string {
@@ -81,18 +83,13 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 // key never shows in the logs.
 func TestRunStartsAndStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr bytes.Buffer
 	done := make(chan error, 1)
-	w := &lockedWriter{w: &stderr}
+	w := &teststack.SyncBuffer{}
 	go func() {
 		done <- run(ctx, []string{"--log-format", "json", "--http", "127.0.0.1:0", "--data-dir", t.TempDir()}, env(map[string]string{"OPENAI_API_KEY": "sk-SENTINEL-main"}), w)
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(w.String(), "mas-mcp ready") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no readiness line; stderr:\n%s", w.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !w.WaitFor(20*time.Second, nil, func(s string) bool { return strings.Contains(s, "mas-mcp ready") }) {
+		t.Fatalf("no readiness line; stderr:\n%s", w.String())
 	}
 	cancel()
 	if err := <-done; err != nil {
@@ -232,5 +229,38 @@ func TestVersionOf(t *testing.T) {
 		if got := versionOf(&tc.bi); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestJoinRefusesHTTPNamingTheOwner: with another Run owning the data
+// directory and serving HTTP, a --stdio --http Run on it is refused with
+// the owner's addresses; an HTTP-only one too. The note goes with the
+// owner.
+func TestJoinRefusesHTTPNamingTheOwner(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	logs := &teststack.SyncBuffer{}
+	go func() {
+		done <- run(ctx, []string{"--log-format", "json", "--http", "127.0.0.1:0", "--data-dir", dir}, env(nil), logs)
+	}()
+	ready := regexp.MustCompile(`"monitor":"(http://[^"]+/)"`)
+	if !logs.WaitFor(20*time.Second, nil, ready.MatchString) {
+		cancel()
+		t.Fatalf("the owner never got ready:\n%s", logs.String())
+	}
+	monitor := ready.FindStringSubmatch(logs.String())[1]
+	for _, args := range [][]string{{"--stdio", "--http", "127.0.0.1:0"}, {"--http", "127.0.0.1:0"}} {
+		err := run(context.Background(), append(args, "--data-dir", dir), env(nil), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "the owner serves the web monitor at "+monitor) {
+			t.Errorf("%v on an owned directory: %v, want a refusal naming %s", args, err, monitor)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(httpNoteFile(dir)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the owner's HTTP note outlived it: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"io"
@@ -86,7 +86,7 @@ func TestLimitsConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inst, err := start(t.Context(), cfg, newLogger(cfg, io.Discard), env(nil), func() {})
+	inst, err := start(t.Context(), cfg, newLogger(cfg, io.Discard), func() {})
 	if err == nil {
 		inst.close()
 		t.Fatal("start with limits.sessions -1 succeeded")

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/mas-mcp/mas-mcp/engine"
 	"github.com/mas-mcp/mas-mcp/server"
 	"github.com/mas-mcp/mas-mcp/skills"
 	"github.com/mas-mcp/mas-mcp/store"
@@ -72,6 +73,8 @@ type Config struct {
 	// MemoryMaxEntries and MemoryMaxChars cap each agent's persistent memory.
 	MemoryMaxEntries int `yaml:"memory_max_entries"`
 	MemoryMaxChars   int `yaml:"memory_max_chars"`
+	// Budgets limits what tasks' LLM calls may spend (0: no limit).
+	Budgets BudgetsConfig `yaml:"budgets"`
 
 	// Stdio serves MCP over stdin/stdout instead of HTTP.
 	Stdio bool `yaml:"stdio"`
@@ -88,6 +91,17 @@ type Config struct {
 	LogFormat string `yaml:"log_format"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `yaml:"log_level"`
+
+	// Logs receives the log lines (nil: os.Stderr). Never stdout: that is
+	// the MCP stdio protocol's.
+	Logs io.Writer `yaml:"-"`
+	// Version is mas-mcp's version as set at build time ("": read from the
+	// build information); --version, --help and serverInfo show it.
+	Version string `yaml:"-"`
+
+	// getenv is the environment LoadConfig read (nil: the process's);
+	// bearer tokens and passwords are read from it at start.
+	getenv func(string) string
 
 	// apiKey is read from OPENAI_API_KEY; never printed.
 	apiKey string
@@ -112,6 +126,14 @@ type NATSConfig struct {
 	TLSCA   string `yaml:"tls_ca"`
 	TLSCert string `yaml:"tls_cert"`
 	TLSKey  string `yaml:"tls_key"`
+}
+
+// env reads the environment LoadConfig read (the process's without it).
+func (c Config) env(key string) string {
+	if c.getenv == nil {
+		return os.Getenv(key)
+	}
+	return c.getenv(key)
 }
 
 func (n NATSConfig) set() bool { return n != NATSConfig{} }
@@ -193,6 +215,28 @@ type TokenConfig struct {
 }
 
 // LLMConfig configures the OpenAI-compatible endpoint.
+// BudgetsConfig is the budgets section (engine/budget_tokens.go); 0 means
+// no limit. Prices are per million tokens, per model ("*": the others).
+type BudgetsConfig struct {
+	TaskTokens          int                     `yaml:"task_tokens"`
+	AgentTokens         int                     `yaml:"agent_tokens"`
+	TaskCost            float64                 `yaml:"task_cost"`
+	OperatorDailyTokens int                     `yaml:"operator_daily_tokens"`
+	RaiseTokens         int                     `yaml:"raise_tokens"`
+	RaiseCost           float64                 `yaml:"raise_cost"`
+	Prices              map[string]engine.Price `yaml:"prices"`
+}
+
+// engine is the section as the engine takes it; model prices calls of
+// agents without a model of their own.
+func (b BudgetsConfig) engine(model string) engine.BudgetConfig {
+	return engine.BudgetConfig{
+		TaskTokens: b.TaskTokens, AgentTokens: b.AgentTokens, TaskCost: b.TaskCost,
+		OperatorDailyTokens: b.OperatorDailyTokens, RaiseTokens: b.RaiseTokens, RaiseCost: b.RaiseCost,
+		Prices: b.Prices, DefaultModel: model,
+	}
+}
+
 type LLMConfig struct {
 	BaseURL     string        `yaml:"base_url"`
 	Model       string        `yaml:"model"`
@@ -242,17 +286,17 @@ const envVars = `Environment (flags override it; it overrides the config file):
                      OpenTelemetry traces and metrics (off unless an exporter is asked for)
 `
 
-// loadConfig builds the Config from args and the environment. Every flag
-// shows its default in --help; a flag overrides the file and the
-// environment only when it is given.
-func loadConfig(args []string, getenv func(string) string) (Config, error) {
-	return loadConfigTo(args, getenv, os.Stderr)
-}
-
-// loadConfigTo is loadConfig writing --help and flag errors to usage.
-func loadConfigTo(args []string, getenv func(string) string, usage io.Writer) (Config, error) {
+// LoadConfig builds the Config from the command line's args and the
+// environment (getenv), for a binary of the given version (see
+// Config.Version). Every flag shows its default in --help; a flag
+// overrides the file and the environment only when it is given. --help
+// and flag errors are written to usage; --help and --version return
+// flag.ErrHelp (the caller exits 0).
+func LoadConfig(args []string, getenv func(string) string, usage io.Writer, version string) (Config, error) {
 	cfg := defaultConfig()
+	cfg.Version, cfg.getenv = version, getenv
 	d := defaultConfig()
+	moduleVersion := func() string { return moduleVersion(version) }
 
 	fs := flag.NewFlagSet("mas-mcp", flag.ContinueOnError)
 	fs.SetOutput(usage)
@@ -281,6 +325,7 @@ func loadConfigTo(args []string, getenv func(string) string, usage io.Writer) (C
 	promptBudget := fs.Int("prompt-budget", d.PromptBudget, "characters of a prompt's variable sections (history, memory, message) before older history folds")
 	memEntries := fs.Int("memory-max-entries", d.MemoryMaxEntries, "entries an agent's persistent memory may hold before adds are refused")
 	memChars := fs.Int("memory-max-chars", d.MemoryMaxChars, "characters an agent's persistent memory may hold before adds are refused")
+	taskTokens := fs.Int("task-token-budget", d.Budgets.TaskTokens, "a new task's token budget unless add_task sets one: it pauses there and its operator is asked to raise it; 0: none (more budgets in the config file's budgets section)")
 	dataDir := fs.String("data-dir", "", "directory of the durable state (env MAS_DATA_DIR; default: the user's config directory/mas-mcp)")
 	natsURL := fs.String("nats-url", "", "use this NATS server or cluster for the durable state instead of the embedded one (env MAS_NATS_URL; default: embedded)")
 	natsCreds := fs.String("nats-creds", "", "NATS credentials file for --nats-url (env MAS_NATS_CREDS)")
@@ -367,7 +412,7 @@ func loadConfigTo(args []string, getenv func(string) string, usage io.Writer) (C
 		"llm-concurrency": func() { cfg.LLM.Concurrency = *conc }, "wait-timeout": func() { cfg.WaitTimeout = *wait },
 		"stage-step-budget": func() { cfg.StageStepBudget = *steps }, "stage-reflection-budget": func() { cfg.StageReflectionBudget = *refl },
 		"prompt-budget": func() { cfg.PromptBudget = *promptBudget }, "memory-max-entries": func() { cfg.MemoryMaxEntries = *memEntries },
-		"memory-max-chars": func() { cfg.MemoryMaxChars = *memChars },
+		"memory-max-chars": func() { cfg.MemoryMaxChars = *memChars }, "task-token-budget": func() { cfg.Budgets.TaskTokens = *taskTokens },
 	} {
 		if set[name] {
 			apply()
@@ -424,6 +469,16 @@ func (c Config) validate() error {
 		return fmt.Errorf("memory_max_entries %d: must be positive", c.MemoryMaxEntries)
 	case c.MemoryMaxChars <= 0:
 		return fmt.Errorf("memory_max_chars %d: must be positive", c.MemoryMaxChars)
+	case c.Budgets.TaskTokens < 0:
+		return fmt.Errorf("budgets.task_tokens %d (--task-token-budget): must not be negative (0: no limit)", c.Budgets.TaskTokens)
+	case c.Budgets.AgentTokens < 0:
+		return fmt.Errorf("budgets.agent_tokens %d: must not be negative (0: no limit)", c.Budgets.AgentTokens)
+	case c.Budgets.OperatorDailyTokens < 0:
+		return fmt.Errorf("budgets.operator_daily_tokens %d: must not be negative (0: no limit)", c.Budgets.OperatorDailyTokens)
+	case c.Budgets.TaskCost < 0:
+		return fmt.Errorf("budgets.task_cost %v: must not be negative (0: no limit)", c.Budgets.TaskCost)
+	case c.Budgets.TaskCost > 0 && len(c.Budgets.Prices) == 0:
+		return errors.New("budgets.task_cost: a cost budget needs budgets.prices (per model, per million tokens)")
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("log_format %q: must be text or json", c.LogFormat)
 	}

@@ -1,16 +1,13 @@
-package main
+package app
 
 import "runtime/debug"
 
-// version is set at build time (-ldflags "-X main.version=…"); otherwise
-// moduleVersion reads it from the build information.
-var version = ""
-
-// moduleVersion is mas-mcp's version: the one set at build time, else the
-// module version the go command stamped into the binary (a tag, or a
-// pseudo-version of the commit, "+dirty" with uncommitted changes), else
-// the VCS revision; "dev" only when none is known (go run, go test).
-func moduleVersion() string {
+// moduleVersion is mas-mcp's version: version when set (at build time,
+// Config.Version), else the module version the go command stamped into the
+// binary (a tag, or a pseudo-version of the commit, "+dirty" with
+// uncommitted changes), else the VCS revision; "dev" only when none is
+// known (go run, go test).
+func moduleVersion(version string) string {
 	if version != "" {
 		return version
 	}

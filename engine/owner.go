@@ -1,0 +1,270 @@
+package engine
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// How an owner's changes reach the store, the readers and the bus
+// (ARCHITECTURE.md "One owner per state"; docs/engine.md "Owners").
+//
+// Each task and each agent is an owner with a single writer's lock,
+// ownerMu. A change is made in memory under the lock and recorded there
+// (change); nothing under the lock does I/O. Releasing the lock commits:
+// the goroutine that made the change writes the owner's document as it is
+// now, without the lock, and only once the store holds it publishes the
+// document as the readers' snapshot and announces the changes' events, in
+// the order they were made. The commits of one owner are ordered by
+// commitMu, so writes of one document never overtake each other, and
+// changes made by others while a write is in flight are grouped into the
+// next write (group commit: one write for all of them).
+//
+// The goroutine that made a change returns from Unlock only when the change
+// is stored and announced (or refused), so what it does next — run a tool
+// call after marking the step running, tell another owner — happens after
+// the store holds it. A write the store refuses is reported by syncLocked
+// to callers that must fail visibly. When the refused write held only the
+// changes of one holder of the lock (the usual case), the owner takes back
+// the document the store holds: those changes are withdrawn, never
+// announced. When it held changes of several holders (grouped while
+// another write was in flight), taking the document back would silently
+// undo changes whose makers are not told (a released wait, a queued
+// step): they stay in memory, unannounced, and the next commit writes and
+// announces them; each maker is told of the refusal.
+//
+// Readers take the snapshot (read): they never wait for a write. Without a
+// store nothing is written; the snapshot is then made lazily, by the first
+// reader after a change, under the lock (held only for in-memory work).
+
+// ownerOps is what ownerMu needs from its owner. Each func but put and
+// readBack is called with the lock held.
+type ownerOps[T any] struct {
+	// copy returns a deep copy of the state, for the store and the readers.
+	copy func() T
+	// put writes a document; nil means there is no store.
+	put func(*T) error
+	// readBack reads the document the store holds (nil: none can be read).
+	readBack func() (T, error)
+	// restore takes back a document read after a refused write.
+	restore func(T)
+	// refused logs a refused write.
+	refused func(error)
+	// announce publishes one event.
+	announce func(Event)
+}
+
+// lostSpan is a range of changes (after, upto] a refused write withdrew.
+type lostSpan struct {
+	after, upto uint64
+	err         error
+}
+
+// maxLostSpans bounds the refusals remembered for callers still to learn
+// of them (each is learnt by its callers right after it happens).
+const maxLostSpans = 16
+
+type ownerMu[T any] struct {
+	sync.Mutex
+	commitMu sync.Mutex
+	ops      ownerOps[T]
+
+	// guarded by Mutex
+	made    uint64 // changes recorded
+	settled uint64 // changes stored and announced, or refused
+	held    uint64 // made when the current holder took the lock
+	durable uint64 // made when the store last held the state in memory
+	write   bool   // a change recorded since the last commit must be stored
+	events  []Event
+	lost    []lostSpan
+
+	// snap is the state as the store holds it and the bus announced it;
+	// nil when the next reader must make it (no store, or nothing
+	// committed yet).
+	snap atomic.Pointer[T]
+}
+
+// change records one change; the lock must be held. persist says whether
+// the store must hold the change before it is announced (a message's
+// delivery, stored as the message itself, need not be).
+func (m *ownerMu[T]) change(ev Event, persist bool) {
+	m.made++
+	m.write = m.write || persist
+	m.events = append(m.events, ev)
+}
+
+// Lock takes the owner's lock; the changes made until Unlock are one
+// holder's.
+func (m *ownerMu[T]) Lock() {
+	m.Mutex.Lock()
+	m.held = m.made
+}
+
+// TryLock is Lock when the lock is free.
+func (m *ownerMu[T]) TryLock() bool {
+	if !m.Mutex.TryLock() {
+		return false
+	}
+	m.held = m.made
+	return true
+}
+
+// Unlock releases the lock and commits what was changed under it.
+func (m *ownerMu[T]) Unlock() {
+	from, v, pending := m.held, m.made, m.made > m.settled
+	m.Mutex.Unlock()
+	if pending {
+		_ = m.commit(from, v)
+	}
+}
+
+// syncLocked commits the changes recorded so far and returns the store's
+// refusal of them, if any. The lock is released during the write and held
+// again on return: the caller must not rely on what it read before.
+func (m *ownerMu[T]) syncLocked() error {
+	from, v := m.held, m.made
+	if v == m.settled {
+		return m.outcomeLocked(v)
+	}
+	m.Mutex.Unlock()
+	err := m.commit(from, v)
+	m.Lock()
+	return err
+}
+
+// outcomeLocked is the refusal that withdrew change v, or nil.
+func (m *ownerMu[T]) outcomeLocked(v uint64) error {
+	for _, l := range m.lost {
+		if v > l.after && v <= l.upto {
+			return l.err
+		}
+	}
+	return nil
+}
+
+// commit stores and announces every change up to v (and those recorded
+// since, grouped into the same write); the caller's own changes are those
+// after mine.
+func (m *ownerMu[T]) commit(mine, v uint64) error {
+	m.commitMu.Lock()
+	defer m.commitMu.Unlock()
+	m.Mutex.Lock()
+	if m.settled >= v {
+		err := m.outcomeLocked(v)
+		m.Mutex.Unlock()
+		return err
+	}
+	from, upto, write, events := m.settled, m.made, m.write, m.events
+	m.write, m.events = false, nil
+	if m.ops.put == nil {
+		// No store: the next reader makes the snapshot.
+		m.settled, m.durable = upto, upto
+		m.snap.Store(nil)
+		m.Mutex.Unlock()
+		m.announce(events)
+		return nil
+	}
+	doc := m.ops.copy()
+	if !write {
+		// Nothing to write (a refused change left m.write set): the
+		// store holds all it needs.
+		m.settled, m.durable = upto, upto
+		m.snap.Store(&doc)
+		m.Mutex.Unlock()
+		m.announce(events)
+		return nil
+	}
+	m.Mutex.Unlock()
+
+	err := m.ops.put(&doc)
+	if err != nil {
+		m.ops.refused(err)
+		// Every change the store lacks is this holder's, and nothing
+		// was recorded since: they can be withdrawn alone.
+		m.Mutex.Lock()
+		solo := m.durable >= mine && upto == v
+		m.Mutex.Unlock()
+		var back *T
+		if solo && m.ops.readBack != nil {
+			if got, rerr := m.ops.readBack(); rerr == nil {
+				back = &got
+			}
+		}
+		m.Mutex.Lock()
+		if solo && back != nil && m.made == upto {
+			m.ops.restore(*back)
+			m.durable = upto
+		} else {
+			// Kept in memory, unannounced: the next commit writes and
+			// announces them.
+			m.write = true
+			m.events = append(events, m.events...)
+		}
+		m.settled = upto
+		m.lost = append(m.lost, lostSpan{after: from, upto: upto, err: err})
+		if len(m.lost) > maxLostSpans {
+			m.lost = m.lost[len(m.lost)-maxLostSpans:]
+		}
+		m.Mutex.Unlock()
+		return err
+	}
+	m.Mutex.Lock()
+	m.settled, m.durable = upto, upto
+	m.snap.Store(&doc)
+	m.Mutex.Unlock()
+	m.announce(events)
+	return nil
+}
+
+func (m *ownerMu[T]) announce(events []Event) {
+	for _, ev := range events {
+		if ev.Kind != "" { // a change announced by its caller
+			m.ops.announce(ev)
+		}
+	}
+}
+
+// read returns a copy of the owner's state as the store holds it, for a
+// reader. It waits for no write.
+func (m *ownerMu[T]) read(clone func(*T) T) T {
+	if p := m.snap.Load(); p != nil {
+		return clone(p)
+	}
+	p := m.readSlow()
+	return clone(p)
+}
+
+// peek calls f with the readers' snapshot (f must not keep or change it).
+func (m *ownerMu[T]) peek(f func(*T)) {
+	p := m.snap.Load()
+	if p == nil {
+		p = m.readSlow()
+	}
+	f(p)
+}
+
+// readSlow makes the snapshot under the lock: without a store (nothing is
+// ever written, so the state is as durable as it gets), or before the
+// first commit (the state is as restored or created).
+func (m *ownerMu[T]) readSlow() *T {
+	m.Mutex.Lock()
+	c := m.ops.copy()
+	if m.made == m.settled {
+		m.snap.Store(&c)
+	}
+	m.Mutex.Unlock()
+	return &c
+}
+
+// read is the agent's state for a reader (System.Agent, Agents, Inbox,
+// ask_info): the stored snapshot, never waiting for a write.
+func (a *agent) read() AgentState { return a.mu.read((*AgentState).clone) }
+
+// readBrief is brief for a reader.
+func (a *agent) readBrief() AgentBrief {
+	var b AgentBrief
+	a.mu.peek(func(st *AgentState) { b = briefOf(st) })
+	return b
+}
+
+// read is the task's state for a reader (System.Task, Tasks, ask_info).
+func (t *task) read() TaskState { return t.mu.read((*TaskState).clone) }

@@ -1,0 +1,503 @@
+// Package relay lets a second mas-mcp on a data directory that another
+// process owns serve its host through that owner.
+//
+// Two engines on one state would run every agent twice, so a mas-mcp
+// started with --stdio on a data directory another one owns (say Claude
+// Desktop and an IDE both start it) runs no MAS of its own: Serve relays
+// its host's MCP session, message by message, to the owner's local socket,
+// and both hosts see and drive the same tasks. When the owner stops (a
+// crash, a kill -9), the relay takes the data directory over: it starts
+// the MAS from the durable state (or joins whichever relay won the race),
+// opens a session there as its host had (initialize, log level,
+// subscriptions), fails the calls that were in flight with a reason, tells
+// the host that resources changed, and carries on.
+//
+// Messages are read with go-sdk's JSON-RPC types (jsonrpc.DecodeMessage)
+// only to note what a new owner must be told; they are forwarded as the
+// bytes the host wrote.
+package relay
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/mas-mcp/mas-mcp/server"
+	"github.com/mas-mcp/mas-mcp/store"
+)
+
+// Owner is a MAS this process started on taking the data directory over.
+type Owner interface {
+	// ServeConn serves one MCP session on c until c closes.
+	ServeConn(ctx context.Context, c net.Conn) error
+	// Close stops the MAS (after Serve returns).
+	Close()
+}
+
+// Config configures Serve. Socket and TakeOver are required.
+type Config struct {
+	// Socket is the owner's local socket (store.SocketPath of the data
+	// directory).
+	Socket string
+	// TakeOver tries to become the owner of the data directory. While
+	// another process holds it, it fails with a *store.InUseError and Serve
+	// tries the socket again.
+	TakeOver func(ctx context.Context) (Owner, error)
+	// Ready, when set, is called once the host's session is first
+	// connected; tookOver says whether this process owns the directory.
+	Ready func(tookOver bool)
+	// Logger receives the relay's lines (nil: none).
+	Logger *slog.Logger
+}
+
+// idPrefix marks the IDs of requests the relay makes itself; their
+// answers are not the host's.
+const idPrefix = "mas-relay-"
+
+// relay holds what a new owner must be told to continue the host's session.
+type relay struct {
+	log *slog.Logger
+	out *lineWriter
+
+	mu       sync.Mutex
+	init     *jsonrpc.Request            // the host's initialize request
+	inited   []byte                      // its notifications/initialized
+	level    *jsonrpc.Request            // its last logging/setLevel
+	subs     map[string]*jsonrpc.Request // resources/subscribe by URI
+	inflight map[jsonrpc.ID]string       // the host's open requests: ID → method
+	listens  map[jsonrpc.ID][]byte       // its open subscriptions/listen streams (2026-07-28) by ID
+	unsent   [][]byte                    // host messages the stopped owner never received
+	n        int                         // relay request counter
+}
+
+func newRelay(log *slog.Logger, out io.Writer) *relay {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &relay{log: log.With("component", "relay"), out: &lineWriter{w: out},
+		subs: map[string]*jsonrpc.Request{}, inflight: map[jsonrpc.ID]string{}, listens: map[jsonrpc.ID][]byte{}}
+}
+
+// lineWriter writes whole lines to the host.
+type lineWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (w *lineWriter) line(b []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, err := w.w.Write(append(bytes.TrimRight(b, "\r\n"), '\n'))
+	return err
+}
+
+// send encodes msg and writes it to the host.
+func (w *lineWriter) send(msg jsonrpc.Message) error {
+	b, err := jsonrpc.EncodeMessage(msg)
+	if err != nil {
+		return err
+	}
+	return w.line(b)
+}
+
+// Serve serves the host on in/out through the owner of the data
+// directory, taking over when the owner stops. It returns when the host
+// disconnects or ctx is done (nil), or when taking over fails otherwise
+// than by finding the directory in use.
+func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
+	if cfg.Socket == "" || cfg.TakeOver == nil {
+		return errors.New("relay: Socket and TakeOver are required")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r := newRelay(cfg.Logger, out)
+	hostLines := make(chan []byte)
+	hostGone := make(chan struct{})
+	go func() {
+		defer close(hostGone)
+		// A line no MCP session could take is answered here, as the owner
+		// would answer it, and never forwarded.
+		lines := server.NewLineReader(in, r.out.line)
+		for {
+			b, err := lines.Next()
+			if err != nil {
+				return
+			}
+			select {
+			case hostLines <- bytes.Clone(b):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	var owner Owner
+	defer func() {
+		if owner != nil {
+			owner.Close()
+		}
+	}()
+	for first := true; ; first = false {
+		conn, owned, err := r.connect(ctx, cfg)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		br := bufio.NewReaderSize(conn, 64<<10)
+		if first {
+			if cfg.Ready != nil {
+				cfg.Ready(owned != nil)
+			}
+		} else if err := r.resume(conn, br); err != nil {
+			r.log.Warn("resuming the session with the new owner", "err", err)
+			conn.Close()
+			if owned != nil {
+				owned.Close()
+			}
+			continue
+		}
+		if owned != nil {
+			owner = owned
+		}
+		backendGone := make(chan struct{})
+		go func() {
+			defer close(backendGone)
+			r.fromOwner(br)
+		}()
+		broke := r.fromHost(ctx, conn, hostLines, hostGone, backendGone)
+		conn.Close()
+		<-backendGone
+		if !broke {
+			r.log.Info("shutting down")
+			return nil
+		}
+		r.failInflight()
+		r.log.Warn("the mas-mcp owning the data directory stopped; taking over", "socket", cfg.Socket)
+	}
+}
+
+// connect reaches the owner's socket or, when nobody owns the directory
+// any more, becomes the owner and talks to its own server through a pipe.
+func (r *relay) connect(ctx context.Context, cfg Config) (net.Conn, Owner, error) {
+	wait := 50 * time.Millisecond
+	for warned := time.Now(); ; {
+		if c, err := net.DialTimeout("unix", cfg.Socket, 2*time.Second); err == nil {
+			return c, nil, nil
+		}
+		owner, err := cfg.TakeOver(ctx)
+		var inUse *store.InUseError
+		switch {
+		case err == nil:
+			a, b := net.Pipe()
+			// It ends when the relay closes its side of the pipe.
+			go func() { _ = owner.ServeConn(context.WithoutCancel(ctx), a) }()
+			r.log.Info("took over the data directory")
+			return b, owner, nil
+		case !errors.As(err, &inUse):
+			return nil, nil, err
+		}
+		// Another process holds the lock but does not answer yet (it is
+		// starting, or another relay is taking over): try again shortly.
+		if time.Since(warned) > 10*time.Second {
+			r.log.Warn("waiting for the owner of the data directory", "socket", cfg.Socket, "err", err)
+			warned = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// fromHost forwards the host's messages to the owner, noting what a new
+// owner must be told. It reports whether the owner's side broke (rather
+// than the host leaving or ctx ending).
+func (r *relay) fromHost(ctx context.Context, conn net.Conn, lines <-chan []byte, hostGone, backendGone <-chan struct{}) bool {
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-hostGone:
+			return false
+		case <-backendGone:
+			return true
+		case b := <-lines:
+			r.note(b)
+			if _, err := conn.Write(append(b, '\n')); err != nil {
+				// The owner is gone and never read it: the next owner gets it.
+				r.mu.Lock()
+				r.unsent = append(r.unsent, b)
+				r.mu.Unlock()
+				select {
+				case <-backendGone:
+				case <-ctx.Done():
+					return false
+				}
+				return true
+			}
+		}
+	}
+}
+
+// request decodes b as a JSON-RPC request (a call or a notification); nil
+// for a response, a batch or garbage (the owner answers those).
+func request(b []byte) *jsonrpc.Request {
+	msg, err := jsonrpc.DecodeMessage(b)
+	if err != nil {
+		return nil
+	}
+	req, _ := msg.(*jsonrpc.Request)
+	return req
+}
+
+// note records a host message the session depends on.
+func (r *relay) note(b []byte) {
+	req := request(b)
+	if req == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if req.IsCall() {
+		r.inflight[req.ID] = req.Method
+	}
+	switch req.Method {
+	case "subscriptions/listen":
+		r.listens[req.ID] = b
+	case "notifications/cancelled":
+		var p struct {
+			RequestID any `json:"requestId"`
+		}
+		if json.Unmarshal(req.Params, &p) == nil {
+			if id, err := jsonrpc.MakeID(p.RequestID); err == nil {
+				delete(r.inflight, id)
+				delete(r.listens, id)
+			}
+		}
+	case "initialize":
+		r.init = req
+	case "notifications/initialized":
+		r.inited = b
+	case "logging/setLevel":
+		r.level = req
+	case "resources/subscribe", "resources/unsubscribe":
+		var p struct {
+			URI string `json:"uri"`
+		}
+		if json.Unmarshal(req.Params, &p) == nil && p.URI != "" {
+			if req.Method == "resources/subscribe" {
+				r.subs[p.URI] = req
+			} else {
+				delete(r.subs, p.URI)
+			}
+		}
+	}
+}
+
+// ownID reports whether id is one of the relay's own requests.
+func ownID(id jsonrpc.ID) bool {
+	s, ok := id.Raw().(string)
+	return ok && strings.HasPrefix(s, idPrefix)
+}
+
+// fromOwner forwards the owner's messages to the host until the
+// connection ends, dropping the answers to the relay's own requests.
+func (r *relay) fromOwner(br *bufio.Reader) {
+	for {
+		b, err := br.ReadBytes('\n')
+		if b = bytes.TrimSpace(b); len(b) > 0 {
+			if msg, derr := jsonrpc.DecodeMessage(b); derr == nil {
+				if resp, ok := msg.(*jsonrpc.Response); ok {
+					if ownID(resp.ID) {
+						continue
+					}
+					r.mu.Lock()
+					delete(r.inflight, resp.ID)
+					delete(r.listens, resp.ID)
+					r.mu.Unlock()
+				}
+			}
+			if err := r.out.line(b); err != nil {
+				r.log.Warn("writing to the host", "err", err)
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// inflightReason is the answer to a call a stopped owner left open.
+const inflightReason = "the mas-mcp process that owned the data directory stopped during this call, " +
+	"so it may or may not have taken effect; this process took over: check the state (ask_info, the resources) before repeating it"
+
+// failInflight answers the host's requests the stopped owner left open:
+// they may or may not have taken effect. Subscription streams stay open:
+// resume reopens them on the new owner.
+func (r *relay) failInflight() {
+	r.mu.Lock()
+	open := r.inflight
+	r.inflight = map[jsonrpc.ID]string{}
+	for id := range r.listens {
+		r.inflight[id] = "subscriptions/listen"
+		delete(open, id)
+	}
+	for _, b := range r.unsent {
+		if req := request(b); req != nil && req.IsCall() {
+			r.inflight[req.ID] = req.Method
+			delete(open, req.ID)
+		}
+	}
+	r.mu.Unlock()
+	toolError, _ := json.Marshal(map[string]any{
+		"content": []any{map[string]any{"type": "text", "text": inflightReason}}, "isError": true,
+	})
+	for id, method := range open {
+		resp := &jsonrpc.Response{ID: id}
+		if method == "tools/call" {
+			// A tool's failure is a tool result the host's model reads.
+			resp.Result = toolError
+		} else {
+			resp.Error = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: inflightReason}
+		}
+		if err := r.out.send(resp); err != nil {
+			r.log.Warn("writing to the host", "err", err)
+		}
+	}
+}
+
+// resume opens the host's session on a new owner (and sends it what the
+// stopped owner never received). A host of the 2026-07-28 protocol has no
+// session: its open subscriptions/listen streams are sent again with their
+// IDs (the host still reads them). An older host's session is initialized
+// again as it was (initialize, the initialized notification, the log
+// level, the subscriptions), each answered before the next. Then the host
+// is told that resources changed.
+func (r *relay) resume(conn net.Conn, br *bufio.Reader) error {
+	r.mu.Lock()
+	init, inited, level := r.init, r.inited, r.level
+	subs := make([]*jsonrpc.Request, 0, len(r.subs))
+	uris := make([]string, 0, len(r.subs))
+	for uri, req := range r.subs {
+		subs = append(subs, req)
+		uris = append(uris, uri)
+	}
+	listens := make([][]byte, 0, len(r.listens))
+	for _, b := range r.listens {
+		listens = append(listens, b)
+	}
+	unsent := r.unsent
+	r.mu.Unlock()
+
+	write := func(b []byte) error {
+		_, err := conn.Write(append(b, '\n'))
+		return err
+	}
+	call := func(req *jsonrpc.Request) error {
+		r.mu.Lock()
+		r.n++
+		id, _ := jsonrpc.MakeID(idPrefix + strconv.Itoa(r.n))
+		r.mu.Unlock()
+		b, err := jsonrpc.EncodeMessage(&jsonrpc.Request{ID: id, Method: req.Method, Params: req.Params})
+		if err != nil {
+			return err
+		}
+		if err := write(b); err != nil {
+			return err
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		defer conn.SetReadDeadline(time.Time{})
+		for {
+			line, err := br.ReadBytes('\n')
+			if err != nil {
+				return fmt.Errorf("%s: %w", req.Method, err)
+			}
+			if msg, err := jsonrpc.DecodeMessage(line); err == nil {
+				if resp, ok := msg.(*jsonrpc.Response); ok && resp.ID == id {
+					return nil
+				}
+			}
+			_ = r.out.line(line) // a notification meanwhile: the host's
+		}
+	}
+	if init != nil {
+		if err := call(init); err != nil {
+			return err
+		}
+		if inited != nil {
+			if err := write(inited); err != nil {
+				return err
+			}
+		}
+		if level != nil {
+			if err := call(level); err != nil {
+				return err
+			}
+		}
+		for _, req := range subs {
+			if err := call(req); err != nil {
+				return err
+			}
+		}
+	}
+	for _, b := range append(listens, unsent...) {
+		if err := write(b); err != nil {
+			return err
+		}
+	}
+
+	// The state may have moved while nobody served it: let the host re-read.
+	notify := func(method string, params map[string]any) {
+		p, _ := json.Marshal(params)
+		_ = r.out.send(&jsonrpc.Request{Method: method, Params: p})
+	}
+	if init != nil {
+		notify("notifications/resources/list_changed", map[string]any{})
+		for _, uri := range uris {
+			notify("notifications/resources/updated", map[string]any{"uri": uri})
+		}
+	}
+	for _, b := range listens {
+		req := request(b)
+		if req == nil {
+			continue
+		}
+		var p struct {
+			Notifications struct {
+				ResourcesListChanged  bool     `json:"resourcesListChanged"`
+				ResourceSubscriptions []string `json:"resourceSubscriptions"`
+			} `json:"notifications"`
+		}
+		if json.Unmarshal(req.Params, &p) != nil {
+			continue
+		}
+		meta := map[string]any{"io.modelcontextprotocol/subscriptionId": req.ID.Raw()}
+		if p.Notifications.ResourcesListChanged {
+			notify("notifications/resources/list_changed", map[string]any{"_meta": meta})
+		}
+		for _, uri := range p.Notifications.ResourceSubscriptions {
+			notify("notifications/resources/updated", map[string]any{"uri": uri, "_meta": meta})
+		}
+	}
+	r.mu.Lock()
+	r.unsent = r.unsent[len(unsent):]
+	r.mu.Unlock()
+	r.log.Info("resumed the host's session", "resent", len(unsent), "initialized", init != nil, "subscriptions", len(uris), "listens", len(listens))
+	return nil
+}

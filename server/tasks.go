@@ -1,0 +1,297 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mas-mcp/mas-mcp/engine"
+)
+
+// MCP Tasks (protocol 2025-11-25, SEP-1686) over our durable MAS tasks: a
+// MAS task is an MCP task of the same ID, so tasks survive restarts and
+// every MAS task its operator may see can be followed this way.
+//
+//   - tools/call of add_task with params.task (task-augmented) answers at
+//     once with a CreateTaskResult (streamable HTTP only, see below).
+//   - tasks/get reports working / input_required (an agent waits on the
+//     operator's answer) / completed / failed / cancelled.
+//   - tasks/result waits until the task ends and answers add_task's result:
+//     the task's summary (isError when it failed or was cancelled).
+//   - tasks/list lists the operator's tasks; tasks/cancel cancels one.
+//
+// go-sdk v1.8.0 has no tasks: the tasks/* methods are custom methods
+// (mcp.AddReceivingCustomMethod, every transport). tools/call is the SDK's
+// own, which drops params.task and can only answer a CallToolResult, so a
+// task-augmented add_task is taken before the SDK sees it, on streamable
+// HTTP (taskAugmented). Not possible with the SDK: advertising the tasks
+// capability (ServerCapabilities has no field for it), reading the client's
+// (ClientCapabilities neither), task-augmented calls over stdio and SSE,
+// and sending notifications/tasks/status (no custom notifications).
+
+// Task statuses (SEP-1686).
+const (
+	taskWorking       = "working"
+	taskInputRequired = "input_required"
+	taskCompleted     = "completed"
+	taskFailed        = "failed"
+	taskCancelled     = "cancelled"
+)
+
+// taskPollMS is the poll interval suggested to clients.
+const taskPollMS = 500
+
+// mcpTask is SEP-1686's Task.
+type mcpTask struct {
+	TaskID        string `json:"taskId"`
+	Status        string `json:"status"`
+	StatusMessage string `json:"statusMessage,omitempty"`
+	CreatedAt     string `json:"createdAt"`
+	LastUpdatedAt string `json:"lastUpdatedAt"`
+	// TTL is null: MAS tasks are kept.
+	TTL          *int64 `json:"ttl"`
+	PollInterval int64  `json:"pollInterval"`
+}
+
+type taskIDParams struct {
+	mcp.ParamsBase
+	TaskID string `json:"taskId"`
+}
+
+type listTasksParams struct {
+	mcp.ParamsBase
+	Cursor string `json:"cursor,omitempty"`
+}
+
+// taskResult is tasks/get's and tasks/cancel's result: the Task itself.
+type taskResult struct {
+	mcp.ResultBase
+	mcpTask
+}
+
+type listTasksResult struct {
+	mcp.ResultBase
+	Tasks      []mcpTask `json:"tasks"`
+	NextCursor string    `json:"nextCursor,omitempty"`
+}
+
+// createTaskResult answers a task-augmented request.
+type createTaskResult struct {
+	Task mcpTask `json:"task"`
+}
+
+// relatedTaskMeta is the _meta key tying a result to its task.
+const relatedTaskMeta = "io.modelcontextprotocol/related-task"
+
+// addTasks registers the tasks/* methods.
+func (s *Server) addTasks() error {
+	for _, err := range []error{
+		mcp.AddReceivingCustomMethod(s.mcp, "tasks/get", func(ctx context.Context, ss *mcp.ServerSession, p *taskIDParams) (*taskResult, error) {
+			t, err := s.visibleTask(ss, p.TaskID)
+			if err != nil {
+				return nil, err
+			}
+			return &taskResult{mcpTask: s.mcpTaskOf(t)}, nil
+		}),
+		mcp.AddReceivingCustomMethod(s.mcp, "tasks/list", func(ctx context.Context, ss *mcp.ServerSession, p *listTasksParams) (*listTasksResult, error) {
+			op, _ := s.sessionOperator(ss)
+			out := &listTasksResult{Tasks: []mcpTask{}}
+			for _, t := range s.sys.Tasks() {
+				if !t.Base && s.sys.Visible(op, t.TaskID) {
+					out.Tasks = append(out.Tasks, s.mcpTaskOf(t))
+				}
+			}
+			return out, nil
+		}),
+		mcp.AddReceivingCustomMethod(s.mcp, "tasks/result", s.taskResult),
+		mcp.AddReceivingCustomMethod(s.mcp, "tasks/cancel", func(ctx context.Context, ss *mcp.ServerSession, p *taskIDParams) (*taskResult, error) {
+			t, err := s.visibleTask(ss, p.TaskID)
+			if err != nil {
+				return nil, err
+			}
+			if ended(t) {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("task %s: already %s", t.TaskID, s.mcpTaskOf(t).Status)}
+			}
+			op, _ := s.sessionOperator(ss)
+			if _, err := s.sys.TaskInstruction(op, engine.TaskInstruction{Action: engine.ActionCancelTask, TaskID: t.TaskID,
+				Summary: "cancelled by the operator (MCP tasks/cancel)"}); err != nil {
+				return nil, err
+			}
+			t, _ = s.sys.Task(t.TaskID)
+			return &taskResult{mcpTask: s.mcpTaskOf(t)}, nil
+		}),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// visibleTask is the task taskID names, if the session's operator may see it.
+func (s *Server) visibleTask(ss *mcp.ServerSession, taskID string) (engine.TaskState, error) {
+	op, ok := s.sessionOperator(ss)
+	t, found := s.sys.Task(taskID)
+	if !ok || !found || t.Base || !s.sys.Visible(op, taskID) {
+		return engine.TaskState{}, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("taskId %q: no such task", taskID)}
+	}
+	return t, nil
+}
+
+func ended(t engine.TaskState) bool {
+	return t.ExecutionState == engine.StateFinished || t.ExecutionState == engine.StateFailed
+}
+
+// mcpTaskOf maps a MAS task to an MCP task.
+func (s *Server) mcpTaskOf(t engine.TaskState) mcpTask {
+	out := mcpTask{TaskID: t.TaskID, PollInterval: taskPollMS, CreatedAt: t.CreatedAt.UTC().Format(time.RFC3339Nano),
+		LastUpdatedAt: t.CreatedAt.UTC().Format(time.RFC3339Nano)}
+	if !t.UpdatedAt.IsZero() {
+		out.LastUpdatedAt = t.UpdatedAt.UTC().Format(time.RFC3339Nano)
+	}
+	switch {
+	case t.ExecutionState == engine.StateFinished:
+		out.Status, out.StatusMessage = taskCompleted, t.TaskSummary
+	case t.ExecutionState == engine.StateFailed && s.endedByOperator(t):
+		out.Status, out.StatusMessage = taskCancelled, t.TaskSummary
+	case t.ExecutionState == engine.StateFailed:
+		out.Status, out.StatusMessage = taskFailed, t.TaskSummary
+	case s.awaitsOperator(t):
+		out.Status, out.StatusMessage = taskInputRequired, "an agent waits for the operator's answer (get_inbox)"
+	default:
+		out.Status = taskWorking
+		if t.Paused {
+			out.StatusMessage = "paused by the operator"
+		}
+	}
+	return out
+}
+
+// endedByOperator reports whether an operator ended the task (cancel_task).
+func (s *Server) endedByOperator(t engine.TaskState) bool {
+	b, ok := s.sys.AgentBrief(t.EndedBy)
+	return ok && b.Kind == engine.KindHuman
+}
+
+// awaitsOperator reports whether an agent of the task waits for an answer
+// of the task's operator.
+func (s *Server) awaitsOperator(t engine.TaskState) bool {
+	in, err := s.sys.Inbox(t.Operator)
+	return err == nil && slices.ContainsFunc(in, func(e engine.InboxEntry) bool { return e.TaskID == t.TaskID && e.AwaitingReply })
+}
+
+// taskResult waits until the task ends and answers add_task's final
+// result: the summary.
+func (s *Server) taskResult(ctx context.Context, ss *mcp.ServerSession, p *taskIDParams) (*mcp.CallToolResult, error) {
+	t, err := s.visibleTask(ss, p.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	sub := s.sys.Subscribe(64)
+	defer sub.Close()
+	for !ended(t) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-s.ctx.Done():
+			return nil, errors.New("the server is shutting down")
+		case _, ok := <-sub.C:
+			if !ok {
+				return nil, errors.New("the server is shutting down")
+			}
+		case <-time.After(5 * time.Second): // events may be dropped
+		}
+		t, _ = s.sys.Task(p.TaskID)
+	}
+	mt := s.mcpTaskOf(t)
+	res := &mcp.CallToolResult{
+		Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("task %s %s: %s", t.TaskID, mt.Status, t.TaskSummary)}},
+		StructuredContent: map[string]any{"task_id": t.TaskID, "status": mt.Status, "execution_state": t.ExecutionState,
+			"task_summary": t.TaskSummary, "resource_uri": taskURI(t.TaskID)},
+		IsError: mt.Status != taskCompleted,
+	}
+	res.SetMeta(map[string]any{relatedTaskMeta: map[string]any{"taskId": t.TaskID}})
+	return res, nil
+}
+
+// taskAugmented takes a task-augmented tools/call of add_task (streamable
+// HTTP, a stateful session) before the SDK, which would drop params.task:
+// the MAS task is added as add_task would, and the answer is the
+// CreateTaskResult of the MCP task of the same ID. Everything else passes.
+func (s *Server) taskAugmented(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		// Read up to the SDK's own cap; a larger body goes on whole, for the
+		// SDK to refuse.
+		body, err := io.ReadAll(io.LimitReader(r.Body, s.cfg.HTTP.MaxBodyBytes+1))
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+		if err != nil || int64(len(body)) > s.cfg.HTTP.MaxBodyBytes {
+			// Too large, or unreadable: the SDK answers it (413, …).
+			next.ServeHTTP(w, r)
+			return
+		}
+		var msg struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				Name      string          `json:"name"`
+				Arguments json.RawMessage `json:"arguments"`
+				Task      json.RawMessage `json:"task"`
+			} `json:"params"`
+		}
+		if json.Unmarshal(body, &msg) != nil || msg.Method != "tools/call" || msg.Params.Name != "add_task" ||
+			len(msg.Params.Task) == 0 || string(msg.Params.Task) == "null" || len(msg.ID) == 0 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		answer := func(result any, rpcErr *jsonrpc.Error) {
+			out := map[string]any{"jsonrpc": "2.0", "id": msg.ID}
+			if rpcErr != nil {
+				out["error"] = rpcErr
+			} else {
+				out["result"] = result
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(out)
+		}
+		s.mcpSessions.mu.Lock()
+		_, live := s.mcpSessions.live[r.Header.Get("Mcp-Session-Id")]
+		s.mcpSessions.mu.Unlock()
+		if !live {
+			next.ServeHTTP(w, r) // the SDK answers an unknown session
+			return
+		}
+		var in AddTaskIn
+		dec := json.NewDecoder(bytes.NewReader(msg.Params.Arguments))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&in); err != nil {
+			answer(nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "add_task arguments: " + err.Error()})
+			return
+		}
+		_, out, err := checked(&s.cfg.Limits, s.addTask)(r.Context(), &mcp.CallToolRequest{Extra: &mcp.RequestExtra{Header: r.Header}}, in)
+		if err != nil {
+			// No task was created: the request fails (a task-augmented
+			// request's result can only be a task).
+			answer(nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "add_task: " + strings.TrimSpace(err.Error())})
+			return
+		}
+		t, _ := s.sys.Task(out.TaskID)
+		answer(&createTaskResult{Task: s.mcpTaskOf(t)}, nil)
+	})
+}
