@@ -121,7 +121,7 @@ func (e *Executor) Execute(ctx context.Context, in *engine.ExecInput) *engine.Ou
 			NeedToolDecision: decide("tool_describe"),
 		}
 	case ins.ToolName != "":
-		return e.callTool(ctx, in, server, ins, decide("tool_result"))
+		return e.tracedCall(ctx, in, server, ins, decide("tool_result"))
 	case ins.ResourceName != "":
 		uri, _ := ins.Arguments["uri"].(string)
 		if uri == "" {

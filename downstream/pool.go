@@ -17,6 +17,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mas-mcp/mas-mcp/internal/telemetry"
 )
 
 // Pool holds one client session per configured server, shared by every
@@ -174,6 +176,7 @@ func (c *conn) connectLocked(ctx context.Context) error {
 	if roots := c.sc.roots(); len(roots) > 0 {
 		client.AddRoots(roots...)
 	}
+	client.AddSendingMiddleware(telemetry.ClientMiddleware(c.name))
 	var transport mcp.Transport
 	switch {
 	case c.sc.Command != "":

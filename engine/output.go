@@ -143,6 +143,9 @@ type TaskInstruction struct {
 	// ExecutionState is how finish_task ends the task: "finished" (the
 	// default) or "failed" when it cannot be completed (spec §3.9).
 	ExecutionState string `json:"execution_state,omitempty"`
+	// TraceParent is the W3C trace context add_task came with (never
+	// stored or shown: the task keeps its own span's, TaskState.TraceParent).
+	TraceParent string `json:"-"`
 }
 
 // StageSpec is a stage to add (spec §3.9 add_stage).

@@ -104,6 +104,9 @@ type TaskState struct {
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 	EndedAt   time.Time `json:"ended_at,omitzero"`
+	// TraceParent is the W3C traceparent of the task's span (telemetry.go):
+	// its steps' spans are its children. Empty when tracing was off.
+	TraceParent string `json:"trace_parent,omitempty"`
 }
 
 // SharedInfo is one entry of a task's shared info pool (spec §2.1).

@@ -15,6 +15,7 @@ import (
 func (a *agent) runStep(ctx context.Context, step StepState, view AgentState) {
 	s := a.sys
 	var out *Output
+	ctx, span := s.traceStep(ctx, &view, &step)
 	exec, err := s.route(&view, &step)
 	if err != nil {
 		out = &Output{Err: err}
@@ -37,6 +38,7 @@ func (a *agent) runStep(ctx context.Context, step StepState, view AgentState) {
 		out, cancelled = a.stoppedLocked(&step, r, out), false
 	}
 	a.mu.Unlock()
+	endStep(span, out, cancelled)
 	s.apply(a, step, out, cancelled)
 	s.meter(a.id, &step, &view, out)
 	a.mu.Lock()

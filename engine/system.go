@@ -236,6 +236,7 @@ func (s *System) begin() error {
 		return errors.New("engine: already started")
 	}
 	s.started = true
+	s.observeQueue()
 	return nil
 }
 

@@ -16,6 +16,9 @@ type AddTaskRequest struct {
 	Manager string `json:"task_manager,omitempty"`
 	// Budget overrides the MAS's default limits (budget_tokens.go).
 	Budget *BudgetLimits `json:"budget,omitempty"`
+	// TraceParent is the W3C trace context of the request that adds the
+	// task (optional): the task's trace continues it.
+	TraceParent string `json:"-"`
 }
 
 // AddTask creates a task for an operator (or any agent) and hands it to its
@@ -23,7 +26,7 @@ type AddTaskRequest struct {
 // new task's ID; it never waits on LLM work.
 func (s *System) AddTask(actorID string, req AddTaskRequest) (string, error) {
 	res, err := s.TaskInstruction(actorID, TaskInstruction{
-		Action: ActionAddTask, TaskName: req.TaskName, TaskIntention: req.TaskIntention, Manager: req.Manager, Budget: req.Budget,
+		Action: ActionAddTask, TaskName: req.TaskName, TaskIntention: req.TaskIntention, Manager: req.Manager, Budget: req.Budget, TraceParent: req.TraceParent,
 	})
 	if err != nil {
 		return "", err
@@ -160,6 +163,7 @@ func (s *System) addTask(actor *agent, ti TaskInstruction, origin string) (map[s
 		CreatedAt:  now,
 		UpdatedAt:  now,
 	})
+	t.st.TraceParent = s.traceTask(ti.TraceParent, id, name)
 	if err := s.registerTask(t); err != nil {
 		return nil, err
 	}

@@ -166,9 +166,9 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 	return o, nil
 }
 
-// Complete sends req, retrying transient failures. See Client for the
-// contract on failure; Usage.PromptChars and ResponseChars count bytes.
-func (o *OpenAI) Complete(ctx context.Context, req *Request) (*Response, error) {
+// complete sends req, retrying transient failures (Complete, in
+// observe.go, lets an Observer watch it).
+func (o *OpenAI) complete(ctx context.Context, req *Request) (*Response, error) {
 	start := time.Now()
 	resp := &Response{Usage: Usage{Calls: 1}}
 	done := func(err error) (*Response, error) {

@@ -49,6 +49,10 @@ type HTTPConfig struct {
 	// task (engine.System.SetAdmins); the other operators act only on their
 	// own tasks and those shared with them.
 	Admins []string
+	// Metrics, when set, is served at /metrics (Prometheus text format,
+	// telemetry.Telemetry.MetricsHandler) behind the same perimeter and
+	// authentication as /api.
+	Metrics http.Handler
 }
 
 func (h *HTTPConfig) check() error {
@@ -126,6 +130,9 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("/sse", s.guard(s.limitStreams(s.sseCaps, false, sse)))
 	// The web monitor: its API checks tokens or bound sessions itself.
 	mux.Handle("/api/", s.perimeter(s.apiHandler()))
+	if cfg.Metrics != nil {
+		mux.Handle("GET /metrics", s.perimeter(s.metricsHandler(cfg.Metrics)))
+	}
 	mux.Handle("/", s.perimeter(s.pageHandler()))
 	return s.limitBodyTime(mux)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mas-mcp/mas-mcp/engine"
+	"github.com/mas-mcp/mas-mcp/internal/telemetry"
 )
 
 // Config configures a Server. Zero values mean the documented defaults.
@@ -139,7 +140,7 @@ func New(cfg Config) (*Server, error) {
 			},
 			KeepAlive: 0,
 		})
-	s.mcp.AddReceivingMiddleware(s.filterLists)
+	s.mcp.AddReceivingMiddleware(telemetry.ServerMiddleware, s.filterLists)
 	s.addTools()
 	s.addResources()
 	s.addApp()

@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mas-mcp/mas-mcp/engine"
+	"github.com/mas-mcp/mas-mcp/internal/telemetry"
 )
 
 // Error contract (docs/errors.md): a failure the caller can act on (a bad
@@ -129,7 +130,7 @@ func (s *Server) addTask(ctx context.Context, req *mcp.CallToolRequest, in AddTa
 	if err != nil {
 		return nil, AddTaskOut{}, err
 	}
-	id, err := s.sys.AddTask(op, engine.AddTaskRequest{TaskName: in.TaskName, TaskIntention: in.TaskIntention, Manager: in.TaskManager, Budget: in.Budget})
+	id, err := s.sys.AddTask(op, engine.AddTaskRequest{TaskName: in.TaskName, TaskIntention: in.TaskIntention, Manager: in.TaskManager, Budget: in.Budget, TraceParent: telemetry.TraceParent(ctx)})
 	done(err == nil)
 	if err != nil {
 		return nil, AddTaskOut{}, err

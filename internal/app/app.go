@@ -23,6 +23,7 @@ import (
 
 	"github.com/mas-mcp/mas-mcp/downstream"
 	"github.com/mas-mcp/mas-mcp/engine"
+	"github.com/mas-mcp/mas-mcp/internal/telemetry"
 	"github.com/mas-mcp/mas-mcp/llm"
 	"github.com/mas-mcp/mas-mcp/prompts"
 	"github.com/mas-mcp/mas-mcp/server"
@@ -133,6 +134,7 @@ type instance struct {
 	pool   *downstream.Pool
 	srv    *server.Server
 	tokens map[string]string
+	tel    *telemetry.Telemetry
 
 	stopLocal context.CancelFunc
 	localDone chan struct{}
@@ -151,6 +153,9 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, stop func()) (inst
 			inst = nil
 		}
 	}()
+	if inst.tel, err = telemetry.Setup(ctx, telemetry.Config{ServiceVersion: moduleVersion(cfg.Version), Prometheus: cfg.HTTP.Metrics}); err != nil {
+		return inst, err
+	}
 	var img *engine.Image
 	if inst.st, img, err = openStore(ctx, cfg, log, stop); err != nil {
 		return inst, err
@@ -181,7 +186,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, stop func()) (inst
 		HTTP: server.HTTPConfig{
 			Addr: cfg.HTTP.Addr, Tokens: inst.tokens, AllowedOrigins: cfg.HTTP.AllowedOrigins,
 			AllowedHosts: cfg.HTTP.AllowedHosts, MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
-			SessionTimeout: cfg.HTTP.SessionTimeout, Admins: admins,
+			SessionTimeout: cfg.HTTP.SessionTimeout, Admins: admins, Metrics: inst.tel.MetricsHandler(),
 		},
 		Limits: cfg.Limits.server(),
 		Trail:  tr,
@@ -244,6 +249,17 @@ func (in *instance) close() {
 	}
 	if in.st != nil {
 		_ = in.st.Close()
+	}
+	in.shutdownTelemetry()
+}
+
+// shutdownTelemetry exports what telemetry still holds, within a bound:
+// an unreachable collector does not hold the shutdown.
+func (in *instance) shutdownTelemetry() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := in.tel.Shutdown(ctx); err != nil {
+		in.log.Warn("telemetry: shutdown", "err", err)
 	}
 }
 

@@ -159,6 +159,8 @@ type HTTPConfig struct {
 	AllowedHosts   []string      `yaml:"allowed_hosts"`
 	SessionTimeout time.Duration `yaml:"session_timeout"`
 	MaxBodyBytes   int64         `yaml:"max_body_bytes"`
+	// Metrics serves Prometheus metrics at /metrics, behind /api's auth.
+	Metrics bool `yaml:"metrics"`
 }
 
 // LimitsConfig is server.Limits in the config file (the README's table
@@ -281,6 +283,9 @@ const envVars = `Environment (flags override it; it overrides the config file):
   MAS_MCP_CONFIG     the downstream MCP servers file (as --mcp-config)
   MAS_NATS_URL, MAS_NATS_CREDS, MAS_NATS_USER, MAS_NATS_PASSWORD, MAS_NATS_TOKEN
                      an external NATS server and its credentials (as --nats-*)
+  OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL (grpc or http/protobuf), OTEL_TRACES_EXPORTER,
+  OTEL_METRICS_EXPORTER, OTEL_SERVICE_NAME, OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT …
+                     OpenTelemetry traces and metrics (off unless an exporter is asked for)
 `
 
 // LoadConfig builds the Config from the command line's args and the
@@ -336,6 +341,7 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer, vers
 	confirm := fs.Duration("confirm-timeout", d.ConfirmTimeout, "how long a risky tool call waits for the operator's approval")
 	stdio := fs.Bool("stdio", false, "serve MCP over stdin/stdout (for hosts such as Claude Desktop); with --http, also serve HTTP (the web monitor)")
 	httpAddr := fs.String("http", d.HTTP.Addr, "serve MCP over HTTP on this address: streamable HTTP at /mcp, SSE at /sse, the web monitor at /")
+	metrics := fs.Bool("metrics", false, "serve Prometheus-format metrics at /metrics on the HTTP server (same auth as /api); traces and OTLP metrics follow the OTEL_* variables")
 	logFormat := fs.String("log-format", d.LogFormat, `log format on stderr: "text" or "json"`)
 	logLevel := fs.String("log-level", d.LogLevel, "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
@@ -401,6 +407,7 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer, vers
 		"nats-tls-cert": func() { cfg.NATS.TLSCert = *natsCert }, "nats-tls-key": func() { cfg.NATS.TLSKey = *natsKey },
 		"sync-interval": func() { cfg.SyncInterval = *syncInterval }, "memory": func() { cfg.Memory = *memory },
 		"confirm-timeout": func() { cfg.ConfirmTimeout = *confirm }, "stdio": func() { cfg.Stdio = *stdio },
+		"metrics":     func() { cfg.HTTP.Metrics = *metrics },
 		"llm-timeout": func() { cfg.LLM.Timeout = *timeout }, "llm-retries": func() { cfg.LLM.MaxRetries = *retries },
 		"llm-outage-window": func() { cfg.LLM.OutageWindow = *outage }, "stall-timeout": func() { cfg.StallTimeout = *stall },
 		"stall-notices": func() { cfg.StallNotices = *stallNotices }, "retry-stage-limit": func() { cfg.RetryStageLimit = *retryLimit },

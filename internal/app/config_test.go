@@ -95,3 +95,28 @@ func TestLimitsConfig(t *testing.T) {
 		t.Errorf("start: %v, want it to name limits.sessions", err)
 	}
 }
+
+// TestMetricsConfig: /metrics is off by default and turned on by the
+// config file's http.metrics or by --metrics (which overrides the file).
+func TestMetricsConfig(t *testing.T) {
+	cfg, err := loadConfig(nil, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HTTP.Metrics {
+		t.Error("metrics on by default")
+	}
+	file := filepath.Join(t.TempDir(), "mas.yaml")
+	if err := os.WriteFile(file, []byte("http:\n  metrics: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err = loadConfig([]string{"--config", file}, env(nil)); err != nil || !cfg.HTTP.Metrics {
+		t.Errorf("http.metrics: true in the file: metrics %v, err %v", cfg.HTTP.Metrics, err)
+	}
+	if cfg, err = loadConfig([]string{"--config", file, "--metrics=false"}, env(nil)); err != nil || cfg.HTTP.Metrics {
+		t.Errorf("--metrics=false over the file: metrics %v, err %v", cfg.HTTP.Metrics, err)
+	}
+	if cfg, err = loadConfig([]string{"--metrics"}, env(nil)); err != nil || !cfg.HTTP.Metrics {
+		t.Errorf("--metrics: metrics %v, err %v", cfg.HTTP.Metrics, err)
+	}
+}
