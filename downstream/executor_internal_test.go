@@ -225,3 +225,28 @@ func BenchmarkCheckArguments(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "µs/validation")
 }
+
+// FuzzCutStrings: the byte-bounded cut of a downstream result's strings
+// never splits a character and keeps each string within its limit plus
+// the note.
+func FuzzCutStrings(f *testing.F) {
+	f.Add("hello world", 5)
+	f.Add("任务阶段步骤", 4)
+	f.Fuzz(func(t *testing.T, text string, limit int) {
+		if limit < 0 || limit > 1<<16 {
+			return
+		}
+		cut := 0
+		got, _ := cutStrings(map[string]any{"a": []any{text}}, limit, &cut).(map[string]any)
+		s := got["a"].([]any)[0].(string)
+		if utf8.ValidString(text) && !utf8.ValidString(s) {
+			t.Fatalf("cutStrings(%q, %d) = %q: not valid UTF-8", text, limit, s)
+		}
+		if len(text) <= limit && s != text {
+			t.Fatalf("cutStrings changed a string within the limit")
+		}
+		if len(text) > limit && !strings.HasPrefix(text, s[:len(text)-cut]) {
+			t.Fatalf("cutStrings(%q, %d) = %q: not a prefix of the text", text, limit, s)
+		}
+	})
+}
