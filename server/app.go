@@ -242,5 +242,3 @@ func (s *Server) taskView(op, id string) (TaskView, error) {
 	}
 	return v, nil
 }
-
-

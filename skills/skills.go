@@ -193,8 +193,6 @@ func (r *runner) parse(answer string, in *engine.ExecInput) (*engine.Output, err
 	return out, nil
 }
 
-
-
 // textOutput is the parser of the skills that answer with one text block.
 func textOutput(tag, resultKey string) func(string, *engine.ExecInput) (*engine.Output, error) {
 	return func(answer string, _ *engine.ExecInput) (*engine.Output, error) {
