@@ -38,25 +38,37 @@ func quickWorker(n int) func(*fakellm.Call) fakellm.Reply {
 	}
 }
 
-// stepTimes runs one worker through n steps on st (nil: memory only) and
-// returns the gaps between its step completions.
-func stepTimes(b *testing.B, st engine.Store, n int) []time.Duration {
+// instantSystem starts a MAS on st (nil: memory only) whose LLM answers
+// at once with h; mod adjusts the engine's config.
+func instantSystem(b testing.TB, st engine.Store, h func(*fakellm.Call) fakellm.Reply, mod func(*engine.Config)) *engine.System {
 	set, err := prompts.Load("en", "")
 	if err != nil {
 		b.Fatal(err)
 	}
-	execs, err := skills.Executors(skills.Config{LLM: fakellm.NewInstant(quickWorker(n)), Prompts: set})
+	execs, err := skills.Executors(skills.Config{LLM: fakellm.NewInstant(h), Prompts: set})
 	if err != nil {
 		b.Fatal(err)
 	}
-	sys, err := engine.New(engine.Config{Texts: set, Skills: execs, Templates: skills.Templates(set), Store: st,
-		StageStepBudget: 1000, StageReflectionBudget: 1000})
+	cfg := engine.Config{Texts: set, Skills: execs, Templates: skills.Templates(set), Store: st}
+	if mod != nil {
+		mod(&cfg)
+	}
+	sys, err := engine.New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	if err := sys.Start(); err != nil {
 		b.Fatal(err)
 	}
+	return sys
+}
+
+// stepTimes runs one worker through n steps on st (nil: memory only) and
+// returns the gaps between its step completions.
+func stepTimes(b *testing.B, st engine.Store, n int) []time.Duration {
+	sys := instantSystem(b, st, quickWorker(n), func(c *engine.Config) {
+		c.StageStepBudget, c.StageReflectionBudget = 1000, 1000
+	})
 	defer sys.Close()
 	sub := sys.Subscribe(1 << 16)
 	defer sub.Close()

@@ -8,10 +8,7 @@ import (
 	"time"
 
 	"github.com/mas-mcp/mas-mcp/engine"
-	"github.com/mas-mcp/mas-mcp/internal/fakellm"
 	"github.com/mas-mcp/mas-mcp/internal/scripted"
-	"github.com/mas-mcp/mas-mcp/prompts"
-	"github.com/mas-mcp/mas-mcp/skills"
 )
 
 // cpuTime is the process's user+system CPU time so far.
@@ -26,22 +23,8 @@ func cpuTime(b testing.TB) time.Duration {
 // burst adds n scripted two-stage team tasks at once to a MAS on st and
 // waits until all have finished; it returns the CPU and wall time spent.
 func burst(b testing.TB, st engine.Store, n int) (cpu, wall time.Duration) {
-	set, err := prompts.Load("en", "")
-	if err != nil {
-		b.Fatal(err)
-	}
 	team := scripted.NewTeam()
-	execs, err := skills.Executors(skills.Config{LLM: fakellm.NewInstant(team.Handle), Prompts: set})
-	if err != nil {
-		b.Fatal(err)
-	}
-	sys, err := engine.New(engine.Config{Texts: set, Skills: execs, Templates: skills.Templates(set), Store: st})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := sys.Start(); err != nil {
-		b.Fatal(err)
-	}
+	sys := instantSystem(b, st, team.Handle, nil)
 	defer sys.Close()
 	sub := sys.Subscribe(1 << 16)
 	defer sub.Close()
