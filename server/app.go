@@ -129,12 +129,15 @@ type StepView struct {
 
 // QuestionView is a message from an agent awaiting the operator's reply.
 type QuestionView struct {
-	MessageID  string    `json:"message_id"`
-	SenderID   string    `json:"sender_id"`
-	SenderName string    `json:"sender_name"`
-	Content    string    `json:"content"`
-	Urgent     bool      `json:"urgent"`
-	Timestamp  time.Time `json:"timestamp"`
+	MessageID  string `json:"message_id"`
+	SenderID   string `json:"sender_id"`
+	SenderName string `json:"sender_name"`
+	Content    string `json:"content"`
+	Urgent     bool   `json:"urgent"`
+	// Approval marks a question a tool call waits on: answer it with
+	// answer_approval (approve or deny); others with send_message.
+	Approval  bool      `json:"approval,omitempty"`
+	Timestamp time.Time `json:"timestamp"`
 }
 
 // check bounds the input (inputs.go).
@@ -236,7 +239,7 @@ func (s *Server) taskView(op, id string) (TaskView, error) {
 		for _, e := range entries {
 			if e.AwaitingReply && e.TaskID == t.TaskID {
 				v.Questions = append(v.Questions, QuestionView{MessageID: e.MessageID, SenderID: e.SenderID, SenderName: name(e.SenderID),
-					Content: engine.Truncate(e.Content, 4*appViewText), Urgent: e.Waiting, Timestamp: e.Timestamp})
+					Content: engine.Truncate(e.Content, 4*appViewText), Urgent: e.Waiting, Approval: e.Approval, Timestamp: e.Timestamp})
 			}
 		}
 	}

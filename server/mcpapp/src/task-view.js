@@ -183,14 +183,16 @@ function question(q) {
   });
   const approve = h("button", { class: "approve", text: "Approve", title: "For approval questions: let the tool call run", onclick: () => act("Approve", () => call("answer_approval", { message_id: q.message_id, approve: true, note: text.value.trim() || undefined })) });
   const deny = h("button", { class: "deny", text: "Deny", title: "For approval questions: refuse the tool call", onclick: () => act("Deny", () => call("answer_approval", { message_id: q.message_id, approve: false, note: text.value.trim() || undefined })) });
-  buttons.push(reply, approve, deny);
+  // Approve and Deny only where a tool call waits on the answer.
+  const actions = q.approval ? [reply, approve, deny] : [reply];
+  buttons.push(...actions);
   return h(
     "div",
     { class: "question" + (q.urgent ? " urgent" : ""), "data-message-id": q.message_id },
     h("strong", { text: `${q.sender_name} asks${q.urgent ? " (waiting for you)" : ""}:` }),
     h("p", { text: q.content }),
     text,
-    h("div", { class: "actions" }, reply, approve, deny),
+    h("div", { class: "actions" }, ...actions),
   );
 }
 
