@@ -423,3 +423,40 @@ func TestHumanStageNotices(t *testing.T) {
 		t.Errorf("working memory still has the finished stage: %v", a.WorkingMemory[task])
 	}
 }
+
+// TestOperatorActionsAreHumanSteps: spec §7 — the operator's task and
+// agent management is recorded as finished steps of their HumanAgent, in
+// the base task, naming the task they were about; a refused one changes
+// nothing (the trail keeps it).
+func TestOperatorActionsAreHumanSteps(t *testing.T) {
+	b := newTestbed(t, nil)
+	w := b.newAgent("w")
+	task := b.newTask("recorded", w)
+	if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionAddStage, TaskID: task,
+		Stages: []StageSpec{{StageIntention: "s", AgentAllocation: map[string]string{w: "g"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionFinishStage, TaskID: task, StageID: "no-such-stage"}); err == nil {
+		t.Fatal("finishing a missing stage succeeded")
+	}
+	steps := b.steps(b.op(), func(s StepState) bool { return s.Executor == SkillTaskManager })
+	var addStage int
+	for _, s := range steps {
+		if s.TaskID != b.sys.BaseTaskID() || !strings.Contains(s.StepIntention, task) || s.ExecutionState != StateFinished {
+			t.Errorf("step %+v: want it finished, in the base task, naming task %s", s, task)
+		}
+		if in, _ := s.ExecuteResult["instruction"].(map[string]any); in["action"] == ActionFinishStage {
+			t.Errorf("the refused finish_stage was recorded as a step: %+v", s)
+		}
+		if in, _ := s.ExecuteResult["instruction"].(map[string]any); in["action"] == ActionAddStage {
+			addStage++
+		}
+	}
+	if addStage != 1 {
+		t.Errorf("%d add_stage steps of the operator, want 1\n%s", addStage, b.dump())
+	}
+	a, _ := b.sys.Agent(b.op())
+	if len(a.AgentStep.TodoList) != 0 {
+		t.Errorf("the operator's recorded steps are in its todo list: %v", a.AgentStep.TodoList)
+	}
+}

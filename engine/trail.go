@@ -480,9 +480,6 @@ func cloneDecision(d *Decision) *Decision {
 // Actions of LLM agents are not recorded here (their steps' LLM calls are).
 func operatorAction[T any](s *System, actorID, taskID, action string, input any) func(T, error) (T, error) {
 	return func(res T, err error) (T, error) {
-		if s.cfg.Trail == nil {
-			return res, err
-		}
 		a, ok := s.agent(actorID)
 		if !ok || a.kind != KindHuman {
 			return res, err
@@ -493,6 +490,19 @@ func operatorAction[T any](s *System, actorID, taskID, action string, input any)
 				taskID, _ = m["task_id"].(string)
 			}
 		}
+		stepID := ""
+		if err == nil && (action == SkillTaskManager || action == SkillAgentManager) {
+			// Spec §7: every human operation is a step of the HumanAgent
+			// (send_message records its own). A refused one changes no
+			// state: the trail keeps it, with its error.
+			stepID = s.humanStep(a, taskID, action, input, res)
+		}
+		if s.cfg.Trail == nil {
+			return res, err
+		}
+		if stepID == "" {
+			stepID = newID()
+		}
 		if taskID == "" {
 			taskID = s.baseTaskID
 		}
@@ -500,9 +510,33 @@ func operatorAction[T any](s *System, actorID, taskID, action string, input any)
 		if err != nil {
 			ta.Error = err.Error()
 		}
-		s.trail(TrailEntry{Kind: TrailKindOperatorAction, TaskID: taskID, AgentID: actorID, StepID: newID(), Skill: action, Action: ta})
+		s.trail(TrailEntry{Kind: TrailKindOperatorAction, TaskID: taskID, AgentID: actorID, StepID: stepID, Skill: action, Action: ta})
 		return res, err
 	}
+}
+
+// humanStep records an operator's task or agent management as a finished
+// step of their HumanAgent, in the base task: the task it is about may end
+// with it, and the base task keeps a bounded history (baseHistory). It
+// returns the step's ID.
+func (s *System) humanStep(h *agent, taskID, action string, input, res any) string {
+	result := map[string]any{"instruction": input, "task_id": taskID, "result": res}
+	what := action
+	if taskID != "" {
+		what += " (task " + taskID + ")"
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ids := h.addStepsLocked(s.baseTaskID, s.baseStageID, []StepSpec{{
+		StepIntention: "Operator: " + what, Type: StepSkill, Executor: action,
+	}}, false, "")
+	if len(ids) == 0 {
+		return ""
+	}
+	// The operator acted already: the step is a record, not a to-do.
+	h.st.AgentStep.TodoList = slices.DeleteFunc(h.st.AgentStep.TodoList, func(id string) bool { return id == ids[0] })
+	h.finishStepLocked(ids[0], StateFinished, result)
+	return ids[0]
 }
 
 // stopInput is what an operator's interrupt or cancel_step asked.

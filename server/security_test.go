@@ -457,6 +457,7 @@ func TestSentinelKeyNeverLeaks(t *testing.T) {
 	// wait follows the MAS with wait_for_updates (asking for progress)
 	// until done holds.
 	var cursor uint64
+	var timedOut bool // the last wait found nothing and timed out
 	wait := func(what string, done func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
@@ -472,7 +473,7 @@ func TestSentinelKeyNeverLeaks(t *testing.T) {
 			var w server.WaitOut
 			b, _ := json.Marshal(res.StructuredContent)
 			_ = json.Unmarshal(b, &w)
-			cursor = w.Cursor
+			cursor, timedOut = w.Cursor, w.TimedOut
 		}
 	}
 	var question engine.InboxEntry
@@ -496,16 +497,10 @@ func TestSentinelKeyNeverLeaks(t *testing.T) {
 		a, _ := r.stack.Sys.Agent(manager)
 		return slices.ContainsFunc(a.AgentStep.StepList, func(s engine.StepState) bool { return s.ExecutionState == engine.StateFailed })
 	})
-	// Once the MAS is quiet, a wait times out, with progress on the way.
-	quiet := false
-	wait("a quiet MAS", func() bool {
-		seq := r.stack.Sys.EventSeq()
-		if quiet && seq == cursor {
-			return true
-		}
-		quiet = seq == cursor
-		return false
-	})
+	// Once the MAS is quiet, a wait times out, with progress on the way
+	// (a wait that returned events does not count: it may have sent none).
+	timedOut = false
+	wait("a quiet MAS", func() bool { return timedOut && r.stack.Sys.EventSeq() == cursor })
 
 	// Read everything there is, as resources and through the tools, and
 	// provoke errors.
