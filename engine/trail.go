@@ -118,7 +118,7 @@ type TrailLLM struct {
 	CompletionTokens int    `json:"completion_tokens"`
 	CachedTokens     int    `json:"cached_tokens"`
 	LatencyMS        int64  `json:"latency_ms"`
-	// Attempts counts the client's completions for this call (llm.Usage.Calls).
+	// Attempts counts the HTTP requests the call made, retries included.
 	Attempts int `json:"attempts"`
 }
 

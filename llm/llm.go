@@ -77,6 +77,9 @@ type Response struct {
 	Model   string
 	Usage   Usage
 	Latency time.Duration
+	// Attempts counts the HTTP requests the call made (retries included;
+	// 0: none was sent). Clients that do not retry leave it 0.
+	Attempts int
 }
 
 // Client completes chat requests. Implementations are safe for concurrent use.

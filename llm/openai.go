@@ -197,6 +197,7 @@ func (o *OpenAI) complete(ctx context.Context, req *Request) (*Response, error) 
 	}
 	outage := newOutageWait(ctx)
 	for attempt := 1; ; attempt++ {
+		resp.Attempts = attempt
 		cres, f := o.attempt(ctx, creq, req.Tag, attempt)
 		if f == nil {
 			outage.end(true)

@@ -28,8 +28,9 @@ func TestCompleteSuccess(t *testing.T) {
 				{Role: RoleUser, Content: "hi there"},
 			}},
 			wantResp: &Response{
-				Content: "hello",
-				Model:   "test-model",
+				Attempts: 1,
+				Content:  "hello",
+				Model:    "test-model",
 				Usage: Usage{
 					PromptTokens: 11, CompletionTokens: 7, TotalTokens: 18,
 					Calls: 1, PromptChars: len("be brief") + len("hi there"), ResponseChars: len("hello"),
@@ -42,8 +43,9 @@ func TestCompleteSuccess(t *testing.T) {
 				`"usage":{"prompt_tokens":2048,"completion_tokens":1,"total_tokens":2049,"prompt_tokens_details":{"cached_tokens":1152}}}`},
 			req: userRequest("abc"),
 			wantResp: &Response{
-				Content: "ok",
-				Model:   "m",
+				Attempts: 1,
+				Content:  "ok",
+				Model:    "m",
 				Usage: Usage{PromptTokens: 2048, CompletionTokens: 1, TotalTokens: 2049, CachedTokens: 1152,
 					Calls: 1, PromptChars: 3, ResponseChars: 2},
 			},
@@ -53,9 +55,10 @@ func TestCompleteSuccess(t *testing.T) {
 			reply: reply{body: completionBody("served-model", "plain answer", nil)},
 			req:   userRequest("héllo"),
 			wantResp: &Response{
-				Content: "plain answer",
-				Model:   "served-model",
-				Usage:   Usage{Calls: 1, PromptChars: len("héllo"), ResponseChars: len("plain answer")},
+				Attempts: 1,
+				Content:  "plain answer",
+				Model:    "served-model",
+				Usage:    Usage{Calls: 1, PromptChars: len("héllo"), ResponseChars: len("plain answer")},
 			},
 		},
 	}

@@ -147,6 +147,9 @@ func TestRetry(t *testing.T) {
 			if n := len(api.received()); n != tt.wantSent {
 				t.Errorf("server got %d requests, want %d", n, tt.wantSent)
 			}
+			if resp != nil && resp.Attempts != tt.wantSent {
+				t.Errorf("Response.Attempts = %d, want the %d requests sent", resp.Attempts, tt.wantSent)
+			}
 			checkWaits(t, tt.wantWaits, sleeps.got())
 		})
 	}

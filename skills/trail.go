@@ -1,6 +1,7 @@
 package skills
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -28,7 +29,9 @@ func (r *runner) record(ctx context.Context, in *engine.ExecInput, req *llm.Requ
 		l.Answer = engine.Body(resp.Content)
 		u := resp.Usage
 		l.PromptTokens, l.CompletionTokens, l.CachedTokens = u.PromptTokens, u.CompletionTokens, u.CachedTokens
-		l.LatencyMS, l.Attempts = u.LatencyMS, u.Calls
+		// The HTTP requests the call made, retries included (a client
+		// that does not say: its completions).
+		l.LatencyMS, l.Attempts = u.LatencyMS, cmp.Or(resp.Attempts, u.Calls)
 		if l.LatencyMS == 0 && resp.Latency > 0 {
 			l.LatencyMS = resp.Latency.Milliseconds()
 		}
