@@ -491,10 +491,12 @@ func operatorAction[T any](s *System, actorID, taskID, action string, input any)
 			}
 		}
 		stepID := ""
-		if err == nil && (action == SkillTaskManager || action == SkillAgentManager) {
+		if err == nil && action != "send_message" {
 			// Spec §7: every human operation is a step of the HumanAgent
-			// (send_message records its own). A refused one changes no
-			// state: the trail keeps it, with its error.
+			// (send_message records its own): task management as a
+			// task_manager step, the rest (agents, interrupt, cancel_step)
+			// as agent_manager steps. A refused one changes no state: the
+			// trail keeps it, with its error.
 			stepID = s.humanStep(a, taskID, action, input, res)
 		}
 		if s.cfg.Trail == nil {
@@ -521,14 +523,19 @@ func operatorAction[T any](s *System, actorID, taskID, action string, input any)
 // returns the step's ID.
 func (s *System) humanStep(h *agent, taskID, action string, input, res any) string {
 	result := map[string]any{"instruction": input, "task_id": taskID, "result": res}
-	what := action
+	what, executor := action, SkillAgentManager
+	if action == SkillTaskManager {
+		executor = SkillTaskManager
+	} else if action != SkillAgentManager {
+		result["action"] = action // interrupt, cancel_step
+	}
 	if taskID != "" {
 		what += " (task " + taskID + ")"
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ids := h.addStepsLocked(s.baseTaskID, s.baseStageID, []StepSpec{{
-		StepIntention: "Operator: " + what, Type: StepSkill, Executor: action,
+		StepIntention: "Operator: " + what, Type: StepSkill, Executor: executor,
 	}}, false, "")
 	if len(ids) == 0 {
 		return ""
