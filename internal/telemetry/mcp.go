@@ -112,16 +112,10 @@ func ServerMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			ctx, span = st.tracer.Start(ctx, spanName(method, target), trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
 		}
 		res, err := next(ctx, method, req)
-		et := mcpErrorType(res, err)
-		if span != nil {
-			endMCPSpan(span, et, err)
-		}
 		if st.inst != nil {
-			mattrs := attrs
-			if et != "" {
-				mattrs = append(mattrs[:len(mattrs):len(mattrs)], semconv.ErrorTypeKey.String(et))
-			}
-			st.inst.mcpServer.Record(context.Background(), secondsSince(start), metric.WithAttributes(lowCardinality(mattrs)...))
+			endMCP(span, st.inst.mcpServer, attrs, start, res, err)
+		} else {
+			endMCP(span, nil, attrs, start, res, err)
 		}
 		return res, err
 	}
@@ -159,16 +153,10 @@ func ClientMiddleware(server string) mcp.Middleware {
 				}
 			}
 			res, err := next(ctx, method, req)
-			et := mcpErrorType(res, err)
-			if span != nil {
-				endMCPSpan(span, et, err)
-			}
 			if st.inst != nil {
-				mattrs := attrs
-				if et != "" {
-					mattrs = append(mattrs[:len(mattrs):len(mattrs)], semconv.ErrorTypeKey.String(et))
-				}
-				st.inst.mcpClient.Record(context.Background(), secondsSince(start), metric.WithAttributes(lowCardinality(mattrs)...))
+				endMCP(span, st.inst.mcpClient, attrs, start, res, err)
+			} else {
+				endMCP(span, nil, attrs, start, res, err)
 			}
 			return res, err
 		}
@@ -259,4 +247,20 @@ func jsonText(v any) string {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// endMCP ends an MCP request's span (nil: tracing off) and records its
+// duration in hist (nil: metrics off), with its error type if it failed.
+func endMCP(span trace.Span, hist metric.Float64Histogram, attrs []attribute.KeyValue, start time.Time, res mcp.Result, err error) {
+	et := mcpErrorType(res, err)
+	if span != nil {
+		endMCPSpan(span, et, err)
+	}
+	if hist == nil {
+		return
+	}
+	if et != "" {
+		attrs = append(attrs[:len(attrs):len(attrs)], semconv.ErrorTypeKey.String(et))
+	}
+	hist.Record(context.Background(), secondsSince(start), metric.WithAttributes(lowCardinality(attrs)...))
 }

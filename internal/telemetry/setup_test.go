@@ -63,7 +63,9 @@ func TestSetupRefuses(t *testing.T) {
 	}
 }
 
-// traceService is an OTLP/gRPC receiver of spans.
+// traceService is an OTLP/gRPC receiver of spans. It implements Export,
+// the service's one method; grpc-go's generated code requires embedding
+// UnimplementedTraceServiceServer (forward compatibility), not a stub.
 type traceService struct {
 	colltrace.UnimplementedTraceServiceServer
 	mu    sync.Mutex
