@@ -2,6 +2,7 @@ package main
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/mas-mcp/mas-mcp/engine"
@@ -18,10 +19,16 @@ func TestCrashKillAfterHugeSummary(t *testing.T) { onBothStores(t, killAfterHuge
 func killAfterHugeSummary(t *testing.T, natsURL string) {
 	team := scripted.NewTeam()
 	huge := strings.Repeat("fact ", 400_000)
-	h := holdFirst(func(c *fakellm.Call) bool { return c.AgentName == "bob" && c.Skill == "summary" })
+	// The first call after alice's summary was answered is held until the
+	// kill, so the kill finds a step in flight. (Holding bob's summary
+	// instead could hold the reply alice waits for, if her question came
+	// after his reflection: she would never summarise.)
+	var aliceSummarised atomic.Bool
+	h := holdFirst(func(*fakellm.Call) bool { return aliceSummarised.Load() })
 	llm := fakellm.New(t)
 	llm.Handle(h.wrap(func(c *fakellm.Call) fakellm.Reply {
 		if c.AgentName == "alice" && c.Skill == "summary" {
+			defer aliceSummarised.Store(true)
 			return fakellm.Reply{Content: fakellm.Block("summary", huge)}
 		}
 		return team.Handle(c)
@@ -60,7 +67,7 @@ func killAfterHugeSummary(t *testing.T, natsURL string) {
 	after := m.snapshot(taskID)
 	m.checkKept(before, after)
 	stage := func(s snapshot) engine.StageState { return s.task.StageList[0] }
-	// (bob's held summary runs again after the restart and may add his.)
+	// (the held call runs again after the restart; bob may add his summary.)
 	b, a := stage(before), stage(after)
 	for id, s := range b.CompletionSummary {
 		if a.CompletionSummary[id] != s {
