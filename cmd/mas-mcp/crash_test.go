@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -455,10 +456,13 @@ func killBetweenWrites(t *testing.T, see func(*fakellm.Call), freeze func(subjec
 	m.start()
 	taskID := addTask(m)
 
-	// A frozen write holds its owner's mutex, and reads of that owner wait
-	// for it: what was visible is what a reader saw last before the kill.
+	// A frozen write is never visible (its owner publishes only what the
+	// store holds): what was visible is what a reader saw last before the
+	// kill, and it reads once more after the freeze, which may come before
+	// its first read.
 	seen := m.pollSnapshots(taskID)
 	proxy.wait(t)
+	seen.fresh(t)
 	m.kill()
 	before := seen.last(t)
 
@@ -518,7 +522,12 @@ func (m *masInstance) snapshot(taskID string) snapshot {
 // process is gone; last returns the last one it completed.
 type snapshots struct {
 	done chan struct{}
-	snap *snapshot // set before done is closed
+
+	mu       sync.Mutex
+	snap     *snapshot     // the last complete one
+	begun    int           // reads begun
+	finished int           // the number of the last read completed
+	changed  chan struct{} // closed (and replaced) when a read completes
 }
 
 func (m *masInstance) pollSnapshots(taskID string) *snapshots {
@@ -528,12 +537,16 @@ func (m *masInstance) pollSnapshots(taskID string) *snapshots {
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	p := &snapshots{done: make(chan struct{})}
+	p := &snapshots{done: make(chan struct{}), changed: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		defer transport.CloseIdleConnections()
 		defer cs.Close()
 		for {
+			p.mu.Lock()
+			p.begun++
+			n := p.begun
+			p.mu.Unlock()
 			var s snapshot
 			var conv struct {
 				Messages []engine.Message `json:"messages"`
@@ -542,11 +555,38 @@ func (m *masInstance) pollSnapshots(taskID string) *snapshots {
 				return // the process is gone
 			}
 			s.conv = conv.Messages
-			p.snap = &s
+			p.mu.Lock()
+			p.snap, p.finished = &s, n
+			close(p.changed)
+			p.changed = make(chan struct{})
+			p.mu.Unlock()
 			time.Sleep(10 * time.Millisecond)
 		}
 	}()
 	return p
+}
+
+// fresh waits until a read begun after the call has completed, so that
+// the last snapshot shows what was visible at (or after) that moment,
+// even when the moment came before the first read. Reads are served from
+// the owners' published snapshots and never wait on a frozen write.
+func (p *snapshots) fresh(t *testing.T) {
+	t.Helper()
+	p.mu.Lock()
+	want := p.begun + 1
+	for p.finished < want {
+		ch := p.changed
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-p.done:
+			t.Fatal("the process was gone before a snapshot was read after the frozen write")
+		case <-time.After(waitTimeout):
+			t.Fatal("no snapshot was read after the frozen write")
+		}
+		p.mu.Lock()
+	}
+	p.mu.Unlock()
 }
 
 // last waits until the polling ended (the process is gone) and returns
@@ -558,6 +598,8 @@ func (p *snapshots) last(t *testing.T) snapshot {
 	case <-time.After(waitTimeout):
 		t.Fatal("the snapshots did not stop with the process")
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.snap == nil {
 		t.Fatal("no snapshot was read before the process was gone")
 	}
