@@ -8,9 +8,11 @@ import (
 )
 
 // Store persists the MAS at its owners (write-through). Each owner calls it
-// after every change and before releasing its mutex, so a change is durable
-// before its effects are visible, and writes of one document arrive in
-// order. Implementations must not retain the pointers after returning.
+// when it commits its changes (owner.go: without its lock held, before the
+// changes are announced), so a change is durable before its effects are
+// visible. Writes of one document never run at once and arrive in order;
+// writes of different documents may run at once. Implementations must not
+// retain the pointers after returning.
 //
 // A task's conversation (shared_conversation_pool) is the sequence of its
 // messages: a store keeps it through PutMessage and may leave it out of the

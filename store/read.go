@@ -35,6 +35,9 @@ func (s *Store) ReadAgent(ctx context.Context, id string) (engine.AgentState, er
 	if e.Agent == nil {
 		return engine.AgentState{}, fmt.Errorf("store: agent %s: the document holds no agent", id)
 	}
+	if err := s.assemble(ctx, e, nil); err != nil {
+		return engine.AgentState{}, err
+	}
 	return *e.Agent, nil
 }
 

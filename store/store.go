@@ -10,6 +10,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,7 +35,10 @@ import (
 
 // SchemaVersion is the version of the documents this build writes. A
 // document of a later version is refused, never misread.
-const SchemaVersion = 1
+//
+// 2: an agent's ended steps may be in chunks of their own (steps.go);
+// documents of schema 1 are read as they are.
+const SchemaVersion = 2
 
 // Names of the JetStream assets.
 const (
@@ -100,8 +104,10 @@ type Store struct {
 	js   jetstream.JetStream
 	kvT  jetstream.KeyValue
 	kvA  jetstream.KeyValue
+	kvS  jetstream.KeyValue // chunks of agents' ended steps
 
-	mu     sync.Mutex        // guards revs, unsure and trails
+	mu     sync.Mutex // guards revs, unsure, steps and trails
+	steps  map[string]*agentSteps
 	trails []*Trail          // opened by OpenTrail, closed by Close first
 	revs   map[string]uint64 // last revision written or read, per KV key
 	// unsure holds, per KV key, the last document whose write failed in a
@@ -132,7 +138,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if o.Replicas <= 0 {
 		o.Replicas = 1
 	}
-	s := &Store{opts: o, log: o.Logger, revs: map[string]uint64{}, unsure: map[string][]byte{}}
+	s := &Store{opts: o, log: o.Logger, revs: map[string]uint64{}, unsure: map[string][]byte{}, steps: map[string]*agentSteps{}}
 	var err error
 	switch {
 	case o.NATSURL != "":
@@ -300,6 +306,9 @@ func (s *Store) setup(ctx context.Context) error {
 	if s.kvA, err = kv(bucketAgents, "mas-mcp agent documents"); err != nil {
 		return err
 	}
+	if s.kvS, err = kv(bucketSteps, "mas-mcp agents' ended steps, in chunks"); err != nil {
+		return err
+	}
 	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        streamMsgs,
 		Description: "mas-mcp messages, in delivery order",
@@ -453,6 +462,10 @@ type envelope struct {
 	Task    *engine.TaskState  `json:"task,omitempty"`
 	Agent   *engine.AgentState `json:"agent,omitempty"`
 	Message *engine.Message    `json:"message,omitempty"`
+	// An agent whose ended steps are partly in chunks (steps.go): the
+	// keys of those chunks and the order of all its steps.
+	Chunks    []string `json:"chunks,omitempty"`
+	StepOrder []string `json:"step_order,omitempty"`
 }
 
 func decode(b []byte, what string) (*envelope, error) {
@@ -509,11 +522,28 @@ func (s *Store) Load(ctx context.Context) (*engine.Image, error) {
 	}); err != nil {
 		return nil, err
 	}
+	var chunkErr error
 	if err := readAll(s.kvA, "agent", func(e *envelope) {
-		if e.Agent != nil {
-			img.Agents = append(img.Agents, *e.Agent)
+		if e.Agent == nil {
+			return
 		}
+		as := s.stepsOf(e.Agent.AgentID)
+		as.mu.Lock()
+		as.in, as.chunks, as.loaded = map[string]stepLoc{}, map[string]int{}, map[string]struct{}{}
+		err := s.assemble(ctx, e, as)
+		as.mu.Unlock()
+		if err != nil {
+			chunkErr = cmp.Or(chunkErr, err)
+			return
+		}
+		img.Agents = append(img.Agents, *e.Agent)
 	}); err != nil {
+		return nil, err
+	}
+	if chunkErr != nil {
+		return nil, chunkErr
+	}
+	if err := s.sweepChunks(ctx); err != nil {
 		return nil, err
 	}
 	sort.SliceStable(img.Tasks, func(i, j int) bool { return img.Tasks[i].CreatedAt.Before(img.Tasks[j].CreatedAt) })

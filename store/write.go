@@ -35,27 +35,26 @@ func (s *Store) PutTask(ctx context.Context, t *engine.TaskState) error {
 	return s.put(ctx, s.kvT, "task "+t.TaskID, t.TaskID, envelope{Schema: SchemaVersion, Task: &doc})
 }
 
-// PutAgent writes an agent document by revision.
-func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
-	return s.put(ctx, s.kvA, "agent "+a.AgentID, a.AgentID, envelope{Schema: SchemaVersion, Agent: a})
-}
-
 // put writes a document by revision: over the revision this store last
 // wrote or read, or as a new key. A write whose outcome is unknown may
 // have landed: the next try then finds the key at a newer revision, and
 // if that revision holds exactly the bytes this store tried to write, it
 // is this store's own and is taken as the base; any other newer revision
 // is another writer's, refused with ErrConflict.
+//
+// Writes of different documents run at once; the writes of one document
+// never do (each owner commits in order, engine.Store), so s.mu guards
+// only the maps of revisions, never a write.
 func (s *Store) put(ctx context.Context, kv jetstream.KeyValue, what, key string, e envelope) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("store: %s: %w", what, err)
 	}
 	k := kv.Bucket() + "/" + key
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	err = retry(ctx, func() error {
+		s.mu.Lock()
 		rev, known := s.revs[k]
+		s.mu.Unlock()
 		var n uint64
 		var err error
 		if known {
@@ -69,6 +68,8 @@ func (s *Store) put(ctx context.Context, kv jetstream.KeyValue, what, key string
 			}
 			return errOwnWriteLanded
 		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
 		if err != nil {
 			s.unsure[k] = b
 			return err
@@ -90,9 +91,11 @@ var errOwnWriteLanded = errors.New("an earlier write landed")
 
 // adoptOwnWrite reports whether the key's current value is the document
 // this store last tried to write without learning the outcome; if so its
-// revision becomes the base for the next write. s.mu must be held.
+// revision becomes the base for the next write.
 func (s *Store) adoptOwnWrite(ctx context.Context, kv jetstream.KeyValue, key, k string) bool {
+	s.mu.Lock()
 	mine, ok := s.unsure[k]
+	s.mu.Unlock()
 	if !ok {
 		return false
 	}
@@ -100,8 +103,10 @@ func (s *Store) adoptOwnWrite(ctx context.Context, kv jetstream.KeyValue, key, k
 	if err != nil || !bytes.Equal(entry.Value(), mine) {
 		return false
 	}
+	s.mu.Lock()
 	s.revs[k] = entry.Revision()
 	delete(s.unsure, k)
+	s.mu.Unlock()
 	s.log.Warn("store: a write reported as failed had landed; carrying on from it", "key", k, "revision", entry.Revision())
 	return true
 }

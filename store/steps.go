@@ -1,0 +1,382 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mas-mcp/mas-mcp/engine"
+)
+
+// Steps stored in proportion to the change (issue 18).
+//
+// An agent's document holds its step list, which for a manager grows with
+// every task in flight. Writing the whole list on every change made the
+// durable cost of a change grow with the work (and a manager with ~100
+// tasks in flight passed NATS's 1 MiB payload limit). Ended steps
+// (finished or failed) no longer change, so the store moves them out of
+// the agent's document into chunks of their own, each written once:
+//
+//   - the agent's document (its head) keeps its steps that may still
+//     change (pending, running) and the few ended ones not yet chunked,
+//     the order of all its steps (their IDs), and the keys of the chunks
+//     that hold the others;
+//   - a chunk (bucket mas_steps, key "<agent>.<n>") holds up to
+//     chunkSteps ended steps (or chunkBytes of them), written with Create
+//     before the head that refers to it;
+//   - a chunk none of whose steps the agent still has is deleted after a
+//     head without it is written; a chunk with fewer than a quarter of
+//     its steps still there is compacted (its live steps go back into the
+//     head and into the next chunk).
+//
+// A crash between a chunk's write and its head's leaves a chunk no head
+// refers to: Load deletes it. The head is what the store holds of the
+// agent; a chunk is only ever read through a head that refers to it, so
+// the crash guarantees of the single document are kept. A step a chunk
+// holds that changes after all (its fingerprint differs) goes back into
+// the head, and into a new chunk when it ended again.
+const (
+	bucketSteps = "mas_steps"
+	chunkSteps  = 8
+	chunkBytes  = 256 << 10
+)
+
+// agentSteps is the store's record of one agent's chunks. Its mutex also
+// orders the writes of the agent's document.
+type agentSteps struct {
+	mu     sync.Mutex
+	next   int                 // number of the next chunk
+	in     map[string]stepLoc  // chunked step ID → where, and as what
+	chunks map[string]int      // chunk key → steps written in it
+	loaded map[string]struct{} // set by Load: chunk keys a head refers to
+}
+
+type stepLoc struct {
+	chunk string
+	fp    fingerprint
+}
+
+// fingerprint tells, cheaply, whether a chunked step was changed since.
+type fingerprint struct {
+	state    string
+	finished time.Time
+	texts    int // the length of every text of the step
+}
+
+func fingerprintOf(st *engine.StepState) fingerprint {
+	n := len(st.StepIntention) + len(st.TextContent) + len(st.Executor) + textLen(st.ExecuteResult) + textLen(st.InstructionContent)
+	return fingerprint{state: st.ExecutionState, finished: st.FinishedAt, texts: n}
+}
+
+// textLen adds up the lengths of the keys and strings in a JSON-shaped
+// value (and counts other values as one).
+func textLen(v any) int {
+	switch x := v.(type) {
+	case string:
+		return len(x)
+	case map[string]any:
+		n := len(x)
+		for k, e := range x {
+			n += len(k) + textLen(e)
+		}
+		return n
+	case []any:
+		n := len(x)
+		for _, e := range x {
+			n += textLen(e)
+		}
+		return n
+	case nil:
+		return 0
+	}
+	return 1
+}
+
+func ended(st *engine.StepState) bool {
+	return st.ExecutionState == engine.StateFinished || st.ExecutionState == engine.StateFailed
+}
+
+func (s *Store) stepsOf(agentID string) *agentSteps {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	as := s.steps[agentID]
+	if as == nil {
+		as = &agentSteps{in: map[string]stepLoc{}, chunks: map[string]int{}, loaded: map[string]struct{}{}}
+		s.steps[agentID] = as
+	}
+	return as
+}
+
+// chunkEnvelope is a chunk's document.
+type chunkEnvelope struct {
+	Schema int                `json:"schema"`
+	Agent  string             `json:"agent"`
+	Steps  []engine.StepState `json:"steps"`
+}
+
+// PutAgent writes an agent document by revision: its ended steps in
+// chunks first (each once), then its head.
+func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
+	as := s.stepsOf(a.AgentID)
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	steps := a.AgentStep.StepList
+
+	// Which chunks still hold steps the agent has, unchanged.
+	live := map[string]int{}
+	same := make([]bool, len(steps))
+	for i := range steps {
+		st := &steps[i]
+		if loc, ok := as.in[st.StepID]; ok && ended(st) && loc.fp == fingerprintOf(st) {
+			live[loc.chunk]++
+			same[i] = true
+		}
+	}
+	sparse := func(key string) bool { return live[key]*4 < as.chunks[key] }
+
+	// The steps the head keeps, and the ended ones to chunk.
+	var inline, fresh []int
+	chunked := 0
+	for i := range steps {
+		st := &steps[i]
+		if loc, ok := as.in[st.StepID]; ok {
+			if same[i] && !sparse(loc.chunk) {
+				chunked++
+				continue
+			}
+			delete(as.in, st.StepID) // changed, or compacted: back in the head
+		}
+		inline = append(inline, i)
+		if ended(st) {
+			fresh = append(fresh, i)
+		}
+	}
+	if len(fresh) >= chunkSteps {
+		if err := s.writeChunks(ctx, a.AgentID, as, steps, fresh); err != nil {
+			return fmt.Errorf("store: agent %s: %w", a.AgentID, err)
+		}
+		chunked += len(fresh)
+		inline = slices.DeleteFunc(inline, func(i int) bool { _, ok := as.in[steps[i].StepID]; return ok })
+	}
+
+	head := *a
+	e := envelope{Schema: SchemaVersion, Agent: &head}
+	if chunked > 0 {
+		head.AgentStep.StepList = make([]engine.StepState, len(inline))
+		for j, i := range inline {
+			head.AgentStep.StepList[j] = steps[i]
+		}
+		e.StepOrder = make([]string, len(steps))
+		refer := map[string]bool{}
+		for i := range steps {
+			e.StepOrder[i] = steps[i].StepID
+			if loc, ok := as.in[steps[i].StepID]; ok {
+				refer[loc.chunk] = true
+			}
+		}
+		e.Chunks = slices.Sorted(func(yield func(string) bool) {
+			for k := range refer {
+				if !yield(k) {
+					return
+				}
+			}
+		})
+	}
+	if err := s.put(ctx, s.kvA, "agent "+a.AgentID, a.AgentID, e); err != nil {
+		return err
+	}
+
+	// The head no longer refers to these chunks: delete them.
+	refer := map[string]bool{}
+	for _, k := range e.Chunks {
+		refer[k] = true
+	}
+	var dead []string
+	for k := range as.chunks {
+		if !refer[k] {
+			dead = append(dead, k)
+		}
+	}
+	if len(dead) > 0 {
+		for id, loc := range as.in {
+			if !refer[loc.chunk] {
+				delete(as.in, id)
+			}
+		}
+		for _, k := range dead {
+			delete(as.chunks, k)
+			if err := s.kvS.Delete(ctx, k); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+				// Swept at the next Load.
+				s.log.Warn("store: deleting a chunk of ended steps", "key", k, "err", err)
+			}
+		}
+	}
+	return nil
+}
+
+// writeChunks writes the ended steps at fresh (indices into steps) in
+// chunks of at most chunkSteps steps and chunkBytes bytes, and records
+// them in as.
+func (s *Store) writeChunks(ctx context.Context, agentID string, as *agentSteps, steps []engine.StepState, fresh []int) error {
+	var (
+		buf  bytes.Buffer
+		ids  []string
+		fps  []fingerprint
+		none = buf.Len()
+	)
+	start := func() {
+		buf.Reset()
+		fmt.Fprintf(&buf, `{"schema":%d,"agent":%q,"steps":[`, SchemaVersion, agentID)
+		none = buf.Len()
+		ids, fps = ids[:0], fps[:0]
+	}
+	flush := func() error {
+		if len(ids) == 0 {
+			return nil
+		}
+		buf.WriteString("]}")
+		key, err := s.createChunk(ctx, agentID, as, buf.Bytes())
+		if err != nil {
+			return err
+		}
+		for j, id := range ids {
+			as.in[id] = stepLoc{chunk: key, fp: fps[j]}
+		}
+		as.chunks[key] = len(ids)
+		return nil
+	}
+	start()
+	for _, i := range fresh {
+		b, err := json.Marshal(&steps[i])
+		if err != nil {
+			return fmt.Errorf("step %s: %w", steps[i].StepID, err)
+		}
+		if len(ids) > 0 && (len(ids) >= chunkSteps || buf.Len()+len(b) > chunkBytes) {
+			if err := flush(); err != nil {
+				return err
+			}
+			start()
+		}
+		if buf.Len() > none {
+			buf.WriteByte(',')
+		}
+		buf.Write(b)
+		ids = append(ids, steps[i].StepID)
+		fps = append(fps, fingerprintOf(&steps[i]))
+	}
+	return flush()
+}
+
+// createChunk writes a new chunk under the agent's next free key. A key
+// found taken (an earlier try that landed, or a chunk a crash left) is
+// skipped: the chunk goes under the next one.
+func (s *Store) createChunk(ctx context.Context, agentID string, as *agentSteps, b []byte) (string, error) {
+	var key string
+	err := retry(ctx, func() error {
+		for {
+			key = agentID + "." + strconv.Itoa(as.next)
+			as.next++
+			_, err := s.kvS.Create(ctx, key, b)
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				continue
+			}
+			return err
+		}
+	})
+	return key, err
+}
+
+// assemble rebuilds an agent's step list from its head and chunks; seen,
+// when not nil, records the chunks read and the steps they hold.
+func (s *Store) assemble(ctx context.Context, e *envelope, seen *agentSteps) error {
+	if len(e.Chunks) == 0 {
+		return nil
+	}
+	a := e.Agent
+	byID := make(map[string]*engine.StepState, len(e.StepOrder))
+	for i := range a.AgentStep.StepList {
+		byID[a.AgentStep.StepList[i].StepID] = &a.AgentStep.StepList[i]
+	}
+	inChunk := map[string]string{}
+	var held []engine.StepState
+	for _, key := range e.Chunks {
+		entry, err := s.kvS.Get(ctx, key)
+		if err != nil {
+			return fmt.Errorf("store: agent %s: chunk %s of its ended steps: %w", a.AgentID, key, err)
+		}
+		var c chunkEnvelope
+		if err := json.Unmarshal(entry.Value(), &c); err != nil {
+			return fmt.Errorf("store: agent %s: chunk %s: %w", a.AgentID, key, err)
+		}
+		if c.Schema > SchemaVersion {
+			return fmt.Errorf("store: agent %s: chunk %s was written by a newer mas-mcp (schema %d): upgrade mas-mcp", a.AgentID, key, c.Schema)
+		}
+		if seen != nil {
+			seen.chunks[key] = len(c.Steps)
+			seen.loaded[key] = struct{}{}
+		}
+		held = slices.Grow(held, len(c.Steps))
+		for i := range c.Steps {
+			held = append(held, c.Steps[i])
+			inChunk[c.Steps[i].StepID] = key
+		}
+	}
+	// A step in the head is newer than its copy in a chunk.
+	fromChunk := map[string]bool{}
+	for i := range held {
+		if _, ok := byID[held[i].StepID]; !ok {
+			byID[held[i].StepID] = &held[i]
+			fromChunk[held[i].StepID] = true
+		}
+	}
+	list := make([]engine.StepState, 0, len(e.StepOrder))
+	for _, id := range e.StepOrder {
+		st, ok := byID[id]
+		if !ok {
+			return fmt.Errorf("store: agent %s: step %s is in no chunk its document refers to", a.AgentID, id)
+		}
+		list = append(list, *st)
+		if seen != nil && fromChunk[id] {
+			seen.in[id] = stepLoc{chunk: inChunk[id], fp: fingerprintOf(st)}
+		}
+	}
+	a.AgentStep.StepList = list
+	return nil
+}
+
+// sweepChunks deletes the chunks no agent's head refers to (left by a
+// crash between a chunk's write and its head's, or by a failed delete),
+// and sets each agent's next chunk number past its keys.
+func (s *Store) sweepChunks(ctx context.Context) error {
+	keys, err := s.kvS.ListKeys(ctx)
+	if err != nil {
+		return fmt.Errorf("store: list chunks: %w", err)
+	}
+	for k := range keys.Keys() {
+		agentID, n, ok := strings.Cut(k, ".")
+		num, err := strconv.Atoi(n)
+		if !ok || err != nil {
+			continue
+		}
+		as := s.stepsOf(agentID)
+		as.mu.Lock()
+		as.next = max(as.next, num+1)
+		_, referred := as.loaded[k]
+		as.mu.Unlock()
+		if !referred {
+			if err := s.kvS.Delete(ctx, k); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+				s.log.Warn("store: deleting a chunk no agent refers to", "key", k, "err", err)
+			}
+		}
+	}
+	return nil
+}
