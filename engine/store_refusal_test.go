@@ -296,3 +296,72 @@ func TestRefusedOutcomeFailsTheStepVisibly(t *testing.T) {
 		t.Errorf("memory differs from the store (-stored +memory):\n%s", diff)
 	}
 }
+
+// refuseTaskStore refuses the task documents refuse matches.
+type refuseTaskStore struct {
+	*MemoryStore
+	mu     sync.Mutex
+	refuse func(*TaskState) bool
+}
+
+func (s *refuseTaskStore) PutTask(ctx context.Context, t *TaskState) error {
+	s.mu.Lock()
+	refuse := s.refuse != nil && s.refuse(t)
+	s.mu.Unlock()
+	if refuse {
+		return errStoreDown
+	}
+	return s.MemoryStore.PutTask(ctx, t)
+}
+
+// TestRefusedTaskWriteIsNotAnnounced: a change of a task document that the
+// store refuses (here the operator's cancel_task) fails the call with the
+// store's reason, is never announced on the event bus, and leaves memory
+// as the store holds it: the task still runs, and its members are not
+// told it ended.
+func TestRefusedTaskWriteIsNotAnnounced(t *testing.T) {
+	st := &refuseTaskStore{MemoryStore: NewMemoryStore()}
+	b := newTestbed(t, func(c *Config) { c.Store = st })
+	alice := b.newAgent("alice")
+	id := b.newTask("report", alice)
+	b.settle()
+	st.mu.Lock()
+	st.refuse = func(ts *TaskState) bool { return ts.TaskID == id && ts.ExecutionState == StateFailed }
+	st.mu.Unlock()
+	sub := b.sys.Subscribe(1 << 12)
+	defer sub.Close()
+	before := b.sys.EventSeq()
+
+	_, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionCancelTask, TaskID: id, Summary: "stop"})
+	if err == nil || !strings.Contains(err.Error(), errStoreDown.Error()) {
+		t.Fatalf("cancel_task: %v, want the store's refusal", err)
+	}
+	b.settle()
+	seen := b.task(id)
+	stored, ok := st.Task(id)
+	if !ok {
+		t.Fatal("the task is not in the store")
+	}
+	if seen.ExecutionState == StateFailed || seen.ExecutionState != stored.ExecutionState || seen.TaskSummary != stored.TaskSummary {
+		t.Errorf("clients see the task %s (%q), the store holds %s (%q): want both as before the refused cancel",
+			seen.ExecutionState, seen.TaskSummary, stored.ExecutionState, stored.TaskSummary)
+	}
+	after := b.sys.EventSeq()
+	for seq := before; seq < after; {
+		ev := <-sub.C
+		seq = ev.Seq
+		if ev.TaskID == id && (ev.Detail == StateFailed || ev.Kind == EventMessageDelivered) {
+			t.Errorf("the refused end of the task was announced: %+v", ev)
+		}
+	}
+	// Once the store takes writes again, the same cancel succeeds.
+	st.mu.Lock()
+	st.refuse = nil
+	st.mu.Unlock()
+	if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionCancelTask, TaskID: id, Summary: "stop"}); err != nil {
+		t.Fatalf("cancel_task after the store recovered: %v", err)
+	}
+	if got := b.task(id).ExecutionState; got != StateFailed {
+		t.Errorf("task %s after the cancel, want failed", got)
+	}
+}
