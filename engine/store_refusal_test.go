@@ -365,3 +365,54 @@ func TestRefusedTaskWriteIsNotAnnounced(t *testing.T) {
 		t.Errorf("task %s after the cancel, want failed", got)
 	}
 }
+
+// TestBigMessageIsBoundedAtIngest: a 2 MB message an agent writes is
+// bounded as it is taken in, with the note, so the store (which refuses
+// anything over 1 MiB) takes it; a restart reads back the message clients
+// saw.
+func TestBigMessageIsBoundedAtIngest(t *testing.T) {
+	st := &payloadStore{MemoryStore: NewMemoryStore(), max: 1 << 20}
+	var cfg Config
+	b := newTestbed(t, func(c *Config) { c.Store = st; cfg = *c })
+	alice, bob := b.newAgent("alice"), b.newAgent("bob")
+	huge := "HUGE " + strings.Repeat("word ", 400_000) // 2 MB
+	b.sc.onAgent("alice", SkillPlanning, func(context.Context, *ExecInput) *Output {
+		return &Output{AddSteps: []StepSpec{spec(SkillSendMessage, "tell bob everything")}}
+	})
+	b.sc.onText("tell bob everything", func(context.Context, *ExecInput) *Output {
+		return &Output{SendMessage: &OutgoingMessage{Receiver: StringList{bob}, Message: huge}}
+	})
+	id := b.newTask("report", alice, bob)
+	b.addStages(id, StageSpec{StageIntention: "talk", AgentAllocation: map[string]string{alice: "tell bob"}})
+	var seen string
+	b.waitFor("alice's message in the conversation", func() bool {
+		for _, m := range b.task(id).SharedConversationPool {
+			if strings.HasPrefix(m.Message, "HUGE ") {
+				seen = m.Message
+				return true
+			}
+		}
+		return false
+	})
+	if !strings.Contains(seen, "characters dropped") || len(seen) > 100_000 {
+		t.Fatalf("message of %d bytes, want it bounded with a note", len(seen))
+	}
+	b.settle()
+	if n := st.refused.Load(); n != 0 {
+		t.Errorf("the store refused %d writes", n)
+	}
+	img, err := st.Image()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := restartFrom(t, cfg, img, b.sc)
+	var restored string
+	for _, m := range r.task(id).SharedConversationPool {
+		if strings.HasPrefix(m.Message, "HUGE ") {
+			restored = m.Message
+		}
+	}
+	if restored != seen {
+		t.Errorf("restored message differs from the one clients saw (%d vs %d bytes)", len(restored), len(seen))
+	}
+}
