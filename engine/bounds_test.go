@@ -178,3 +178,68 @@ func TestTaskInfoShowsTheConversationTail(t *testing.T) {
 		t.Errorf("conversation %+v, want the operator's message (instructions left out)", ti.Conversation)
 	}
 }
+
+// TestLongStageKeepsTheAgentDocumentBounded: an agent whose stage runs
+// many steps with long results (50 × 10,000 characters, far past the
+// limit) keeps its stored document under MaxDocumentBytes: the store,
+// which refuses anything larger, never refuses a write, every step
+// finishes, and what the store holds is what clients see.
+func TestLongStageKeepsTheAgentDocumentBounded(t *testing.T) {
+	const limit = 64 << 10
+	const steps = 50
+	st := &payloadStore{MemoryStore: NewMemoryStore(), max: limit}
+	b := newTestbed(t, func(c *Config) { c.Store = st; c.MaxDocumentBytes = limit })
+	alice := b.newAgent("alice")
+	long := strings.Repeat("y", 10_000)
+	b.sc.onAgent("alice", SkillPlanning, func(context.Context, *ExecInput) *Output {
+		var specs []StepSpec
+		for range steps {
+			specs = append(specs, spec(SkillThink, "think at length"))
+		}
+		return &Output{AddSteps: specs}
+	})
+	b.sc.onAgent("alice", SkillThink, func(context.Context, *ExecInput) *Output {
+		return &Output{Result: map[string]any{"think": long}}
+	})
+	id := b.newTask("report", alice)
+	stages := b.addStages(id, StageSpec{StageIntention: "collect", AgentAllocation: map[string]string{alice: "collect facts"}})
+	b.waitFor("alice's summary", func() bool {
+		_, ok := b.stage(id, stages[0]).CompletionSummary[alice]
+		return ok
+	})
+	b.settle()
+	if n := st.refused.Load(); n != 0 {
+		t.Errorf("the store refused %d writes over %d bytes", n, limit)
+	}
+	thinks := b.steps(alice, func(s StepState) bool { return s.Executor == SkillThink })
+	if len(thinks) != steps {
+		t.Fatalf("%d think steps, want %d\n%s", len(thinks), steps, b.dump())
+	}
+	for _, s := range thinks {
+		if s.ExecutionState != StateFinished {
+			t.Fatalf("think step %s %s: %v", s.StepID, s.ExecutionState, s.ExecuteResult["error"])
+		}
+	}
+	stored, ok := st.Agent(alice)
+	if !ok {
+		t.Fatal("alice is not in the store")
+	}
+	raw, err := json.Marshal(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(raw) > limit {
+		t.Errorf("alice's stored document is %d bytes, over the limit of %d", len(raw), limit)
+	}
+	// The oldest results were shortened, with the note.
+	if r, _ := thinks[0].ExecuteResult["think"].(string); len(r) >= len(long) || !strings.Contains(r, "characters dropped") {
+		t.Errorf("the oldest think result was not shortened with a note (%d characters)", len(r))
+	}
+	seen, err := json.Marshal(b.agent(alice))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(seen) != string(raw) {
+		t.Error("what clients see of alice differs from what the store holds")
+	}
+}

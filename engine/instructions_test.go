@@ -102,6 +102,7 @@ func TestTaskInstructionErrors(t *testing.T) {
 		{"finish_task without summary", w.mgr, TaskInstruction{Action: ActionFinishTask, TaskID: w.task}, ErrInvalid, "summary"},
 		{"finish_task of an ended task", w.op, TaskInstruction{Action: ActionFinishTask, TaskID: w.ended, Summary: "s"}, ErrEnded, "already ended"},
 		{"finish_task by another manager", w.peerMgr, TaskInstruction{Action: ActionFinishTask, TaskID: w.task, Summary: "s"}, ErrForbidden, "only its manager"},
+		{"finish_task with an unknown execution_state", w.mgr, TaskInstruction{Action: ActionFinishTask, TaskID: w.task, Summary: "s", ExecutionState: "abandoned"}, ErrInvalid, `execution_state "abandoned"`},
 		{"cancel_task of the base task", w.op, TaskInstruction{Action: ActionCancelTask, TaskID: w.base}, ErrInvalid, "base task never ends"},
 		{"cancel_task of an ended task", w.op, TaskInstruction{Action: ActionCancelTask, TaskID: w.ended}, ErrEnded, "already ended"},
 	}
@@ -271,13 +272,15 @@ func TestRetryStage(t *testing.T) {
 
 func TestEndTask(t *testing.T) {
 	tests := []struct {
-		action, summary, wantState, wantStage string
+		name, action, state, summary, wantState, wantStage string
 	}{
-		{ActionFinishTask, " all done ", StateFinished, StateFinished},
-		{ActionCancelTask, "", StateFailed, StateFailed},
+		{"finish_task", ActionFinishTask, "", " all done ", StateFinished, StateFinished},
+		// The manager may end a task as failed, with a summary (spec §3.9).
+		{"finish_task failed", ActionFinishTask, StateFailed, "cannot be done: no source answers", StateFailed, StateFailed},
+		{"cancel_task", ActionCancelTask, "", "", StateFailed, StateFailed},
 	}
 	for _, tt := range tests {
-		t.Run(tt.action, func(t *testing.T) {
+		t.Run(tt.name, func(t *testing.T) {
 			b := newTestbed(t, nil)
 			mgr, op := b.mgr(), b.op()
 			w1, w2 := b.newAgent("w1"), b.newAgent("w2")
@@ -289,7 +292,7 @@ func TestEndTask(t *testing.T) {
 			keep := b.inject(w1, b.sys.BaseTaskID(), b.sys.BaseStageID(), false, spec(SkillThink, "base work"))[0]
 			b.waitFor("the base step", func() bool { return b.stepDone(w1, keep) })
 
-			res, err := b.sys.TaskInstruction(mgr, TaskInstruction{Action: tt.action, TaskID: task, Summary: tt.summary})
+			res, err := b.sys.TaskInstruction(mgr, TaskInstruction{Action: tt.action, TaskID: task, Summary: tt.summary, ExecutionState: tt.state})
 			if err != nil {
 				t.Fatal(err)
 			}

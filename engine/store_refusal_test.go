@@ -296,3 +296,123 @@ func TestRefusedOutcomeFailsTheStepVisibly(t *testing.T) {
 		t.Errorf("memory differs from the store (-stored +memory):\n%s", diff)
 	}
 }
+
+// refuseTaskStore refuses the task documents refuse matches.
+type refuseTaskStore struct {
+	*MemoryStore
+	mu     sync.Mutex
+	refuse func(*TaskState) bool
+}
+
+func (s *refuseTaskStore) PutTask(ctx context.Context, t *TaskState) error {
+	s.mu.Lock()
+	refuse := s.refuse != nil && s.refuse(t)
+	s.mu.Unlock()
+	if refuse {
+		return errStoreDown
+	}
+	return s.MemoryStore.PutTask(ctx, t)
+}
+
+// TestRefusedTaskWriteIsNotAnnounced: a change of a task document that the
+// store refuses (here the operator's cancel_task) fails the call with the
+// store's reason, is never announced on the event bus, and leaves memory
+// as the store holds it: the task still runs, and its members are not
+// told it ended.
+func TestRefusedTaskWriteIsNotAnnounced(t *testing.T) {
+	st := &refuseTaskStore{MemoryStore: NewMemoryStore()}
+	b := newTestbed(t, func(c *Config) { c.Store = st })
+	alice := b.newAgent("alice")
+	id := b.newTask("report", alice)
+	b.settle()
+	st.mu.Lock()
+	st.refuse = func(ts *TaskState) bool { return ts.TaskID == id && ts.ExecutionState == StateFailed }
+	st.mu.Unlock()
+	sub := b.sys.Subscribe(1 << 12)
+	defer sub.Close()
+	before := b.sys.EventSeq()
+
+	_, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionCancelTask, TaskID: id, Summary: "stop"})
+	if err == nil || !strings.Contains(err.Error(), errStoreDown.Error()) {
+		t.Fatalf("cancel_task: %v, want the store's refusal", err)
+	}
+	b.settle()
+	seen := b.task(id)
+	stored, ok := st.Task(id)
+	if !ok {
+		t.Fatal("the task is not in the store")
+	}
+	if seen.ExecutionState == StateFailed || seen.ExecutionState != stored.ExecutionState || seen.TaskSummary != stored.TaskSummary {
+		t.Errorf("clients see the task %s (%q), the store holds %s (%q): want both as before the refused cancel",
+			seen.ExecutionState, seen.TaskSummary, stored.ExecutionState, stored.TaskSummary)
+	}
+	after := b.sys.EventSeq()
+	for seq := before; seq < after; {
+		ev := <-sub.C
+		seq = ev.Seq
+		if ev.TaskID == id && (ev.Detail == StateFailed || ev.Kind == EventMessageDelivered) {
+			t.Errorf("the refused end of the task was announced: %+v", ev)
+		}
+	}
+	// Once the store takes writes again, the same cancel succeeds.
+	st.mu.Lock()
+	st.refuse = nil
+	st.mu.Unlock()
+	if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionCancelTask, TaskID: id, Summary: "stop"}); err != nil {
+		t.Fatalf("cancel_task after the store recovered: %v", err)
+	}
+	if got := b.task(id).ExecutionState; got != StateFailed {
+		t.Errorf("task %s after the cancel, want failed", got)
+	}
+}
+
+// TestBigMessageIsBoundedAtIngest: a 2 MB message an agent writes is
+// bounded as it is taken in, with the note, so the store (which refuses
+// anything over 1 MiB) takes it; a restart reads back the message clients
+// saw.
+func TestBigMessageIsBoundedAtIngest(t *testing.T) {
+	st := &payloadStore{MemoryStore: NewMemoryStore(), max: 1 << 20}
+	var cfg Config
+	b := newTestbed(t, func(c *Config) { c.Store = st; cfg = *c })
+	alice, bob := b.newAgent("alice"), b.newAgent("bob")
+	huge := "HUGE " + strings.Repeat("word ", 400_000) // 2 MB
+	b.sc.onAgent("alice", SkillPlanning, func(context.Context, *ExecInput) *Output {
+		return &Output{AddSteps: []StepSpec{spec(SkillSendMessage, "tell bob everything")}}
+	})
+	b.sc.onText("tell bob everything", func(context.Context, *ExecInput) *Output {
+		return &Output{SendMessage: &OutgoingMessage{Receiver: StringList{bob}, Message: huge}}
+	})
+	id := b.newTask("report", alice, bob)
+	b.addStages(id, StageSpec{StageIntention: "talk", AgentAllocation: map[string]string{alice: "tell bob"}})
+	var seen string
+	b.waitFor("alice's message in the conversation", func() bool {
+		for _, m := range b.task(id).SharedConversationPool {
+			if strings.HasPrefix(m.Message, "HUGE ") {
+				seen = m.Message
+				return true
+			}
+		}
+		return false
+	})
+	if !strings.Contains(seen, "characters dropped") || len(seen) > 100_000 {
+		t.Fatalf("message of %d bytes, want it bounded with a note", len(seen))
+	}
+	b.settle()
+	if n := st.refused.Load(); n != 0 {
+		t.Errorf("the store refused %d writes", n)
+	}
+	img, err := st.Image()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := restartFrom(t, cfg, img, b.sc)
+	var restored string
+	for _, m := range r.task(id).SharedConversationPool {
+		if strings.HasPrefix(m.Message, "HUGE ") {
+			restored = m.Message
+		}
+	}
+	if restored != seen {
+		t.Errorf("restored message differs from the one clients saw (%d vs %d bytes)", len(restored), len(seen))
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/mas-mcp/mas-mcp/llm"
 )
 
 // Tests of the liveness promise: a task is always making progress, waiting
@@ -324,16 +326,25 @@ func TestRetryStageIsBounded(t *testing.T) {
 		b := bubbleBed(t, func(c *Config) { c.RetryStageLimit = 3 })
 		alice := b.newAgent("alice")
 		var id string
+		// Every call costs tokens, so the task's total shows the work done.
+		cost := llm.Usage{PromptTokens: 900, CompletionTokens: 100, TotalTokens: 1000, Calls: 1}
+		for _, sk := range []string{SkillPlanning, SkillThink, SkillReflection} {
+			b.sc.onSkill(sk, func(context.Context, *ExecInput) *Output { return &Output{AddSteps: []StepSpec{}, Usage: cost} })
+		}
+		b.sc.onSkill(SkillSummary, func(_ context.Context, in *ExecInput) *Output {
+			done := "done by " + in.Agent.Name
+			return &Output{Completion: &done, Usage: cost}
+		})
 		// A manager that answers every completed stage with retry_stage.
 		b.sc.onAgent("manager", SkillProcessMessage, func(_ context.Context, in *ExecInput) *Output {
 			if !strings.Contains(in.Step.TextContent, "have submitted their completion summaries") {
-				return &Output{}
+				return &Output{Usage: cost}
 			}
 			rs := running(b.task(id))
 			if rs == nil {
-				return &Output{}
+				return &Output{Usage: cost}
 			}
-			return &Output{TaskInstruction: &TaskInstruction{Action: ActionRetryStage, TaskID: id, OldStageID: rs.StageID,
+			return &Output{Usage: cost, TaskInstruction: &TaskInstruction{Action: ActionRetryStage, TaskID: id, OldStageID: rs.StageID,
 				NewStageIntention: "again", NewAgentAllocation: map[string]string{alice: "collect again"}}}
 		})
 		id = b.newTask("report", alice)
@@ -366,6 +377,17 @@ func TestRetryStageIsBounded(t *testing.T) {
 		}
 		if n := len(b.sc.callsOf("alice", SkillSummary)); n != 4 {
 			t.Errorf("alice summarised %d times, want 4 (bounded work)", n)
+		}
+		// The token total is bounded: every call of the task is counted,
+		// and there are a few dozen at most (4 stages, 2 notices; at least a planning and a summary per stage).
+		calls := 0
+		for _, c := range append(b.sc.callsOf("alice", ""), b.sc.callsOf("manager", "")...) {
+			if c.TaskID == id {
+				calls++
+			}
+		}
+		if got, want := task.Usage.TotalTokens, calls*cost.TotalTokens; got != want || calls < 8 || calls > 30 {
+			t.Errorf("the task's token total is %d over %d calls, want %d over 8 to 30", got, calls, want)
 		}
 	})
 }
