@@ -52,7 +52,7 @@ func newAgentOwner(s *System, st AgentState) *agent {
 		counts: map[stageKey]*stageCount{},
 	}
 	a.mu.ops = ownerOps[AgentState]{
-		copy:     a.st.clone,
+		copy:     a.st.commitCopy,
 		restore:  a.restoreLocked,
 		announce: s.publish,
 		refused: func(err error) {

@@ -150,7 +150,9 @@ func (a *agent) boundLocked() {
 				continue
 			}
 			before := stepSize(st)
-			st.ExecuteResult, _ = a.sys.clipValue(st.ExecuteResult, keep).(map[string]any)
+			// A copy: an ended step's maps are shared with the copies
+			// readers hold (StepState.clone), never changed in place.
+			st.ExecuteResult, _ = a.sys.clipValue(cloneJSONMap(st.ExecuteResult), keep).(map[string]any)
 			st.TextContent = a.sys.clip(st.TextContent, keep)
 			if keep == shortenedMore {
 				st.StepIntention = a.sys.clip(st.StepIntention, keep)

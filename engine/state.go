@@ -314,7 +314,18 @@ func (t *TaskState) clone() TaskState {
 }
 
 // clone returns a deep copy of the agent, its steps included.
-func (a *AgentState) clone() AgentState {
+func (a *AgentState) clone() AgentState { return a.copyState(false) }
+
+// commitCopy is the copy an agent's commit writes and publishes as the
+// readers' snapshot: deep but for its ended steps' result and instruction
+// maps, which it shares with the live state. They are never changed in
+// place (bounds.go replaces them), and readers get deep copies of the
+// snapshot (clone), so sharing them is safe; it makes a commit of an agent
+// with hundreds of ended steps (a manager of many tasks) cost in proportion
+// to the rest.
+func (a *AgentState) commitCopy() AgentState { return a.copyState(true) }
+
+func (a *AgentState) copyState(shareEnded bool) AgentState {
 	c := *a
 	if a.LLMConfig != nil {
 		l := *a.LLMConfig
@@ -337,7 +348,12 @@ func (a *AgentState) clone() AgentState {
 	c.AgentStep.TodoList = slices.Clone(a.AgentStep.TodoList)
 	c.AgentStep.StepList = make([]StepState, len(a.AgentStep.StepList))
 	for i := range a.AgentStep.StepList {
-		c.AgentStep.StepList[i] = a.AgentStep.StepList[i].clone()
+		st := &a.AgentStep.StepList[i]
+		if shareEnded && (st.ExecutionState == StateFinished || st.ExecutionState == StateFailed) {
+			c.AgentStep.StepList[i] = *st
+			continue
+		}
+		c.AgentStep.StepList[i] = st.clone()
 	}
 	c.StepLock = slices.Clone(a.StepLock)
 	c.Tools = slices.Clone(a.Tools)
