@@ -255,7 +255,8 @@ func TestTasksExtension(t *testing.T) {
 }
 
 // TestTasksExtensionCancel: tasks/cancel acknowledges and cancels the MAS
-// task; tasks/get then reports cancelled.
+// task; tasks/get then reports cancelled, also after a restart (the MCP
+// task is the durable MAS task).
 func TestTasksExtensionCancel(t *testing.T) {
 	r := newExtRig(t)
 	ann := r.client(tokenAnn, true, nil)
@@ -266,6 +267,23 @@ func TestTasksExtensionCancel(t *testing.T) {
 	r.stack.WaitFor("the task to end", func() bool { return r.stack.Task(id).ExecutionState == engine.StateFailed })
 	if got, err := call(t, ann, "tasks/get", &extTaskParams{TaskID: id}); err != nil || got.Status != "cancelled" {
 		t.Errorf("tasks/get after tasks/cancel: %+v, %v: want cancelled", got, err)
+	}
+
+	r.stack.Restart()
+	srv, err := server.New(server.Config{System: r.stack.Sys, Logger: r.stack.Log,
+		HTTP: server.HTTPConfig{Tokens: map[string]string{tokenAnn: r.ann, tokenBea: r.bea}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	r.url = ts.URL + "/mcp"
+	if got, err := call(t, r.client(tokenAnn, true, nil), "tasks/get", &extTaskParams{TaskID: id}); err != nil || got.Status != "cancelled" {
+		t.Errorf("tasks/get after a restart: %+v, %v: want cancelled", got, err)
+	}
+	if _, err := call(t, r.client(tokenBea, true, nil), "tasks/get", &extTaskParams{TaskID: id}); err == nil {
+		t.Errorf("bea's tasks/get after a restart: want no such task")
 	}
 }
 
