@@ -38,6 +38,8 @@ import (
 // capability (ServerCapabilities has no field for it), reading the client's
 // (ClientCapabilities neither), task-augmented calls over stdio and SSE,
 // and sending notifications/tasks/status (no custom notifications).
+// Requests of protocol 2026-07-28 get the tasks extension instead
+// (tasks_ext.go): the same handlers answer them in its shapes.
 
 // Task statuses (SEP-1686).
 const (
