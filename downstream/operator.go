@@ -49,6 +49,8 @@ func (e *Executor) ask(ctx context.Context, in *engine.ExecInput, q engine.Opera
 // wins and the other is withdrawn. The wait is bounded by ConfirmTimeout
 // (engine.ErrNoAnswer) and ends with ctx.
 func (e *Executor) askForm(ctx context.Context, in *engine.ExecInput, question, message string, f form) (formAnswer, error) {
+	// Clients that take no server requests get the form with the question.
+	ctx = engine.WithQuestionForm(ctx, engine.QuestionForm{Message: message, Schema: f.schema(), Arguments: true})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
@@ -160,6 +162,8 @@ var approvalSchema = map[string]any{"type": "object", "required": []string{"appr
 // the other is withdrawn. A form declined is a denial; one dismissed, or
 // a client that cannot take it, leaves the inbox to answer.
 func (e *Executor) askApproval(ctx context.Context, in *engine.ExecInput, q engine.OperatorQuestion) (engine.Answer, error) {
+	// Clients that take no server requests get the form with the question.
+	ctx = engine.WithQuestionForm(ctx, engine.QuestionForm{Message: q.Question, Schema: approvalSchema})
 	elicit := e.operatorElicit()
 	if elicit == nil {
 		return e.ask(ctx, in, q)

@@ -62,6 +62,7 @@ func (s *System) Ask(ctx context.Context, q OperatorQuestion) (Answer, error) {
 	m := s.newMessage("", q.TaskID, q.AgentID, []string{op}, q.Question, q.StageID)
 	m.NeedReply = true
 	m.Waiting = []string{confirmWaitID(m.MessageID)}
+	defer s.noteQuestion(ctx, m.MessageID)()
 	answer := make(chan Message, 1)
 	s.confirmMu.Lock()
 	if s.confirms == nil {

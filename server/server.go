@@ -137,10 +137,12 @@ func New(cfg Config) (*Server, error) {
 				Resources: &mcp.ResourceCapabilities{ListChanged: true, Subscribe: true},
 				Tools:     &mcp.ToolCapabilities{ListChanged: true},
 				Prompts:   &mcp.PromptCapabilities{ListChanged: true},
+				// The 2026-07-28 tasks extension (tasks_ext.go).
+				Extensions: map[string]any{tasksExt: map[string]any{}},
 			},
 			KeepAlive: 0,
 		})
-	s.mcp.AddReceivingMiddleware(telemetry.ServerMiddleware, s.filterLists)
+	s.mcp.AddReceivingMiddleware(telemetry.ServerMiddleware, s.filterLists, keepExtra)
 	s.addTools()
 	s.addResources()
 	s.addApp()

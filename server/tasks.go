@@ -38,6 +38,8 @@ import (
 // capability (ServerCapabilities has no field for it), reading the client's
 // (ClientCapabilities neither), task-augmented calls over stdio and SSE,
 // and sending notifications/tasks/status (no custom notifications).
+// Requests of protocol 2026-07-28 get the tasks extension instead
+// (tasks_ext.go): the same handlers answer them in its shapes.
 
 // Task statuses (SEP-1686).
 const (
@@ -96,15 +98,19 @@ const relatedTaskMeta = "io.modelcontextprotocol/related-task"
 // addTasks registers the tasks/* methods.
 func (s *Server) addTasks() error {
 	for _, err := range []error{
-		mcp.AddReceivingCustomMethod(s.mcp, "tasks/get", func(ctx context.Context, ss *mcp.ServerSession, p *taskIDParams) (*taskResult, error) {
-			t, err := s.visibleTask(ss, p.TaskID)
+		mcp.AddReceivingCustomMethod(s.mcp, "tasks/get", func(ctx context.Context, ss *mcp.ServerSession, p *taskIDParams) (mcp.Result, error) {
+			if extRequest(p.Meta) {
+				return s.extGet(ctx, ss, p)
+			}
+			t, err := s.visibleTask(ctx, ss, p.TaskID)
 			if err != nil {
 				return nil, err
 			}
 			return &taskResult{mcpTask: s.mcpTaskOf(t)}, nil
 		}),
+		mcp.AddReceivingCustomMethod(s.mcp, "tasks/update", s.extUpdate),
 		mcp.AddReceivingCustomMethod(s.mcp, "tasks/list", func(ctx context.Context, ss *mcp.ServerSession, p *listTasksParams) (*listTasksResult, error) {
-			op, _ := s.sessionOperator(ss)
+			op, _ := s.callerOperator(ctx, ss)
 			out := &listTasksResult{Tasks: []mcpTask{}}
 			for _, t := range s.sys.Tasks() {
 				if !t.Base && s.sys.Visible(op, t.TaskID) {
@@ -114,15 +120,18 @@ func (s *Server) addTasks() error {
 			return out, nil
 		}),
 		mcp.AddReceivingCustomMethod(s.mcp, "tasks/result", s.taskResult),
-		mcp.AddReceivingCustomMethod(s.mcp, "tasks/cancel", func(ctx context.Context, ss *mcp.ServerSession, p *taskIDParams) (*taskResult, error) {
-			t, err := s.visibleTask(ss, p.TaskID)
+		mcp.AddReceivingCustomMethod(s.mcp, "tasks/cancel", func(ctx context.Context, ss *mcp.ServerSession, p *taskIDParams) (mcp.Result, error) {
+			if extRequest(p.Meta) {
+				return s.extCancel(ctx, ss, p)
+			}
+			t, err := s.visibleTask(ctx, ss, p.TaskID)
 			if err != nil {
 				return nil, err
 			}
 			if ended(t) {
 				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("task %s: already %s", t.TaskID, s.mcpTaskOf(t).Status)}
 			}
-			op, _ := s.sessionOperator(ss)
+			op, _ := s.callerOperator(ctx, ss)
 			if _, err := s.sys.TaskInstruction(op, engine.TaskInstruction{Action: engine.ActionCancelTask, TaskID: t.TaskID,
 				Summary: "cancelled by the operator (MCP tasks/cancel)"}); err != nil {
 				return nil, err
@@ -138,9 +147,9 @@ func (s *Server) addTasks() error {
 	return nil
 }
 
-// visibleTask is the task taskID names, if the session's operator may see it.
-func (s *Server) visibleTask(ss *mcp.ServerSession, taskID string) (engine.TaskState, error) {
-	op, ok := s.sessionOperator(ss)
+// visibleTask is the task taskID names, if the request's operator may see it.
+func (s *Server) visibleTask(ctx context.Context, ss *mcp.ServerSession, taskID string) (engine.TaskState, error) {
+	op, ok := s.callerOperator(ctx, ss)
 	t, found := s.sys.Task(taskID)
 	if !ok || !found || t.Base || !s.sys.Visible(op, taskID) {
 		return engine.TaskState{}, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("taskId %q: no such task", taskID)}
@@ -193,7 +202,7 @@ func (s *Server) awaitsOperator(t engine.TaskState) bool {
 // taskResult waits until the task ends and answers add_task's final
 // result: the summary.
 func (s *Server) taskResult(ctx context.Context, ss *mcp.ServerSession, p *taskIDParams) (*mcp.CallToolResult, error) {
-	t, err := s.visibleTask(ss, p.TaskID)
+	t, err := s.visibleTask(ctx, ss, p.TaskID)
 	if err != nil {
 		return nil, err
 	}
@@ -213,6 +222,12 @@ func (s *Server) taskResult(ctx context.Context, ss *mcp.ServerSession, p *taskI
 		}
 		t, _ = s.sys.Task(p.TaskID)
 	}
+	return s.taskCallResult(t), nil
+}
+
+// taskCallResult is add_task's final result for the ended task t: its
+// summary, isError unless it completed.
+func (s *Server) taskCallResult(t engine.TaskState) *mcp.CallToolResult {
 	mt := s.mcpTaskOf(t)
 	res := &mcp.CallToolResult{
 		Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("task %s %s: %s", t.TaskID, mt.Status, t.TaskSummary)}},
@@ -221,7 +236,7 @@ func (s *Server) taskResult(ctx context.Context, ss *mcp.ServerSession, p *taskI
 		IsError: mt.Status != taskCompleted,
 	}
 	res.SetMeta(map[string]any{relatedTaskMeta: map[string]any{"taskId": t.TaskID}})
-	return res, nil
+	return res
 }
 
 // taskAugmented takes a task-augmented tools/call of add_task (streamable
@@ -230,7 +245,8 @@ func (s *Server) taskResult(ctx context.Context, ss *mcp.ServerSession, p *taskI
 // CreateTaskResult of the MCP task of the same ID. Everything else passes.
 func (s *Server) taskAugmented(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") == "" {
+		stateless := r.Header.Get("Mcp-Protocol-Version") >= statelessFrom
+		if r.Method != http.MethodPost || (r.Header.Get("Mcp-Session-Id") == "" && !stateless) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -244,6 +260,12 @@ func (s *Server) taskAugmented(next http.Handler) http.Handler {
 		if err != nil || int64(len(body)) > s.cfg.HTTP.MaxBodyBytes {
 			// Too large, or unreadable: the SDK answers it (413, …).
 			next.ServeHTTP(w, r)
+			return
+		}
+		if stateless {
+			if !s.extAugmented(w, r, body) {
+				next.ServeHTTP(w, r)
+			}
 			return
 		}
 		var msg struct {

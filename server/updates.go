@@ -282,6 +282,9 @@ func (s *Server) waitForUpdates(ctx context.Context, req *mcp.CallToolRequest, i
 			return nil, WaitOut{}, fmt.Errorf("agent_id %q: no such agent", in.AgentID)
 		}
 	}
+	if res, err := s.questionsInline(req, op, in.TaskID); err != nil || res != nil {
+		return res, WaitOut{}, err
+	}
 	if latest := s.sys.EventSeq(); in.Cursor > latest {
 		return nil, WaitOut{}, fmt.Errorf("cursor %d: ahead of the newest event (%d); pass 0 to start from now (cursors do not survive a restart)", in.Cursor, latest)
 	}

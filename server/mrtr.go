@@ -1,0 +1,73 @@
+package server
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Multi round-trip requests (protocol 2026-07-28, go-sdk's mcp/mrtr.go)
+// carry the operator's open questions to clients that take no server
+// requests, the way elicitation carries them to older clients
+// (operator_elicit.go). The rule:
+//
+//   - wait_for_updates, called by a 2026-07-28 client that declares form
+//     elicitation while questions await the operator's answer (of the
+//     call's task_id, or of any task), first answers input_required with
+//     each open question as an elicitation input request keyed by its
+//     message_id (operator_questions.go gives the forms).
+//   - The client's retry carries inputResponses: each answers its question
+//     as answer_approval (or, for a plain question, send_message) would;
+//     a dismissed form (cancel) leaves the question open. The retry then
+//     waits as usual. Questions asked or answered in this round are not
+//     asked again in it; those still open are asked at the next call.
+//   - An answer that loses (the question was answered meanwhile from the
+//     inbox, the monitor or another client) makes the call an isError
+//     result that says so.
+//
+// Other tools and older clients are unaffected: the stateful ones get
+// the questions as elicitation requests, every client in get_inbox.
+
+// questionsInline is wait_for_updates's part of the rule: the
+// input_required result to answer instead of waiting (nil: wait), or the
+// error of answers that failed.
+func (s *Server) questionsInline(req *mcp.CallToolRequest, op, taskID string) (*mcp.CallToolResult, error) {
+	if req.ProtocolVersion() < statelessFrom {
+		return nil, nil
+	}
+	asked := map[string]bool{}
+	var problems []string
+	if req.Params != nil {
+		for _, key := range sortedKeys(req.Params.InputResponses) {
+			asked[key] = true
+			r, ok := req.Params.InputResponses[key].(*mcp.ElicitResult)
+			if !ok {
+				problems = append(problems, fmt.Sprintf("inputResponses[%q]: want an elicitation result (action, content)", key))
+				continue
+			}
+			if _, err := s.answerQuestion(op, "", key, r); err != nil {
+				problems = append(problems, err.Error())
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("answering the operator's questions: %s", strings.Join(problems, "; "))
+	}
+	caps := req.ClientCapabilities()
+	if caps == nil || caps.Elicitation == nil || (caps.Elicitation.Form == nil && caps.Elicitation.URL != nil) {
+		return nil, nil // the client cannot show a form
+	}
+	open := s.openQuestions(op, taskID)
+	for i := 0; i < len(open); {
+		if asked[open[i].MessageID] {
+			open = append(open[:i], open[i+1:]...)
+			continue
+		}
+		i++
+	}
+	if len(open) == 0 {
+		return nil, nil
+	}
+	return &mcp.CallToolResult{InputRequests: s.inputRequests(open)}, nil
+}

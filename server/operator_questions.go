@@ -1,0 +1,129 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mas-mcp/mas-mcp/engine"
+)
+
+// The operator's open questions as elicitation forms, for clients that
+// take no server requests (protocol 2026-07-28): a task's inputRequests
+// (tasks/get) and wait_for_updates's input_required result. The key of a
+// question is its message_id (get_inbox), unique over a task's life as
+// the tasks extension asks. An answer goes where answer_approval (or, for
+// an agent's plain question, send_message) would send it, so the first
+// answer from any channel wins and a later one is refused.
+
+// approvalForm is the form of an approval question asked without one (the
+// budget questions); the risk gate's own carries the same fields.
+var approvalForm = map[string]any{"type": "object", "required": []string{"approve"}, "properties": map[string]any{
+	"approve": map[string]any{"type": "boolean", "title": "Approve", "description": "approve (true) or deny (false)"},
+	"note":    map[string]any{"type": "string", "title": "Note", "description": "shown to the agent (optional)"},
+}}
+
+// replyForm is the form of an agent's plain question: the reply's text.
+var replyForm = map[string]any{"type": "object", "required": []string{"reply"}, "properties": map[string]any{
+	"reply": map[string]any{"type": "string", "title": "Reply", "description": "your answer, sent to the agent"},
+}}
+
+// errNotAwaited is answerQuestion's error for a question that was
+// answered already (from any channel) or is no longer waited for.
+var errNotAwaited = errors.New("already answered, or no longer awaited")
+
+// openQuestions returns op's questions awaiting a reply, of the task
+// taskID ("": of every task), as get_inbox orders them.
+func (s *Server) openQuestions(op, taskID string) []engine.InboxEntry {
+	in, err := s.sys.Inbox(op)
+	if err != nil {
+		return nil
+	}
+	var out []engine.InboxEntry
+	for _, e := range in {
+		if e.AwaitingReply && (taskID == "" || e.TaskID == taskID) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// inputRequests puts questions as elicitation requests keyed by message_id.
+func (s *Server) inputRequests(qs []engine.InboxEntry) mcp.InputRequestMap {
+	out := mcp.InputRequestMap{}
+	for _, q := range qs {
+		p := &mcp.ElicitParams{Mode: "form", Message: q.Content, RequestedSchema: replyForm}
+		if f, ok := s.sys.QuestionForm(q.MessageID); ok {
+			p.Message, p.RequestedSchema = f.Message, f.Schema
+		} else if q.Approval {
+			p.RequestedSchema = approvalForm
+		}
+		out[q.MessageID] = p
+	}
+	return out
+}
+
+// answerQuestion answers op's question messageID (of the task taskID, ""
+// any) with an elicitation's result: an approval or a form through
+// AnswerApproval, a plain question with a reply to its sender. A result
+// whose action is cancel (the form was dismissed) leaves the question
+// open: answered is false then.
+func (s *Server) answerQuestion(op, taskID, messageID string, r *mcp.ElicitResult) (answered bool, err error) {
+	in, err := s.sys.Inbox(op)
+	if err != nil {
+		return false, err
+	}
+	var q *engine.InboxEntry
+	for i := range in {
+		if in[i].MessageID == messageID && (taskID == "" || in[i].TaskID == taskID) {
+			q = &in[i]
+			break
+		}
+	}
+	switch {
+	case q == nil && taskID != "":
+		return false, fmt.Errorf("question %q: no such question of task %s for operator %s", messageID, taskID, op)
+	case q == nil:
+		return false, fmt.Errorf("question %q: no such question for operator %s", messageID, op)
+	case !q.AwaitingReply:
+		return false, fmt.Errorf("question %q: %w", messageID, errNotAwaited)
+	}
+	switch r.Action {
+	case "cancel":
+		return false, nil
+	case "accept", "decline":
+	default:
+		return false, fmt.Errorf("question %q: action %q: want accept, decline or cancel", messageID, r.Action)
+	}
+	accept := r.Action == "accept"
+	if !q.Approval {
+		reply, _ := r.Content["reply"].(string)
+		if reply = strings.TrimSpace(reply); !accept || reply == "" {
+			reply = "(the operator declined to answer)"
+		}
+		_, err := s.sys.HumanSend(op, engine.HumanMessage{TaskID: q.TaskID, Receiver: []string{q.SenderID},
+			Content: reply, StageRelative: q.StageRelative, ReplyTo: messageID})
+		return err == nil, err
+	}
+	var d engine.Decision
+	if f, ok := s.sys.QuestionForm(messageID); ok && f.Arguments {
+		d.Approve = accept
+		if accept {
+			d.Arguments = r.Content
+		}
+	} else {
+		approve, _ := r.Content["approve"].(bool)
+		note, _ := r.Content["note"].(string)
+		d.Approve, d.Note = accept && approve, note
+	}
+	if err := s.sys.AnswerApproval(op, messageID, d); err != nil {
+		if errors.Is(err, engine.ErrInvalid) {
+			// Answered meanwhile, from another channel.
+			return false, fmt.Errorf("question %q: %w", messageID, errNotAwaited)
+		}
+		return false, err
+	}
+	return true, nil
+}
