@@ -40,6 +40,9 @@ type agent struct {
 	// passwordHash is a HumanAgent's login secret (spec §7.4.1); it is never
 	// part of AgentState.
 	passwordHash []byte
+	// ended caches the estimated stored size of ended steps, which do not
+	// change but when boundLocked shortens them (bounds.go).
+	ended map[string]endedStep
 }
 
 func newAgentOwner(s *System, st AgentState) *agent {
@@ -128,6 +131,7 @@ func (a *agent) event(ev Event) Event {
 // write.
 func (a *agent) restoreLocked(got AgentState) {
 	a.st = got
+	a.ended = nil
 	// An LLM step is not written when it starts (a restart just runs it
 	// again): the stored document may still list the running step as
 	// next. It is running here.

@@ -108,7 +108,7 @@ func (a *agent) agentSizeLocked() int {
 		}
 	}
 	for i := range a.st.AgentStep.StepList {
-		n += stepSize(&a.st.AgentStep.StepList[i]) + 40
+		n += a.stepSizeLocked(&a.st.AgentStep.StepList[i]) + 40
 	}
 	if p := a.st.ConversationPool; p != nil {
 		for _, msgs := range p.ConversationPrivates {
@@ -121,6 +121,36 @@ func (a *agent) agentSizeLocked() int {
 		}
 	}
 	return n
+}
+
+// endedStep is what boundLocked knows of an ended step: its estimated
+// stored size, and how far it has shortened it (0: not at all, then the
+// index+1 of the pass in boundLocked).
+type endedStep struct {
+	size, shortened int
+}
+
+// endedLocked is what boundLocked knows of an ended step, made on first
+// use: an agent with hundreds of ended steps (a manager of many tasks)
+// does not walk them all on every change. mu must be held.
+func (a *agent) endedLocked(st *StepState) endedStep {
+	if e, ok := a.ended[st.StepID]; ok {
+		return e
+	}
+	if a.ended == nil || len(a.ended) > 2*len(a.st.AgentStep.StepList)+64 {
+		a.ended = map[string]endedStep{} // forget the steps cleaned up since
+	}
+	e := endedStep{size: stepSize(st)}
+	a.ended[st.StepID] = e
+	return e
+}
+
+// stepSizeLocked is stepSize, cached for ended steps. mu must be held.
+func (a *agent) stepSizeLocked(st *StepState) int {
+	if st.ExecutionState != StateFinished && st.ExecutionState != StateFailed {
+		return stepSize(st)
+	}
+	return a.endedLocked(st).size
 }
 
 // shortened is how many characters of each text an old finished step keeps
@@ -137,32 +167,43 @@ const shortenedMore = 80
 func (a *agent) boundLocked() {
 	limit := a.sys.cfg.MaxDocumentBytes
 	size := a.agentSizeLocked()
+	if size <= limit {
+		return
+	}
+	// Shortened to three quarters of the limit, so that the next changes
+	// do not pass it again at once.
+	target := limit - limit/4
 	// Two passes over the oldest finished steps: first their results and
 	// texts shortened, then (an agent with very many steps in flight, as
 	// a manager of a hundred tasks is) cut to a line.
-	for _, keep := range []int{shortened, shortenedMore} {
+	for pass, keep := range []int{shortened, shortenedMore} {
 		for i := range a.st.AgentStep.StepList {
-			if size <= limit {
+			if size <= target {
 				return
 			}
 			st := &a.st.AgentStep.StepList[i]
 			if st.ExecutionState != StateFinished && st.ExecutionState != StateFailed {
 				continue
 			}
-			before := stepSize(st)
+			e := a.endedLocked(st)
+			if e.shortened > pass {
+				continue // as short as this pass makes it, or shorter
+			}
 			// A copy: an ended step's maps are shared with the copies
-			// readers hold (StepState.clone), never changed in place.
+			// readers hold (StepState.commitCopy), never changed in place.
 			st.ExecuteResult, _ = a.sys.clipValue(cloneJSONMap(st.ExecuteResult), keep).(map[string]any)
 			st.TextContent = a.sys.clip(st.TextContent, keep)
 			if keep == shortenedMore {
 				st.StepIntention = a.sys.clip(st.StepIntention, keep)
 				st.InstructionContent = nil
 			}
-			size -= before - stepSize(st)
+			after := stepSize(st)
+			a.ended[st.StepID] = endedStep{size: after, shortened: pass + 1}
+			size -= e.size - after
 		}
 	}
-	if p := a.st.ConversationPool; p != nil && size > limit {
-		a.boundPoolLocked(p, size-limit)
+	if p := a.st.ConversationPool; p != nil && size > target {
+		a.boundPoolLocked(p, size-target)
 	}
 }
 

@@ -82,7 +82,9 @@ func (s *System) StartFrom(img *Image) error {
 	rerun, _ := s.cfg.Tool.(Rerunner)
 	var restored []*agent
 	for _, as := range img.Agents {
-		st := as.clone()
+		// Ended steps keep the image's maps (never changed in place), so
+		// a store knows them as unchanged and does not write them again.
+		st := as.commitCopy()
 		if st.WorkingMemory == nil {
 			st.WorkingMemory = map[string]map[string][]string{}
 		}

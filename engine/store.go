@@ -12,7 +12,10 @@ import (
 // changes are announced), so a change is durable before its effects are
 // visible. Writes of one document never run at once and arrive in order;
 // writes of different documents may run at once. Implementations must not
-// retain the pointers after returning.
+// retain the pointers after returning. An ended step (finished or failed)
+// is never changed in place: when it changes (bounds.go shortens old ones)
+// its maps are replaced, so a store may know an unchanged ended step by
+// the identity of its maps (store/ writes ended steps once, in chunks).
 //
 // A task's conversation (shared_conversation_pool) is the sequence of its
 // messages: a store keeps it through PutMessage and may leave it out of the

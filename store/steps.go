@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,15 +67,23 @@ type stepLoc struct {
 }
 
 // fingerprint tells, cheaply, whether a chunked step was changed since.
+// The engine never changes an ended step's maps in place (it replaces
+// them), so a map is known by its address; texts by their lengths.
 type fingerprint struct {
 	state    string
 	finished time.Time
-	texts    int // the length of every text of the step
+	texts    int     // the lengths of the step's own texts
+	result   uintptr // the address of its execute_result map
+	instr    int     // the size of its instruction_content
 }
 
 func fingerprintOf(st *engine.StepState) fingerprint {
-	n := len(st.StepIntention) + len(st.TextContent) + len(st.Executor) + textLen(st.ExecuteResult) + textLen(st.InstructionContent)
-	return fingerprint{state: st.ExecutionState, finished: st.FinishedAt, texts: n}
+	return fingerprint{
+		state: st.ExecutionState, finished: st.FinishedAt,
+		texts:  len(st.StepIntention) + len(st.TextContent) + len(st.Executor),
+		result: uintptr(reflect.ValueOf(st.ExecuteResult).UnsafePointer()),
+		instr:  textLen(st.InstructionContent),
+	}
 }
 
 // textLen adds up the lengths of the keys and strings in a JSON-shaped

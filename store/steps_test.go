@@ -109,6 +109,7 @@ func TestEndedStepsInChunks(t *testing.T) {
 	}
 	same(t, "loaded", loaded, a)
 	same(t, "read back", read, a)
+	a = loaded // as a restart goes on: with what was loaded
 
 	// 30 ended steps: chunked by 8, the head keeps the 2 pending ones.
 	a = agentWithSteps(30, 2)
@@ -119,6 +120,7 @@ func TestEndedStepsInChunks(t *testing.T) {
 	}
 	same(t, "loaded", loaded, a)
 	same(t, "read back", read, a)
+	a = loaded
 
 	// A pending step runs and ends: it stays in the head (one write per
 	// change) until chunkSteps ended steps are waiting.
@@ -130,13 +132,15 @@ func TestEndedStepsInChunks(t *testing.T) {
 		t.Fatalf("%d steps in the head, chunks %v; want 2 and 4", len(head), chunks)
 	}
 	same(t, "loaded", loaded, a)
+	a = loaded
 
-	// A chunked step changes after all: stored again, as it is now.
-	a.AgentStep.StepList[3].ExecuteResult["think"] = "changed"
+	// A chunked step changes after all: a new map, as the engine makes: stored again, as it is now.
+	a.AgentStep.StepList[3].ExecuteResult = map[string]any{"think": "changed"}
 	put(a)
 	_, _, loaded, read = stored(t, s)
 	same(t, "loaded after a chunked step changed", loaded, a)
 	same(t, "read back after a chunked step changed", read, a)
+	a = loaded
 
 	// The first 20 steps are cleaned up (a stage ended): the two chunks
 	// that held only them are deleted; the third keeps 4 of its 8 (not
@@ -148,6 +152,7 @@ func TestEndedStepsInChunks(t *testing.T) {
 		t.Fatalf("chunks %v after cleaning up; want 2", chunks)
 	}
 	same(t, "loaded after cleaning up", loaded, a)
+	a = loaded
 
 	// 3 more gone: the third chunk keeps 1 of 8, sparse: its step goes
 	// back into the head.
@@ -158,6 +163,7 @@ func TestEndedStepsInChunks(t *testing.T) {
 		t.Fatalf("%d steps in the head, chunks %v after compaction; want 3 and 1", len(head), chunks)
 	}
 	same(t, "loaded after compaction", loaded, a)
+	a = loaded
 
 	// A restart reads the same, and a chunk left by a crash between a
 	// chunk's write and its document's is deleted; new chunks go past it.
@@ -174,6 +180,7 @@ func TestEndedStepsInChunks(t *testing.T) {
 		t.Fatalf("chunks %v: the orphan was not swept", chunks)
 	}
 	same(t, "loaded after a restart", loaded, a)
+	a = loaded
 	b := agentWithSteps(40, 0)
 	b.AgentStep.StepList = append(a.AgentStep.StepList, b.AgentStep.StepList[30:]...)
 	for i := range b.AgentStep.StepList[len(a.AgentStep.StepList):] {
