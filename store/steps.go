@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -55,7 +56,8 @@ const (
 // orders the writes of the agent's document.
 type agentSteps struct {
 	mu     sync.Mutex
-	next   int                 // number of the next chunk
+	next   int                 // number of the next new chunk
+	free   []int               // numbers of deleted chunks, to use again
 	in     map[string]stepLoc  // chunked step ID → where, and as what
 	chunks map[string]int      // chunk key → steps written in it
 	loaded map[string]struct{} // set by Load: chunk keys a head refers to
@@ -226,6 +228,12 @@ func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
 			if err := s.kvS.Delete(ctx, k); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 				// Swept at the next Load.
 				s.log.Warn("store: deleting a chunk of ended steps", "key", k, "err", err)
+				continue
+			}
+			// Its number is used again, so that an agent leaves as many
+			// delete markers in the bucket as it ever had chunks at once.
+			if num, ok := chunkNumber(k); ok {
+				as.free = append(as.free, num)
 			}
 		}
 	}
@@ -285,10 +293,19 @@ func (s *Store) writeChunks(ctx context.Context, agentID string, as *agentSteps,
 	return flush()
 }
 
-// createChunk writes a new chunk under the agent's next free key. A key
-// found taken (an earlier try that landed, or a chunk a crash left) is
-// skipped: the chunk goes under the next one.
+// createChunk writes a new chunk under a free number of the agent's (one
+// whose chunk was deleted after a document without it was written, so
+// nothing refers to it), or under its next new one. A new key found taken
+// (an earlier try that landed, or a chunk a crash left) is skipped.
 func (s *Store) createChunk(ctx context.Context, agentID string, as *agentSteps, b []byte) (string, error) {
+	if n := len(as.free); n > 0 {
+		key := agentID + "." + strconv.Itoa(as.free[n-1])
+		if err := retry(ctx, func() error { _, err := s.kvS.Put(ctx, key, b); return err }); err != nil {
+			return "", err
+		}
+		as.free = as.free[:n-1]
+		return key, nil
+	}
 	var key string
 	err := retry(ctx, func() error {
 		for {
@@ -302,6 +319,16 @@ func (s *Store) createChunk(ctx context.Context, agentID string, as *agentSteps,
 		}
 	})
 	return key, err
+}
+
+// chunkNumber is the number in a chunk's key ("<agent>.<n>").
+func chunkNumber(key string) (int, bool) {
+	i := strings.LastIndexByte(key, '.')
+	if i < 0 {
+		return 0, false
+	}
+	n, err := strconv.Atoi(key[i+1:])
+	return n, err == nil
 }
 
 // assemble rebuilds an agent's step list from its head and chunks; seen,
@@ -364,16 +391,18 @@ func (s *Store) assemble(ctx context.Context, e *envelope, seen *agentSteps) err
 
 // sweepChunks deletes the chunks no agent's head refers to (left by a
 // crash between a chunk's write and its head's, or by a failed delete),
-// and sets each agent's next chunk number past its keys.
+// sets each agent's next chunk number past its keys, and lists the numbers
+// below it that are free to use again.
 func (s *Store) sweepChunks(ctx context.Context) error {
 	keys, err := s.kvS.ListKeys(ctx)
 	if err != nil {
 		return fmt.Errorf("store: list chunks: %w", err)
 	}
+	live := map[*agentSteps]map[int]bool{}
 	for k := range keys.Keys() {
-		agentID, n, ok := strings.Cut(k, ".")
-		num, err := strconv.Atoi(n)
-		if !ok || err != nil {
+		agentID, _, _ := strings.Cut(k, ".")
+		num, ok := chunkNumber(k)
+		if !ok {
 			continue
 		}
 		as := s.stepsOf(agentID)
@@ -385,7 +414,25 @@ func (s *Store) sweepChunks(ctx context.Context) error {
 			if err := s.kvS.Delete(ctx, k); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 				s.log.Warn("store: deleting a chunk no agent refers to", "key", k, "err", err)
 			}
+			continue
 		}
+		if live[as] == nil {
+			live[as] = map[int]bool{}
+		}
+		live[as][num] = true
+	}
+	s.mu.Lock()
+	all := slices.Collect(maps.Values(s.steps))
+	s.mu.Unlock()
+	for _, as := range all {
+		as.mu.Lock()
+		as.free = as.free[:0]
+		for n := as.next - 1; n >= 0; n-- {
+			if !live[as][n] {
+				as.free = append(as.free, n)
+			}
+		}
+		as.mu.Unlock()
 	}
 	return nil
 }
