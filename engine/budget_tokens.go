@@ -13,8 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/mas-mcp/mas-mcp/llm"
 )
 
 // Budgets (beyond the spec): limits on what a task's LLM calls may spend.
@@ -114,7 +112,7 @@ func (c *BudgetConfig) check() error {
 }
 
 // cost is what a call's usage cost with the given model; 0 without a price.
-func (c *BudgetConfig) cost(model string, u llm.Usage) float64 {
+func (c *BudgetConfig) cost(model string, u Usage) float64 {
 	p, ok := c.Prices[cmp.Or(model, c.DefaultModel)]
 	if !ok {
 		if p, ok = c.Prices["*"]; !ok {
@@ -320,7 +318,7 @@ func (o *stepOutage) BeforeCall(ctx context.Context) error {
 
 // spent is a usage's tokens (total_tokens, or prompt + completion where an
 // endpoint leaves the total out).
-func spent(u llm.Usage) int { return max(u.TotalTokens, u.PromptTokens+u.CompletionTokens) }
+func spent(u Usage) int { return max(u.TotalTokens, u.PromptTokens+u.CompletionTokens) }
 
 func (s *System) day() string { return s.now().UTC().Format(time.DateOnly) }
 

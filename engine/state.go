@@ -4,8 +4,6 @@ import (
 	"maps"
 	"slices"
 	"time"
-
-	"github.com/mas-mcp/mas-mcp/llm"
 )
 
 // Execution states of tasks, stages and steps (spec §1.1, §2.1, §2.2, §2.4).
@@ -100,7 +98,7 @@ type TaskState struct {
 	Budget TaskBudget `json:"budget,omitzero"`
 	// EndedBy is the step (or agent) that ended the task.
 	EndedBy   string    `json:"ended_by,omitempty"`
-	Usage     llm.Usage `json:"usage"`
+	Usage     Usage     `json:"usage"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 	EndedAt   time.Time `json:"ended_at,omitzero"`
@@ -172,7 +170,7 @@ type StepState struct {
 	ReplyTo         string `json:"reply_to,omitempty"`
 	ReturnWaitingID string `json:"return_waiting_id,omitempty"`
 	// Usage is what the step's LLM calls cost.
-	Usage      llm.Usage `json:"usage"`
+	Usage      Usage     `json:"usage"`
 	CreatedAt  time.Time `json:"created_at"`
 	StartedAt  time.Time `json:"started_at,omitzero"`
 	FinishedAt time.Time `json:"finished_at,omitzero"`
@@ -233,7 +231,7 @@ type AgentState struct {
 	// Received lists the IDs of the newest messages delivered to the agent,
 	// so a message delivered again (after a restart) is taken once.
 	Received  []string  `json:"received_messages,omitempty"`
-	Usage     llm.Usage `json:"usage"`
+	Usage     Usage     `json:"usage"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 

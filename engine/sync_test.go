@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/mas-mcp/mas-mcp/llm"
 )
 
 func TestNewConfigErrors(t *testing.T) {
@@ -162,7 +160,7 @@ func TestUsageIsAccounted(t *testing.T) {
 	b := newTestbed(t, nil)
 	w := b.newAgent("w")
 	task := b.newTask("usage", w)
-	u := llm.Usage{PromptTokens: 7, CompletionTokens: 3, TotalTokens: 10, Calls: 1}
+	u := Usage{PromptTokens: 7, CompletionTokens: 3, TotalTokens: 10, Calls: 1}
 	b.sc.onText("costly", func(context.Context, *ExecInput) *Output { return &Output{Usage: u} })
 	id := b.inject(w, task, NoRelative, false, spec(SkillThink, "costly"))[0]
 	b.waitFor("the step", func() bool { return b.stepDone(w, id) })
