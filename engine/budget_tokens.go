@@ -806,7 +806,7 @@ func (s *System) declineBudget(t *task, op string, b TaskBudget) {
 // setBudget is manage_task set_budget: an operator sets a task's limits.
 // A task held for its budget resumes once none is reached; one that now
 // reaches a limit is held.
-func (s *System) setBudget(t *task, human bool, l *BudgetLimits) (map[string]any, error) {
+func (s *System) setBudget(t *task, human bool, l *BudgetLimits) (*SetBudgetResult, error) {
 	if !human {
 		return nil, errf(ErrForbidden, "set_budget is for operators: an agent cannot raise its own budget")
 	}
@@ -844,7 +844,7 @@ func (s *System) setBudget(t *task, human bool, l *BudgetLimits) (map[string]any
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return map[string]any{"task_id": id, "budget": t.st.Budget.clone(), "paused": t.st.Paused, "held": t.st.Budget.Held}, nil
+	return &SetBudgetResult{Budget: t.st.Budget.clone(), Held: t.st.Budget.Held, Paused: t.st.Paused, TaskID: id}, nil
 }
 
 // mayResume refuses resume_task while the task's budget is reached, and
