@@ -78,7 +78,7 @@ type Output struct {
 // ToolInstruction is a tool call for the tool step StepID (spec §3.4).
 type ToolInstruction struct {
 	StepID      string
-	Instruction map[string]any
+	Instruction *ToolCall
 }
 
 // OutgoingMessage is the message as send_message's model wrote it (spec §3.7).

@@ -152,8 +152,9 @@ type StepState struct {
 	Executor       string `json:"executor"`
 	ExecutionState string `json:"execution_state"`
 	TextContent    string `json:"text_content"`
-	// InstructionContent is the tool call written by instruction_generation.
-	InstructionContent map[string]any `json:"instruction_content"`
+	// InstructionContent is a tool step's call, written by
+	// instruction_generation (nil until then, and for skill steps).
+	InstructionContent *ToolCall `json:"instruction_content"`
 	// ExecuteResult records what the step produced or why it failed; the
 	// agent's later reflections read it (spec §2.4).
 	ExecuteResult map[string]any `json:"execute_result"`
@@ -366,7 +367,7 @@ func (s *StageState) clone() StageState {
 
 func (s *StepState) clone() StepState {
 	c := *s
-	c.InstructionContent = cloneJSONMap(s.InstructionContent)
+	c.InstructionContent = s.InstructionContent.Clone()
 	c.ExecuteResult = cloneJSONMap(s.ExecuteResult)
 	return c
 }
@@ -383,7 +384,7 @@ func cloneMessages(ms []Message) []Message {
 }
 
 // cloneJSONMap deep-copies a JSON-shaped map (maps, slices and scalars, as
-// execute_result and instruction_content always are).
+// execute_result and a tool call's arguments always are).
 func cloneJSONMap(m map[string]any) map[string]any {
 	if m == nil {
 		return nil

@@ -98,7 +98,11 @@ func TestToolStepsRunOnTheToolExecutor(t *testing.T) {
 	var got []ExecInput
 	tool := ExecutorFunc(func(_ context.Context, in *ExecInput) *Output {
 		got = append(got, *in)
-		return &Output{Result: map[string]any{"called": in.Step.InstructionContent["tool_name"]}}
+		var called any
+		if c := in.Step.InstructionContent; c != nil {
+			called = c.ToolName
+		}
+		return &Output{Result: map[string]any{"called": called}}
 	})
 	b := newTestbed(t, func(c *Config) {
 		c.Tools = toolCatalog{"search": "web"}
@@ -110,7 +114,7 @@ func TestToolStepsRunOnTheToolExecutor(t *testing.T) {
 	}
 	b.join(b.sys.BaseTaskID(), id)
 	b.sc.onAgent("tooled", SkillInstructionGeneration, func(_ context.Context, in *ExecInput) *Output {
-		return &Output{ToolInstruction: &ToolInstruction{StepID: in.Step.TargetStepID, Instruction: map[string]any{"tool_name": "lookup"}}}
+		return &Output{ToolInstruction: &ToolInstruction{StepID: in.Step.TargetStepID, Instruction: &ToolCall{ToolName: "lookup"}}}
 	})
 	ids := b.inject(id, b.sys.BaseTaskID(), b.sys.BaseStageID(), false,
 		spec(SkillInstructionGeneration, "prepare"), StepSpec{StepIntention: "call", Type: StepTool, Executor: "search"})
