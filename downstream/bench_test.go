@@ -49,7 +49,7 @@ func benchExecutor(b *testing.B) (*downstream.Executor, *engine.ExecInput) {
 		Agent:    engine.AgentState{AgentID: "bench-agent", Name: "bench"},
 		Step: engine.StepState{TaskID: "bench-task", StageID: "bench-stage", StepID: "bench-step", Type: engine.StepTool,
 			Executor: "everything", ExecutionState: engine.StateRunning,
-			InstructionContent: map[string]any{"tool_name": "echo", "arguments": map[string]any{"message": "ping"}}},
+			InstructionContent: &engine.ToolCall{ToolName: "echo", Arguments: map[string]any{"message": "ping"}}},
 	}
 	return e, in
 }

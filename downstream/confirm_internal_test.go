@@ -54,7 +54,7 @@ func TestConfirmAsksThroughTheInput(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			asked = nil
-			out, err := e.confirm(t.Context(), in(tc.op), "fs", &instruction{ToolName: "write_file", Arguments: map[string]any{"path": "/x"}})
+			out, err := e.confirm(t.Context(), in(tc.op), "fs", &engine.ToolCall{ToolName: "write_file", Arguments: map[string]any{"path": "/x"}})
 			switch {
 			case tc.wantErr == "" && (err != nil || out["approved"] != true):
 				t.Errorf("confirm = %v, %v; want approved", out, err)

@@ -80,26 +80,15 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	return e, nil
 }
 
-// instruction is a tool step's instruction_content (spec §4.3).
-type instruction struct {
-	Type         string         `json:"instruction_type"`
-	ToolName     string         `json:"tool_name"`
-	ResourceName string         `json:"resource_name"`
-	PromptName   string         `json:"prompt_name"`
-	Arguments    map[string]any `json:"arguments"`
-}
-
 // Execute implements engine.Executor.
 func (e *Executor) Execute(ctx context.Context, in *engine.ExecInput) *engine.Output {
 	server := in.Step.Executor
 	if in.Step.InstructionContent == nil {
 		return &engine.Output{Err: fmt.Errorf("tool step for %s has no instruction_content: the instruction_generation step before it did not write one (it failed or was skipped)", server)}
 	}
-	b, _ := json.Marshal(in.Step.InstructionContent)
-	var ins instruction
-	if err := json.Unmarshal(b, &ins); err != nil {
-		return &engine.Output{Err: fmt.Errorf("instruction_content: %v", err)}
-	}
+	// A copy: the operator's completed or corrected arguments change
+	// the call made, not the step's instruction_content.
+	ins := in.Step.InstructionContent.Clone()
 	decide := func(key string) *engine.ToolDecisionRequest {
 		data := map[string]any{"ToolName": server}
 		return &engine.ToolDecisionRequest{
@@ -109,7 +98,7 @@ func (e *Executor) Execute(ctx context.Context, in *engine.ExecInput) *engine.Ou
 		}
 	}
 	switch {
-	case ins.Type == "get_description":
+	case ins.InstructionType == "get_description":
 		start := time.Now()
 		caps, err := e.cfg.Pool.Describe(ctx, server)
 		e.record(ctx, in, server, "describe", "", nil, caps, err, start, nil)
@@ -166,7 +155,7 @@ func (e *Executor) Execute(ctx context.Context, in *engine.ExecInput) *engine.Ou
 }
 
 // callTool validates and (after the risk gate) makes one tool call.
-func (e *Executor) callTool(ctx context.Context, in *engine.ExecInput, server string, ins instruction, next *engine.ToolDecisionRequest) *engine.Output {
+func (e *Executor) callTool(ctx context.Context, in *engine.ExecInput, server string, ins *engine.ToolCall, next *engine.ToolDecisionRequest) *engine.Output {
 	caps, err := e.cfg.Pool.Describe(ctx, server)
 	if err != nil {
 		return &engine.Output{Err: err}
@@ -189,7 +178,7 @@ func (e *Executor) callTool(ctx context.Context, in *engine.ExecInput, server st
 		if e.cfg.NoArgumentQuestions {
 			return &engine.Output{Err: err}
 		}
-		asked, err := e.completeArguments(ctx, in, server, &ins, tool, err)
+		asked, err := e.completeArguments(ctx, in, server, ins, tool, err)
 		if asked != nil {
 			result["operator_arguments"] = asked
 		}
@@ -198,7 +187,7 @@ func (e *Executor) callTool(ctx context.Context, in *engine.ExecInput, server st
 		}
 	}
 	if e.risky(server, ins.ToolName, tool) {
-		approval, err := e.confirm(ctx, in, server, &ins)
+		approval, err := e.confirm(ctx, in, server, ins)
 		result["operator_approval"] = approval
 		if err != nil {
 			e.record(ctx, in, server, "call_tool", ins.ToolName, ins.Arguments, nil, err, time.Now(), approval)
@@ -272,14 +261,25 @@ func (e *Executor) risky(server, tool string, desc ToolDesc) bool {
 	return a == nil || (!a.ReadOnlyHint && (a.DestructiveHint == nil || *a.DestructiveHint))
 }
 
+// argumentsText is a call's arguments as JSON, for a question to the
+// operator. Arguments are decoded JSON (the model's or the operator's), so
+// they encode; were they ever not to, the question shows them as Go prints
+// them rather than nothing.
+func argumentsText(args map[string]any) string {
+	b, err := json.Marshal(args)
+	if err != nil {
+		return fmt.Sprintf("%v", args)
+	}
+	return string(b)
+}
+
 // confirm asks the task's operator to approve the call and waits.
 // A structured decision (answer_approval, a button) wins over the text;
 // arguments it carries replace the call's.
-func (e *Executor) confirm(ctx context.Context, in *engine.ExecInput, server string, ins *instruction) (map[string]any, error) {
-	args, _ := json.Marshal(ins.Arguments)
+func (e *Executor) confirm(ctx context.Context, in *engine.ExecInput, server string, ins *engine.ToolCall) (map[string]any, error) {
 	question := e.cfg.Texts.Text("tool_confirm", map[string]any{
 		"AgentID": in.Agent.AgentID, "AgentName": in.Agent.Name, "Server": server, "ToolName": ins.ToolName,
-		"Arguments": string(args), "StepIntention": in.Step.StepIntention,
+		"Arguments": argumentsText(ins.Arguments), "StepIntention": in.Step.StepIntention,
 	})
 	ans, err := e.askApproval(ctx, in, engine.OperatorQuestion{
 		TaskID: in.Step.TaskID, StageID: in.Step.StageID, AgentID: in.Agent.AgentID,
@@ -459,13 +459,11 @@ func keepItems(v any, keep int, dropped *int) any {
 // crash may run again when it only reads (get_description, a resource, a
 // prompt) or its tool declares readOnlyHint or idempotentHint.
 func (e *Executor) SafeToRerun(step engine.StepState) bool {
-	b, _ := json.Marshal(step.InstructionContent)
-	var ins instruction
-	if json.Unmarshal(b, &ins) != nil {
-		return false
-	}
+	ins := step.InstructionContent
 	switch {
-	case ins.Type == "get_description", ins.ResourceName != "", ins.PromptName != "":
+	case ins == nil:
+		return true // never called anything: no instruction yet
+	case ins.InstructionType == "get_description", ins.ResourceName != "", ins.PromptName != "":
 		return true
 	case ins.ToolName == "":
 		return true // never called anything: no instruction yet

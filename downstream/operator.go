@@ -2,7 +2,6 @@ package downstream
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -113,15 +112,14 @@ func (e *Executor) askForm(ctx context.Context, in *engine.ExecInput, question, 
 // answered (nil when they were not asked), and an error that fails the
 // step when the operator declined, did not answer in time, or the
 // arguments still do not fit.
-func (e *Executor) completeArguments(ctx context.Context, in *engine.ExecInput, server string, ins *instruction, tool ToolDesc, bad error) (map[string]any, error) {
+func (e *Executor) completeArguments(ctx context.Context, in *engine.ExecInput, server string, ins *engine.ToolCall, tool ToolDesc, bad error) (map[string]any, error) {
 	f := argumentForm(tool.InputSchema, ins.Arguments)
 	if len(f.fields) == 0 {
 		return nil, bad
 	}
-	given, _ := json.Marshal(ins.Arguments)
 	question := e.cfg.Texts.Text("tool_missing_arguments", map[string]any{
 		"AgentID": in.Agent.AgentID, "AgentName": in.Agent.Name, "Server": server, "ToolName": ins.ToolName,
-		"Problem": bad.Error(), "Fields": f.describe(), "Arguments": string(given),
+		"Problem": bad.Error(), "Fields": f.describe(), "Arguments": argumentsText(ins.Arguments),
 	})
 	names := make([]string, len(f.fields))
 	for i, fd := range f.fields {

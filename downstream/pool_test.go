@@ -114,7 +114,7 @@ func TestStdioServerKilled(t *testing.T) {
 			if tc.during {
 				s.WaitFor("the long call to run", func() bool {
 					for _, st := range s.toolSteps(w) {
-						if st.ExecutionState == engine.StateRunning && st.InstructionContent["tool_name"] == "trigger-long-running-operation" {
+						if st.ExecutionState == engine.StateRunning && st.InstructionContent != nil && st.InstructionContent.ToolName == "trigger-long-running-operation" {
 							return true
 						}
 					}

@@ -9,39 +9,41 @@ import (
 
 // AgentInstruction carries out an agent-management instruction for actorID,
 // an agent with the agent_manager skill or a HumanAgent (spec §3.10, §2.5).
-func (s *System) AgentInstruction(actorID string, ai AgentInstruction) (map[string]any, error) {
-	return operatorAction[map[string]any](s, actorID, ai.TaskID, "agent_manager", ai)(s.agentInstruction(actorID, ai, ""))
+func (s *System) AgentInstruction(actorID string, ai AgentInstruction) (AgentInstructionResult, error) {
+	return operatorAction[AgentInstructionResult](s, actorID, ai.TaskID, "agent_manager", ai)(s.agentInstruction(actorID, ai, ""))
 }
 
 // agentInstruction is AgentInstruction issued by a step (origin): an agent
 // it creates gets an ID derived from the step, and is created once.
-func (s *System) agentInstruction(actorID string, ai AgentInstruction, origin string) (map[string]any, error) {
+func (s *System) agentInstruction(actorID string, ai AgentInstruction, origin string) (AgentInstructionResult, error) {
+	var res AgentInstructionResult
 	actor, err := s.actor(actorID, SkillAgentManager)
 	if err != nil {
-		return nil, err
+		return res, err
 	}
 	human := actor.kind == KindHuman
 	switch strings.TrimSpace(ai.Action) {
 	case ActionInitNewAgent:
 		if ai.AgentConfig == nil {
-			return nil, errf(ErrInvalid, "agent_config: is missing")
+			return res, errf(ErrInvalid, "agent_config: is missing")
 		}
 		id, err := s.createAgent(*ai.AgentConfig, origin)
 		if err != nil {
-			return nil, err
+			return res, err
 		}
 		b, _ := s.AgentBrief(id)
 		s.log.Info("agent created", "agent", id, "name", b.Name, "by", actorID)
-		return map[string]any{"agent_id": id, "name": b.Name, "role": b.Role}, nil
+		res.InitNewAgent = &NewAgentResult{AgentID: id, Name: b.Name, Role: b.Role}
 	case ActionAddTaskParticipant:
-		return s.addParticipants(actorID, human, ai.TaskID, ai.Agents)
+		res.AddTaskParticipant, err = s.addParticipants(actorID, human, ai.TaskID, ai.Agents)
 	case ActionPauseAgent, ActionResumeAgent:
-		return s.pauseAgents(actorID, human, ai.Agents, strings.TrimSpace(ai.Action) == ActionPauseAgent)
+		res.PauseAgent, err = s.pauseAgents(actorID, human, ai.Agents, strings.TrimSpace(ai.Action) == ActionPauseAgent)
 	case "":
-		return nil, errf(ErrInvalid, "action: is empty; one of init_new_agent, add_task_participant, pause_agent, resume_agent")
+		err = errf(ErrInvalid, "action: is empty; one of init_new_agent, add_task_participant, pause_agent, resume_agent")
 	default:
-		return nil, errf(ErrInvalid, "action %q: must be one of init_new_agent, add_task_participant, pause_agent, resume_agent", ai.Action)
+		err = errf(ErrInvalid, "action %q: must be one of init_new_agent, add_task_participant, pause_agent, resume_agent", ai.Action)
 	}
+	return res, err
 }
 
 // CreateAgent creates an LLM agent from a template or a full configuration
@@ -218,7 +220,7 @@ func (s *System) runLoops(agents []*agent) error {
 	return nil
 }
 
-func (s *System) addParticipants(actorID string, human bool, taskID string, agents []string) (map[string]any, error) {
+func (s *System) addParticipants(actorID string, human bool, taskID string, agents []string) (*AddParticipantsResult, error) {
 	t, ok := s.task(taskID)
 	if !ok {
 		if taskID == "" {
@@ -264,7 +266,7 @@ func (s *System) addParticipants(actorID string, human bool, taskID string, agen
 			added = append(added, id)
 		}
 	}
-	return map[string]any{"task_id": taskID, "added": added, "task_group": s.taskGroup(taskID)}, nil
+	return &AddParticipantsResult{Added: added, TaskGroup: s.taskGroup(taskID), TaskID: taskID}, nil
 }
 
 // joinTask adds an agent to a task group and syncs its working memory (spec

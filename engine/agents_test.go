@@ -47,10 +47,11 @@ func TestInitNewAgent(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			id, _ := res["agent_id"].(string)
-			if res["name"] != tt.want.Name || res["role"] != tt.want.Role {
-				t.Errorf("result %v, want name %q role %q", res, tt.want.Name, tt.want.Role)
+			r := res.InitNewAgent
+			if r == nil || r.Name != tt.want.Name || r.Role != tt.want.Role {
+				t.Fatalf("result %+v, want name %q role %q", r, tt.want.Name, tt.want.Role)
 			}
+			id := r.AgentID
 			a := b.agent(id)
 			got := want{Name: a.Name, Role: a.Role, Profile: a.Profile, Template: a.Template, Skills: a.Skills, Tools: a.Tools}
 			if a.LLMConfig != nil {
@@ -108,8 +109,8 @@ func TestAgentInstructionErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			seq, n := w.b.sys.EventSeq(), len(w.b.sys.Agents())
 			res, err := w.b.sys.AgentInstruction(tt.actor, tt.ai)
-			if res != nil {
-				t.Errorf("result %v alongside the error", res)
+			if res != (AgentInstructionResult{}) {
+				t.Errorf("result %+v alongside the error", res)
 			}
 			isErr(t, err, tt.kind, tt.field)
 			if got := w.b.sys.EventSeq(); got != seq || len(w.b.sys.Agents()) != n {
@@ -127,7 +128,7 @@ func TestAddTaskParticipant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]any{"task_id": task, "added": []string{w2}, "task_group": []string{b.mgr(), b.op(), w1, w2}}
+	want := AgentInstructionResult{AddTaskParticipant: &AddParticipantsResult{Added: []string{w2}, TaskGroup: []string{b.mgr(), b.op(), w1, w2}, TaskID: task}}
 	if diff := cmp.Diff(want, res); diff != "" {
 		t.Errorf("result mismatch (-want +got):\n%s", diff)
 	}

@@ -6,8 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-
-	"github.com/mas-mcp/mas-mcp/llm"
 )
 
 // DefaultTeamID names the MAS's one team: every agent (spec §1.1 Team; the
@@ -41,7 +39,7 @@ type TaskInfo struct {
 	Base         bool      `json:"base,omitempty"`
 	// Usage, Budget and BudgetLeft are what the task's LLM calls used and
 	// may still use (budget_tokens.go).
-	Usage      llm.Usage   `json:"usage"`
+	Usage      Usage       `json:"usage"`
 	Budget     *TaskBudget `json:"budget,omitempty"`
 	BudgetLeft *BudgetLeft `json:"budget_left,omitempty"`
 }

@@ -88,7 +88,7 @@ func stageWith(b *testing.B, sys *engine.System, n int) (taskID string, agents [
 		if err != nil {
 			b.Fatal(err)
 		}
-		agents = append(agents, res["agent_id"].(string))
+		agents = append(agents, res.InitNewAgent.AgentID)
 	}
 	taskID, err := sys.AddTask(op, engine.AddTaskRequest{TaskName: "bench", TaskIntention: "benchmark"})
 	if err != nil {

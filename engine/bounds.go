@@ -91,7 +91,7 @@ const stepOverhead = 600
 func stepSize(st *StepState) int {
 	n := stepOverhead + len(st.StepIntention) + len(st.TextContent) + sizeOf(st.ExecuteResult)
 	if st.InstructionContent != nil {
-		n += sizeOf(st.InstructionContent)
+		n += st.InstructionContent.size()
 	}
 	return n
 }

@@ -13,8 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/mas-mcp/mas-mcp/llm"
 )
 
 // Budgets (beyond the spec): limits on what a task's LLM calls may spend.
@@ -114,7 +112,7 @@ func (c *BudgetConfig) check() error {
 }
 
 // cost is what a call's usage cost with the given model; 0 without a price.
-func (c *BudgetConfig) cost(model string, u llm.Usage) float64 {
+func (c *BudgetConfig) cost(model string, u Usage) float64 {
 	p, ok := c.Prices[cmp.Or(model, c.DefaultModel)]
 	if !ok {
 		if p, ok = c.Prices["*"]; !ok {
@@ -320,7 +318,7 @@ func (o *stepOutage) BeforeCall(ctx context.Context) error {
 
 // spent is a usage's tokens (total_tokens, or prompt + completion where an
 // endpoint leaves the total out).
-func spent(u llm.Usage) int { return max(u.TotalTokens, u.PromptTokens+u.CompletionTokens) }
+func spent(u Usage) int { return max(u.TotalTokens, u.PromptTokens+u.CompletionTokens) }
 
 func (s *System) day() string { return s.now().UTC().Format(time.DateOnly) }
 
@@ -808,7 +806,7 @@ func (s *System) declineBudget(t *task, op string, b TaskBudget) {
 // setBudget is manage_task set_budget: an operator sets a task's limits.
 // A task held for its budget resumes once none is reached; one that now
 // reaches a limit is held.
-func (s *System) setBudget(t *task, human bool, l *BudgetLimits) (map[string]any, error) {
+func (s *System) setBudget(t *task, human bool, l *BudgetLimits) (*SetBudgetResult, error) {
 	if !human {
 		return nil, errf(ErrForbidden, "set_budget is for operators: an agent cannot raise its own budget")
 	}
@@ -846,7 +844,7 @@ func (s *System) setBudget(t *task, human bool, l *BudgetLimits) (map[string]any
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return map[string]any{"task_id": id, "budget": t.st.Budget.clone(), "paused": t.st.Paused, "held": t.st.Budget.Held}, nil
+	return &SetBudgetResult{Budget: t.st.Budget.clone(), Held: t.st.Budget.Held, Paused: t.st.Paused, TaskID: id}, nil
 }
 
 // mayResume refuses resume_task while the task's budget is reached, and

@@ -6,13 +6,11 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/mas-mcp/mas-mcp/llm"
 )
 
 // costly is a think step that costs 100 tokens (80 prompt + 20 completion).
 func costly(context.Context, *ExecInput) *Output {
-	return &Output{Result: map[string]any{"think": "ok"}, Usage: llm.Usage{Calls: 1, PromptTokens: 80, CompletionTokens: 20, TotalTokens: 100}}
+	return &Output{Result: map[string]any{"think": "ok"}, Usage: Usage{Calls: 1, PromptTokens: 80, CompletionTokens: 20, TotalTokens: 100}}
 }
 
 // budgetQuestionOf waits for the operator's open budget question in a task.

@@ -231,8 +231,8 @@ func TestSetBudgetResumesAHeldTask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res["held"] != "" {
-		t.Errorf("set_budget result %v: still held", res)
+	if res.SetBudget == nil || res.SetBudget.Held != "" {
+		t.Errorf("set_budget result %+v: still held", res.SetBudget)
 	}
 	end := r.waitEnded()
 	if end.ExecutionState != engine.StateFinished || end.Budget.Tokens != 0 || end.BudgetLeft() != nil {

@@ -110,8 +110,8 @@ func TestTaskInstructionErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			seq := w.b.sys.EventSeq()
 			res, err := w.b.sys.TaskInstruction(tt.actor, tt.ti)
-			if res != nil {
-				t.Errorf("result %v alongside the error", res)
+			if res != (TaskInstructionResult{}) {
+				t.Errorf("result %+v alongside the error", res)
 			}
 			isErr(t, err, tt.kind, tt.field)
 			if got := w.b.sys.EventSeq(); got != seq {
@@ -163,10 +163,10 @@ func TestStageLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := res["stage_ids"].([]string)
-	if len(ids) != 2 || res["task_id"] != task {
-		t.Fatalf("result %v, want the task and two stage IDs", res)
+	if res.AddStage == nil || len(res.AddStage.StageIDs) != 2 || res.AddStage.TaskID != task {
+		t.Fatalf("result %+v, want the task and two stage IDs", res.AddStage)
 	}
+	ids := res.AddStage.StageIDs
 	s1, s2 := ids[0], ids[1]
 	ts := b.task(task)
 	if ts.ExecutionState != StateRunning || ts.StageList[0].ExecutionState != StateRunning || ts.StageList[0].StartedAt.IsZero() || ts.StageList[1].ExecutionState != StateInit {
@@ -189,7 +189,7 @@ func TestStageLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(map[string]any{"task_id": task, "finished_stage": s1, "next_stage": s2}, res); diff != "" {
+	if diff := cmp.Diff(TaskInstructionResult{FinishStage: &FinishStageResult{FinishedStage: s1, NextStage: &s2, TaskID: task}}, res); diff != "" {
 		t.Errorf("finish_stage result mismatch (-want +got):\n%s", diff)
 	}
 	b.waitFor("stage 2 to complete", func() bool { return b.stage(task, s2).EveryAgentState[w2] == AgentFinished })
@@ -208,8 +208,8 @@ func TestStageLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res["next_stage"] != nil {
-		t.Errorf("next_stage = %v after the last stage, want nil", res["next_stage"])
+	if res.FinishStage == nil || res.FinishStage.NextStage != nil {
+		t.Errorf("result %+v after the last stage, want next_stage nil", res.FinishStage)
 	}
 	b.waitFor("the manager to be asked to judge the task", func() bool { return anyContains(notices(b, mgr, task), "no stage is left to run") })
 	b.settle()
@@ -234,10 +234,10 @@ func TestRetryStage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	retry, _ := res["new_stage"].(string)
-	if res["failed_stage"] != ids[0] || retry == "" {
-		t.Fatalf("result %v", res)
+	if res.RetryStage == nil || res.RetryStage.FailedStage != ids[0] || res.RetryStage.NewStage == "" {
+		t.Fatalf("result %+v", res.RetryStage)
 	}
+	retry := res.RetryStage.NewStage
 	b.waitFor("the retry to complete", func() bool {
 		st := b.stage(task, retry)
 		return st.EveryAgentState[w1] == AgentFinished && st.EveryAgentState[w3] == AgentFinished
@@ -296,7 +296,7 @@ func TestEndTask(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(map[string]any{"task_id": task, "execution_state": tt.wantState}, res); diff != "" {
+			if diff := cmp.Diff(TaskInstructionResult{EndTask: &EndTaskResult{ExecutionState: tt.wantState, TaskID: task}}, res); diff != "" {
 				t.Errorf("result mismatch (-want +got):\n%s", diff)
 			}
 			b.settle()
@@ -348,9 +348,9 @@ func TestAddTask(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			id := res["task_id"].(string)
-			if res["task_manager"] != tt.wantManager {
-				t.Errorf("task_manager = %v, want %s", res["task_manager"], tt.wantManager)
+			id := res.AddTask.TaskID
+			if res.AddTask.TaskManager != tt.wantManager {
+				t.Errorf("task_manager = %v, want %s", res.AddTask.TaskManager, tt.wantManager)
 			}
 			ts := b.task(id)
 			if diff := cmp.Diff([]string{tt.wantManager, op}, ts.TaskGroup); diff != "" {

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
-
-	"github.com/mas-mcp/mas-mcp/llm"
 )
 
 // StepSpec is a step as skills plan it (spec §5.7; LLM_CONTRACT.md).
@@ -40,7 +38,7 @@ type Output struct {
 	// the other fields are still applied where they make sense (usage).
 	Err error
 	// Usage is what the step's LLM calls cost.
-	Usage llm.Usage
+	Usage Usage
 
 	// Memory ops apply to the agent's persistent memory.
 	Memory []MemoryOp
@@ -80,7 +78,7 @@ type Output struct {
 // ToolInstruction is a tool call for the tool step StepID (spec §3.4).
 type ToolInstruction struct {
 	StepID      string
-	Instruction map[string]any
+	Instruction *ToolCall
 }
 
 // OutgoingMessage is the message as send_message's model wrote it (spec §3.7).

@@ -29,7 +29,7 @@ func (s *System) isPaused(taskID string) bool {
 
 // pauseTask pauses or resumes a task (pause_task, resume_task): its
 // operators, or its manager, may.
-func (s *System) pauseTask(t *task, actorID string, human, pause bool) (map[string]any, error) {
+func (s *System) pauseTask(t *task, actorID string, human, pause bool) (*PauseTaskResult, error) {
 	if !pause && actorID != SystemSender {
 		if err := s.mayResume(t); err != nil {
 			return nil, err
@@ -51,7 +51,7 @@ func (s *System) pauseTask(t *task, actorID string, human, pause bool) (map[stri
 		return nil, errf(ErrEnded, "task_id %q: has already ended (%s)", id, t.st.ExecutionState)
 	case t.st.Paused == pause:
 		t.mu.Unlock()
-		return map[string]any{"task_id": id, "paused": pause, "changed": false}, nil
+		return &PauseTaskResult{Changed: false, Paused: pause, TaskID: id}, nil
 	}
 	held := now.Sub(t.st.PausedAt) // on resume: how long it was held
 	t.st.Paused = pause
@@ -90,7 +90,7 @@ func (s *System) pauseTask(t *task, actorID string, human, pause bool) (map[stri
 	}
 	s.sup.touch(id) // the quiet clock starts again either way
 	s.log.Info("task "+detail, "task", id, "by", actorID)
-	return map[string]any{"task_id": id, "paused": pause, "changed": true}, nil
+	return &PauseTaskResult{Changed: true, Paused: pause, TaskID: id}, nil
 }
 
 // shiftWaitsLocked moves the deadlines of the waits in a task by d (the
@@ -111,7 +111,7 @@ func (a *agent) shiftWaitsLocked(taskID string, d time.Duration) {
 // pauseAgents pauses or resumes LLM agents (pause_agent, resume_agent):
 // operators only, and only agents whose every open task (beyond the base
 // task) the operator may operate — a pause holds all of them.
-func (s *System) pauseAgents(actorID string, human bool, ids []string, pause bool) (map[string]any, error) {
+func (s *System) pauseAgents(actorID string, human bool, ids []string, pause bool) (*PauseAgentsResult, error) {
 	if !human {
 		return nil, errf(ErrForbidden, "pause_agent and resume_agent are for operators")
 	}
@@ -162,7 +162,7 @@ func (s *System) pauseAgents(actorID string, human bool, ids []string, pause boo
 		a.mu.Unlock()
 		a.signal()
 	}
-	return map[string]any{"agents": ids, "paused": pause, "changed": changed}, nil
+	return &PauseAgentsResult{Agents: ids, Changed: changed, Paused: pause}, nil
 }
 
 // nextRunnableLocked returns the index in the todo list of the first step

@@ -288,7 +288,7 @@ func TestApplyPlan(t *testing.T) {
 		}
 	})
 	t.Run("tool instruction", func(t *testing.T) {
-		call := map[string]any{"tool_name": "lookup", "arguments": map[string]any{"q": "x"}}
+		call := &ToolCall{ToolName: "lookup", Arguments: map[string]any{"q": "x"}}
 		if err := a.applyPlanLocked(&send, &Output{ToolInstruction: &ToolInstruction{StepID: ids[2], Instruction: call}}, map[string]any{}); err != nil {
 			t.Fatal(err)
 		}

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-
-	"github.com/mas-mcp/mas-mcp/llm"
 )
 
 // cancelCheckingStore is a MemoryStore that counts writes made with a
@@ -51,7 +49,7 @@ func TestCloseFlushesInterruptedSteps(t *testing.T) {
 	b.sc.onText("slow", func(ctx context.Context, _ *ExecInput) *Output {
 		close(running)
 		<-ctx.Done()
-		return &Output{Err: ctx.Err(), Usage: llm.Usage{Calls: 1, PromptTokens: 7}}
+		return &Output{Err: ctx.Err(), Usage: Usage{Calls: 1, PromptTokens: 7}}
 	})
 	id := b.inject(alice, b.sys.BaseTaskID(), b.sys.BaseStageID(), false, spec(SkillThink, "slow"))[0]
 	<-running

@@ -80,6 +80,11 @@ func mutateJSON(v any) {
 		if len(x) > 0 {
 			x[0] = "mutated"
 		}
+	case *ToolCall:
+		if x != nil {
+			mutateJSON(x.Arguments)
+			x.ToolName = "mutated"
+		}
 	}
 }
 

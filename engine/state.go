@@ -4,8 +4,6 @@ import (
 	"maps"
 	"slices"
 	"time"
-
-	"github.com/mas-mcp/mas-mcp/llm"
 )
 
 // Execution states of tasks, stages and steps (spec §1.1, §2.1, §2.2, §2.4).
@@ -100,7 +98,7 @@ type TaskState struct {
 	Budget TaskBudget `json:"budget,omitzero"`
 	// EndedBy is the step (or agent) that ended the task.
 	EndedBy   string    `json:"ended_by,omitempty"`
-	Usage     llm.Usage `json:"usage"`
+	Usage     Usage     `json:"usage"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 	EndedAt   time.Time `json:"ended_at,omitzero"`
@@ -154,8 +152,9 @@ type StepState struct {
 	Executor       string `json:"executor"`
 	ExecutionState string `json:"execution_state"`
 	TextContent    string `json:"text_content"`
-	// InstructionContent is the tool call written by instruction_generation.
-	InstructionContent map[string]any `json:"instruction_content"`
+	// InstructionContent is a tool step's call, written by
+	// instruction_generation (nil until then, and for skill steps).
+	InstructionContent *ToolCall `json:"instruction_content"`
 	// ExecuteResult records what the step produced or why it failed; the
 	// agent's later reflections read it (spec §2.4).
 	ExecuteResult map[string]any `json:"execute_result"`
@@ -172,7 +171,7 @@ type StepState struct {
 	ReplyTo         string `json:"reply_to,omitempty"`
 	ReturnWaitingID string `json:"return_waiting_id,omitempty"`
 	// Usage is what the step's LLM calls cost.
-	Usage      llm.Usage `json:"usage"`
+	Usage      Usage     `json:"usage"`
 	CreatedAt  time.Time `json:"created_at"`
 	StartedAt  time.Time `json:"started_at,omitzero"`
 	FinishedAt time.Time `json:"finished_at,omitzero"`
@@ -233,7 +232,7 @@ type AgentState struct {
 	// Received lists the IDs of the newest messages delivered to the agent,
 	// so a message delivered again (after a restart) is taken once.
 	Received  []string  `json:"received_messages,omitempty"`
-	Usage     llm.Usage `json:"usage"`
+	Usage     Usage     `json:"usage"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 
@@ -384,7 +383,7 @@ func (s *StageState) clone() StageState {
 
 func (s *StepState) clone() StepState {
 	c := *s
-	c.InstructionContent = cloneJSONMap(s.InstructionContent)
+	c.InstructionContent = s.InstructionContent.Clone()
 	c.ExecuteResult = cloneJSONMap(s.ExecuteResult)
 	return c
 }
@@ -401,7 +400,7 @@ func cloneMessages(ms []Message) []Message {
 }
 
 // cloneJSONMap deep-copies a JSON-shaped map (maps, slices and scalars, as
-// execute_result and instruction_content always are).
+// execute_result and a tool call's arguments always are).
 func cloneJSONMap(m map[string]any) map[string]any {
 	if m == nil {
 		return nil

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/mas-mcp/mas-mcp/llm"
 )
 
 func TestNewConfigErrors(t *testing.T) {
@@ -100,7 +98,11 @@ func TestToolStepsRunOnTheToolExecutor(t *testing.T) {
 	var got []ExecInput
 	tool := ExecutorFunc(func(_ context.Context, in *ExecInput) *Output {
 		got = append(got, *in)
-		return &Output{Result: map[string]any{"called": in.Step.InstructionContent["tool_name"]}}
+		var called any
+		if c := in.Step.InstructionContent; c != nil {
+			called = c.ToolName
+		}
+		return &Output{Result: map[string]any{"called": called}}
 	})
 	b := newTestbed(t, func(c *Config) {
 		c.Tools = toolCatalog{"search": "web"}
@@ -112,7 +114,7 @@ func TestToolStepsRunOnTheToolExecutor(t *testing.T) {
 	}
 	b.join(b.sys.BaseTaskID(), id)
 	b.sc.onAgent("tooled", SkillInstructionGeneration, func(_ context.Context, in *ExecInput) *Output {
-		return &Output{ToolInstruction: &ToolInstruction{StepID: in.Step.TargetStepID, Instruction: map[string]any{"tool_name": "lookup"}}}
+		return &Output{ToolInstruction: &ToolInstruction{StepID: in.Step.TargetStepID, Instruction: &ToolCall{ToolName: "lookup"}}}
 	})
 	ids := b.inject(id, b.sys.BaseTaskID(), b.sys.BaseStageID(), false,
 		spec(SkillInstructionGeneration, "prepare"), StepSpec{StepIntention: "call", Type: StepTool, Executor: "search"})
@@ -162,7 +164,7 @@ func TestUsageIsAccounted(t *testing.T) {
 	b := newTestbed(t, nil)
 	w := b.newAgent("w")
 	task := b.newTask("usage", w)
-	u := llm.Usage{PromptTokens: 7, CompletionTokens: 3, TotalTokens: 10, Calls: 1}
+	u := Usage{PromptTokens: 7, CompletionTokens: 3, TotalTokens: 10, Calls: 1}
 	b.sc.onText("costly", func(context.Context, *ExecInput) *Output { return &Output{Usage: u} })
 	id := b.inject(w, task, NoRelative, false, spec(SkillThink, "costly"))[0]
 	b.waitFor("the step", func() bool { return b.stepDone(w, id) })

@@ -5,8 +5,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-
-	"github.com/mas-mcp/mas-mcp/llm"
 )
 
 // task owns one TaskState: every mutation happens under mu (the single
@@ -174,7 +172,7 @@ func (t *task) answered(agent string, ids []string) []string {
 }
 
 // addUsage adds an LLM call's cost to the task's total.
-func (t *task) addUsage(u llm.Usage) {
+func (t *task) addUsage(u Usage) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.st.Usage.Add(u)
@@ -191,7 +189,7 @@ type stepReport struct {
 	AgentState string // AgentWorking, AgentFinished or AgentFailed
 	SharedInfo string
 	Completion *string
-	Usage      llm.Usage
+	Usage      Usage
 }
 
 // report applies a step's outcome and returns the notice for the task's
@@ -203,7 +201,7 @@ func (t *task) report(r stepReport) ([]Message, error) {
 	if r.StepID != "" && t.reportedLocked(r.StepID) {
 		// The step ran again after a restart: its first report stands,
 		// but a completion it brings now is still recorded.
-		r.Usage, r.SharedInfo = llm.Usage{}, ""
+		r.Usage, r.SharedInfo = Usage{}, ""
 	}
 	t.st.Usage.Add(r.Usage)
 	if r.SharedInfo != "" {

@@ -31,69 +31,72 @@ func (s *System) AddTask(actorID string, req AddTaskRequest) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return res["task_id"].(string), nil
+	return res.AddTask.TaskID, nil
 }
 
 // TaskInstruction carries out a task-management instruction for actorID, an
 // agent with the task_manager skill or a HumanAgent (spec §3.9, §2.5). Every
 // ID is checked against the state first; an error names the field and the
 // problem and changes nothing. The result says what was done (IDs created).
-func (s *System) TaskInstruction(actorID string, ti TaskInstruction) (map[string]any, error) {
-	return operatorAction[map[string]any](s, actorID, ti.TaskID, "task_manager", ti)(s.taskInstruction(actorID, ti, ""))
+func (s *System) TaskInstruction(actorID string, ti TaskInstruction) (TaskInstructionResult, error) {
+	return operatorAction[TaskInstructionResult](s, actorID, ti.TaskID, "task_manager", ti)(s.taskInstruction(actorID, ti, ""))
 }
 
 // taskInstruction is TaskInstruction issued by a step (origin): what it
 // creates gets IDs derived from the step, and carrying it out again (the
 // step re-run after a restart) changes nothing more.
-func (s *System) taskInstruction(actorID string, ti TaskInstruction, origin string) (map[string]any, error) {
+func (s *System) taskInstruction(actorID string, ti TaskInstruction, origin string) (TaskInstructionResult, error) {
 	actor, err := s.actor(actorID, SkillTaskManager)
 	if err != nil {
-		return nil, err
+		return TaskInstructionResult{}, err
 	}
 	human := actor.kind == KindHuman
 	action := strings.TrimSpace(ti.Action)
+	var res TaskInstructionResult
 	if action == ActionAddTask {
-		return s.addTask(actor, ti, origin)
+		res.AddTask, err = s.addTask(actor, ti, origin)
+		return res, err
 	}
 	t, ok := s.task(ti.TaskID)
 	if !ok {
 		if ti.TaskID == "" {
-			return nil, errf(ErrInvalid, "task_id: is empty")
+			return res, errf(ErrInvalid, "task_id: is empty")
 		}
-		return nil, errf(ErrNotFound, "task_id %q: no such task", ti.TaskID)
+		return res, errf(ErrNotFound, "task_id %q: no such task", ti.TaskID)
 	}
 	if human {
 		if err := s.MayOperate(actorID, ti.TaskID); err != nil {
-			return nil, err
+			return res, err
 		}
 	}
 	switch action {
 	case ActionAddStage:
-		return s.addStages(t, actorID, human, ti.Stages, origin)
+		res.AddStage, err = s.addStages(t, actorID, human, ti.Stages, origin)
 	case ActionFinishStage:
-		return s.finishStage(t, actorID, human, ti.StageID, by(origin, actorID))
+		res.FinishStage, err = s.finishStage(t, actorID, human, ti.StageID, by(origin, actorID))
 	case ActionRetryStage:
-		return s.retryStage(t, actorID, human, ti, origin)
+		res.RetryStage, err = s.retryStage(t, actorID, human, ti, origin)
 	case ActionFinishTask:
 		switch state := strings.TrimSpace(ti.ExecutionState); state {
 		case "", StateFinished:
-			return s.endTask(t, actorID, human, StateFinished, ti.Summary, by(origin, actorID))
+			res.EndTask, err = s.endTask(t, actorID, human, StateFinished, ti.Summary, by(origin, actorID))
 		case StateFailed:
-			return s.endTask(t, actorID, human, StateFailed, ti.Summary, by(origin, actorID))
+			res.EndTask, err = s.endTask(t, actorID, human, StateFailed, ti.Summary, by(origin, actorID))
 		default:
-			return nil, errf(ErrInvalid, "execution_state %q: must be %q or %q", state, StateFinished, StateFailed)
+			err = errf(ErrInvalid, "execution_state %q: must be %q or %q", state, StateFinished, StateFailed)
 		}
 	case ActionCancelTask:
-		return s.endTask(t, actorID, human, StateFailed, ti.Summary, by(origin, actorID))
+		res.EndTask, err = s.endTask(t, actorID, human, StateFailed, ti.Summary, by(origin, actorID))
 	case ActionPauseTask, ActionResumeTask:
-		return s.pauseTask(t, actorID, human, action == ActionPauseTask)
+		res.PauseTask, err = s.pauseTask(t, actorID, human, action == ActionPauseTask)
 	case ActionSetBudget:
-		return s.setBudget(t, human, ti.Budget)
+		res.SetBudget, err = s.setBudget(t, human, ti.Budget)
 	case "":
-		return nil, errf(ErrInvalid, "action: is empty; one of add_task, add_stage, finish_stage, retry_stage, finish_task, cancel_task, pause_task, resume_task, set_budget")
+		err = errf(ErrInvalid, "action: is empty; one of add_task, add_stage, finish_stage, retry_stage, finish_task, cancel_task, pause_task, resume_task, set_budget")
 	default:
-		return nil, errf(ErrInvalid, "action %q: must be one of add_task, add_stage, finish_stage, retry_stage, finish_task, cancel_task, pause_task, resume_task, set_budget", action)
+		err = errf(ErrInvalid, "action %q: must be one of add_task, add_stage, finish_stage, retry_stage, finish_task, cancel_task, pause_task, resume_task, set_budget", action)
 	}
+	return res, err
 }
 
 // by is who ends a stage or task: the step when a step does, else the actor.
@@ -104,10 +107,10 @@ func by(origin, actorID string) string {
 	return actorID
 }
 
-func (s *System) addTask(actor *agent, ti TaskInstruction, origin string) (map[string]any, error) {
+func (s *System) addTask(actor *agent, ti TaskInstruction, origin string) (*AddTaskResult, error) {
 	id := derivedID(origin, "task")
 	if t, ok := s.task(id); ok {
-		return map[string]any{"task_id": id, "task_manager": t.brief().TaskManager}, nil
+		return &AddTaskResult{TaskID: id, TaskManager: t.brief().TaskManager}, nil
 	}
 	name := strings.TrimSpace(ti.TaskName)
 	intention := strings.TrimSpace(ti.TaskIntention)
@@ -173,7 +176,7 @@ func (s *System) addTask(actor *agent, ti TaskInstruction, origin string) (map[s
 	t.mu.Unlock()
 	s.deliver(msgs...)
 	s.log.Info("task added", "task", id, "name", name, "manager", manager, "by", actor.id)
-	return map[string]any{"task_id": id, "task_manager": manager}, nil
+	return &AddTaskResult{TaskID: id, TaskManager: manager}, nil
 }
 
 // actor returns the agent issuing a management instruction: a HumanAgent,
@@ -231,7 +234,7 @@ func (s *System) checkAllocation(field string, t *task, alloc map[string]string,
 	return missing, nil
 }
 
-func (s *System) addStages(t *task, actorID string, human bool, specs []StageSpec, origin string) (map[string]any, error) {
+func (s *System) addStages(t *task, actorID string, human bool, specs []StageSpec, origin string) (*AddStageResult, error) {
 	if len(specs) == 0 {
 		return nil, errf(ErrInvalid, "stages: is empty")
 	}
@@ -260,7 +263,7 @@ func (s *System) addStages(t *task, actorID string, human bool, specs []StageSpe
 				ids = append(ids, derivedID(origin, "stage", strconv.Itoa(i)))
 			}
 			t.mu.Unlock()
-			return map[string]any{"task_id": t.st.TaskID, "stage_ids": ids}, nil
+			return &AddStageResult{StageIDs: ids, TaskID: t.st.TaskID}, nil
 		}
 	}
 	for i, sp := range specs {
@@ -272,10 +275,10 @@ func (s *System) addStages(t *task, actorID string, human bool, specs []StageSpe
 	msgs := t.startNextStageLocked()
 	t.mu.Unlock()
 	s.deliver(msgs...)
-	return map[string]any{"task_id": t.st.TaskID, "stage_ids": ids}, nil
+	return &AddStageResult{StageIDs: ids, TaskID: t.st.TaskID}, nil
 }
 
-func (s *System) finishStage(t *task, actorID string, human bool, stageID, by string) (map[string]any, error) {
+func (s *System) finishStage(t *task, actorID string, human bool, stageID, by string) (*FinishStageResult, error) {
 	t.mu.Lock()
 	if err := mayManage(t, actorID, human); err != nil {
 		t.mu.Unlock()
@@ -285,8 +288,13 @@ func (s *System) finishStage(t *task, actorID string, human bool, stageID, by st
 	switch {
 	case st != nil && st.ExecutionState == StateFinished && st.EndedBy == by && by != actorID:
 		// Finished by this very step already (re-run after a restart).
+		res := &FinishStageResult{FinishedStage: stageID, TaskID: t.st.TaskID}
+		if rs := t.runningStageLocked(); rs != nil {
+			next := rs.StageID
+			res.NextStage = &next
+		}
 		t.mu.Unlock()
-		return map[string]any{"task_id": t.st.TaskID, "finished_stage": stageID}, nil
+		return res, nil
 	case stageID == "":
 		t.mu.Unlock()
 		return nil, errf(ErrInvalid, "stage_id: is empty")
@@ -303,13 +311,13 @@ func (s *System) finishStage(t *task, actorID string, human bool, stageID, by st
 	msgs := t.endStageLocked(st, StateFinished, by)
 	next := t.startNextStageLocked()
 	msgs = append(msgs, next...)
-	result := map[string]any{"task_id": t.st.TaskID, "finished_stage": stageID}
+	result := &FinishStageResult{FinishedStage: stageID, TaskID: t.st.TaskID}
 	if rs := t.runningStageLocked(); rs != nil {
-		result["next_stage"] = rs.StageID
+		next := rs.StageID
+		result.NextStage = &next
 	} else {
 		// No stage left: the manager judges the whole task (spec §2.1.1).
 		msgs = append(msgs, t.judgeLocked(stageID))
-		result["next_stage"] = nil
 	}
 	t.mu.Unlock()
 	// The stage's steps go first, then the waits on it: a released agent
@@ -321,10 +329,10 @@ func (s *System) finishStage(t *task, actorID string, human bool, stageID, by st
 
 // retryStage inserts a corrected stage after the failed one and runs it at
 // once (spec §2.2.2).
-func (s *System) retryStage(t *task, actorID string, human bool, ti TaskInstruction, origin string) (map[string]any, error) {
+func (s *System) retryStage(t *task, actorID string, human bool, ti TaskInstruction, origin string) (*RetryStageResult, error) {
 	newStageID := derivedID(origin, "retry")
 	if _, done := t.stageOf(newStageID); done {
-		return map[string]any{"task_id": t.st.TaskID, "failed_stage": ti.OldStageID, "new_stage": newStageID}, nil
+		return &RetryStageResult{FailedStage: ti.OldStageID, NewStage: newStageID, TaskID: t.st.TaskID}, nil
 	}
 	if strings.TrimSpace(ti.NewStageIntention) == "" {
 		return nil, errf(ErrInvalid, "new_stage_intention: is empty")
@@ -385,10 +393,10 @@ func (s *System) retryStage(t *task, actorID string, human bool, ti TaskInstruct
 	t.mu.Unlock()
 	s.deliver(msgs...)
 	s.releaseWaits(func(w Wait) bool { return w.TaskID == t.st.TaskID && w.StageID == ti.OldStageID })
-	return map[string]any{"task_id": t.st.TaskID, "failed_stage": ti.OldStageID, "new_stage": ns.StageID}, nil
+	return &RetryStageResult{FailedStage: ti.OldStageID, NewStage: ns.StageID, TaskID: t.st.TaskID}, nil
 }
 
-func (s *System) endTask(t *task, actorID string, human bool, state, summary, by string) (map[string]any, error) {
+func (s *System) endTask(t *task, actorID string, human bool, state, summary, by string) (*EndTaskResult, error) {
 	t.mu.Lock()
 	if err := mayManage(t, actorID, human); err != nil {
 		t.mu.Unlock()
@@ -399,7 +407,7 @@ func (s *System) endTask(t *task, actorID string, human bool, state, summary, by
 		// Ended by this very step already (re-run after a restart).
 		id := t.st.TaskID
 		t.mu.Unlock()
-		return map[string]any{"task_id": id, "execution_state": state}, nil
+		return &EndTaskResult{ExecutionState: state, TaskID: id}, nil
 	case t.st.Base:
 		t.mu.Unlock()
 		return nil, errf(ErrInvalid, "task_id %q: the base task never ends", t.st.TaskID)
@@ -421,7 +429,7 @@ func (s *System) endTask(t *task, actorID string, human bool, state, summary, by
 	s.deliver(msgs...)
 	s.releaseWaits(func(w Wait) bool { return w.TaskID == id })
 	s.log.Info("task ended", "task", id, "state", state, "by", actorID)
-	return map[string]any{"task_id": id, "execution_state": state}, nil
+	return &EndTaskResult{ExecutionState: state, TaskID: id}, nil
 }
 
 // retriesLocked returns the original stage a stage retries (itself if

@@ -292,7 +292,7 @@ func (b *testbed) addStages(taskID string, stages ...StageSpec) []string {
 	if err != nil {
 		b.t.Fatalf("add_stage: %v", err)
 	}
-	return res["stage_ids"].([]string)
+	return res.AddStage.StageIDs
 }
 
 // inject queues steps on an agent directly (append, or next).

@@ -475,7 +475,7 @@ func cloneDecision(d *Decision) *Decision {
 // its HumanAgent (spec §7): it returns a function the action's results pass
 // through, so a call site stays one line:
 //
-//	return operatorAction[map[string]any](s, actorID, taskID, "task_manager", ti)(s.taskInstruction(…))
+//	return operatorAction[TaskInstructionResult](s, actorID, taskID, "task_manager", ti)(s.taskInstruction(…))
 //
 // Actions of LLM agents are not recorded here (their steps' LLM calls are).
 func operatorAction[T any](s *System, actorID, taskID, action string, input any) func(T, error) (T, error) {
@@ -486,8 +486,8 @@ func operatorAction[T any](s *System, actorID, taskID, action string, input any)
 		}
 		if taskID == "" {
 			// add_task: the task is the one it created.
-			if m, ok := any(res).(map[string]any); ok {
-				taskID, _ = m["task_id"].(string)
+			if r, ok := any(res).(TaskInstructionResult); ok && r.AddTask != nil {
+				taskID = r.AddTask.TaskID
 			}
 		}
 		stepID := ""

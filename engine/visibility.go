@@ -288,21 +288,31 @@ func carries(sp *StepState, hidden []string) bool {
 	if len(hidden) == 0 {
 		return false
 	}
-	if args, ok := sp.InstructionContent["arguments"].(map[string]any); ok && len(args) > 0 {
-		if b, err := json.Marshal(args); err == nil && slices.ContainsFunc(hidden, func(h string) bool { return strings.Contains(h, string(b)) }) {
+	if c := sp.InstructionContent; c != nil && len(c.Arguments) > 0 {
+		// Arguments that do not encode cannot have been quoted.
+		if b, err := json.Marshal(c.Arguments); err == nil && slices.ContainsFunc(hidden, func(h string) bool { return strings.Contains(h, string(b)) }) {
 			return true
 		}
 	}
 	texts := []string{sp.StepIntention, sp.TextContent}
-	for _, m := range []map[string]any{sp.InstructionContent, sp.ExecuteResult} {
-		if m != nil {
-			b, _ := json.Marshal(m)
-			texts = append(texts, string(b))
+	var docs []any
+	if sp.InstructionContent != nil {
+		docs = append(docs, sp.InstructionContent)
+	}
+	if sp.ExecuteResult != nil {
+		docs = append(docs, sp.ExecuteResult)
+	}
+	for _, v := range docs {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return true // what it holds cannot be told: hidden, to be safe
 		}
+		texts = append(texts, string(b))
 	}
 	for _, h := range hidden {
+		// h as it appears inside JSON (a string always encodes).
 		hj, _ := json.Marshal(h)
-		inner := strings.Trim(string(hj), `"`) // h as it appears inside JSON
+		inner := strings.Trim(string(hj), `"`)
 		for _, t := range texts {
 			if strings.Contains(t, h) || strings.Contains(t, inner) {
 				return true

@@ -155,7 +155,7 @@ func TestPrivateMessagesFiltered(t *testing.T) {
 		ids := a.addStepsLocked(base, NoRelative, []StepSpec{{StepIntention: "delete", Type: StepTool, Executor: "files"}}, false, "")
 		for i := range a.st.AgentStep.StepList {
 			if a.st.AgentStep.StepList[i].StepID == ids[0] {
-				a.st.AgentStep.StepList[i].InstructionContent = map[string]any{"tool_name": "delete_file", "arguments": map[string]any{"path": "/gate-args"}}
+				a.st.AgentStep.StepList[i].InstructionContent = &ToolCall{ToolName: "delete_file", Arguments: map[string]any{"path": "/gate-args"}}
 			}
 		}
 		a.st.AgentStep.TodoList = slices.DeleteFunc(a.st.AgentStep.TodoList, func(id string) bool { return id == ids[0] })

@@ -96,7 +96,7 @@ func TestBudgetOverMCP(t *testing.T) {
 		}
 	}
 	// Lowered below what was used: held at once, and asked about.
-	var out server.InstructionOut
+	var out instructionOut
 	e.call("manage_task", map[string]any{"action": "set_budget", "task_id": added.TaskID, "budget": map[string]any{"tokens": 1}}, &out)
 	if out.Result["held"] == "" {
 		t.Errorf("set_budget below the usage: %v, want the task held", out.Result)

@@ -19,6 +19,14 @@ import (
 	"github.com/mas-mcp/mas-mcp/server"
 )
 
+// instructionOut is manage_task's and manage_agent's output as a client
+// decodes it (server.InstructionOut with its result read as the JSON
+// object it is).
+type instructionOut struct {
+	Action string         `json:"action"`
+	Result map[string]any `json:"result"`
+}
+
 // env is a MAS on the fake LLM (scripted team), its MCP server, and one
 // client connected over in-memory transports (the embedded peer).
 type env struct {

@@ -52,7 +52,7 @@ func (s *Server) apiControl(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	var res map[string]any
+	var res any
 	var err error
 	switch req.Action {
 	case engine.ActionPauseTask, engine.ActionResumeTask:

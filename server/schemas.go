@@ -116,6 +116,12 @@ func (WaitIn) schema(s *jsonschema.Schema) {
 	between(s, "max_events", 1, 0)
 }
 
+// schema: the result is one of several actions' results, each a JSON
+// object; the schema says no more than that.
+func (InstructionOut) schema(s *jsonschema.Schema) {
+	s.Properties["result"] = schemaOf[map[string]any]()
+}
+
 func (ManageTaskIn) schema(s *jsonschema.Schema) {
 	enum(s, "action", manageTaskActions...)
 	describe(prop(s, "stages").Items, map[string]string{

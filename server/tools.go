@@ -384,8 +384,11 @@ type ManageTaskIn struct {
 
 // InstructionOut is what a management action did.
 type InstructionOut struct {
-	Action string         `json:"action"`
-	Result map[string]any `json:"result"`
+	Action string `json:"action"`
+	// Result is the action's result: an engine.TaskInstructionResult or
+	// engine.AgentInstructionResult, or what share, interrupt and
+	// cancel_step report; a JSON object either way (its schema says so).
+	Result any `json:"result"`
 }
 
 // actionShare is manage_task's action beyond the spec: the task's owner lets
@@ -447,7 +450,7 @@ func (s *Server) manageAgent(ctx context.Context, req *mcp.CallToolRequest, in M
 		return nil, InstructionOut{}, fmt.Errorf("action %q: must be one of %s", in.Action, strings.Join(manageAgentActions, ", "))
 	}
 	op := s.operator(ctx, req.Extra)
-	var res map[string]any
+	var res any
 	var err error
 	switch in.Action {
 	case actionInterrupt:

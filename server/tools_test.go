@@ -362,7 +362,7 @@ func TestManageTask(t *testing.T) {
 			f := e.startTask()
 			args := tc.args(f)
 			args["action"], args["task_id"] = tc.action, f.TaskID
-			var out server.InstructionOut
+			var out instructionOut
 			res := e.call("manage_task", args, &out)
 			if out.Action != tc.action || out.Result["task_id"] != f.TaskID {
 				t.Errorf("manage_task = %+v", out)
@@ -379,21 +379,21 @@ func TestManageAgent(t *testing.T) {
 	e := newEnv(t)
 	f := e.startTask()
 	sys := e.stack.Sys
-	var fromTemplate server.InstructionOut
+	var fromTemplate instructionOut
 	e.call("manage_agent", map[string]any{"action": "init_new_agent", "agent_config": map[string]any{"template": "reviewer", "name": "carol"}}, &fromTemplate)
 	carol, _ := fromTemplate.Result["agent_id"].(string)
 	a, ok := sys.Agent(carol)
 	if !ok || a.Name != "carol" || a.Template != "reviewer" || a.Kind != engine.KindLLM || fromTemplate.Result["name"] != "carol" {
 		t.Fatalf("init_new_agent from a template = %+v; agent %+v", fromTemplate, a)
 	}
-	var full server.InstructionOut
+	var full instructionOut
 	e.call("manage_agent", map[string]any{"action": "init_new_agent", "agent_config": map[string]any{
 		"name": "dave", "role": "tester", "profile": "tests things", "skills": []string{"think"}}}, &full)
 	dave, _ := full.Result["agent_id"].(string)
 	if a, ok := sys.Agent(dave); !ok || a.Role != "tester" || !slices.Contains(a.Skills, "think") || !slices.Contains(a.Skills, "planning") {
 		t.Errorf("init_new_agent from a configuration: %+v (core skills are added)", a)
 	}
-	var joined server.InstructionOut
+	var joined instructionOut
 	e.call("manage_agent", map[string]any{"action": "add_task_participant", "task_id": f.TaskID, "agents": []string{carol, f.Alice}}, &joined)
 	if added, _ := joined.Result["added"].([]any); len(added) != 1 || added[0] != carol {
 		t.Errorf("added %v, want only carol (alice is a member already)", joined.Result["added"])
@@ -401,7 +401,7 @@ func TestManageAgent(t *testing.T) {
 	if g := e.stack.Task(f.TaskID).TaskGroup; !slices.Contains(g, carol) || slices.Contains(g, dave) {
 		t.Errorf("task group %v, want carol and not dave", g)
 	}
-	var paused server.InstructionOut
+	var paused instructionOut
 	e.call("manage_agent", map[string]any{"action": "pause_agent", "agents": carol}, &paused)
 	if a, _ := sys.Agent(carol); !a.Paused || a.WorkingState != engine.WorkingPaused {
 		t.Errorf("after pause_agent carol is paused=%v %s", a.Paused, a.WorkingState)

@@ -165,7 +165,7 @@ func TestListChanged(t *testing.T) {
 				return uris
 			}
 			drain(e.listChanged)
-			var out server.InstructionOut
+			var out instructionOut
 			e.call("manage_agent", map[string]any{"action": "init_new_agent", "agent_config": map[string]any{"template": "reviewer", "name": "carol"}}, &out)
 			carol := out.Result["agent_id"].(string)
 			waitUntil(t, "list_changed after init_new_agent", func() bool { return len(drain(e.listChanged)) > 0 })
@@ -276,7 +276,7 @@ func TestWaitForUpdates(t *testing.T) {
 		}()
 		// The change may land before the call starts waiting: it is
 		// returned either way, as it is after the cursor.
-		var created server.InstructionOut
+		var created instructionOut
 		e.call("manage_agent", map[string]any{"action": "init_new_agent", "agent_config": map[string]any{"template": "reviewer", "name": "carol"}}, &created)
 		select {
 		case out := <-done:

@@ -33,16 +33,45 @@ func instructionGeneration() skill {
 			if err := ExtractJSON(answer, "tool_instruction", &ins); err != nil {
 				return nil, err
 			}
-			if err := checkToolInstruction(ins); err != nil {
+			call, err := parseToolCall(ins)
+			if err != nil {
 				return nil, err
 			}
 			t, _ := targetToolStep(in)
 			return &engine.Output{
-				ToolInstruction: &engine.ToolInstruction{StepID: t.StepID, Instruction: ins},
+				ToolInstruction: &engine.ToolInstruction{StepID: t.StepID, Instruction: call},
 				Result:          map[string]any{"instruction_generation": ins, "tool_step_id": t.StepID},
 			}, nil
 		},
 	}
+}
+
+// parseToolCall checks a <tool_instruction>'s shape (spec §4.3) and returns the
+// call it makes: get_description, or a tool, resource or prompt call.
+// Missing arguments of a tool call become {} (in ins too, which the step's
+// result shows); keys beyond the call's are left out of it.
+func parseToolCall(ins map[string]any) (*engine.ToolCall, error) {
+	if err := checkToolInstruction(ins); err != nil {
+		return nil, err
+	}
+	call := &engine.ToolCall{}
+	for _, f := range [...]struct {
+		key string
+		to  *string
+	}{
+		{"instruction_type", &call.InstructionType}, {"tool_name", &call.ToolName},
+		{"resource_name", &call.ResourceName}, {"prompt_name", &call.PromptName},
+	} {
+		switch v := ins[f.key].(type) {
+		case nil:
+		case string:
+			*f.to = v
+		default:
+			return nil, fmt.Errorf("<tool_instruction>: %q must be a string", f.key)
+		}
+	}
+	call.Arguments, _ = ins["arguments"].(map[string]any) // an object or none: checked
+	return call, nil
 }
 
 // checkToolInstruction checks a <tool_instruction>'s shape (spec §4.3):

@@ -378,7 +378,7 @@ func writeHistoryStep(b *strings.Builder, s engine.StepState, results bool) {
 	if t := strings.TrimSpace(s.TextContent); t != "" {
 		fmt.Fprintf(b, "  - text_content: %s\n", indent(engine.Truncate(t, maxTextShown)))
 	}
-	if len(s.InstructionContent) > 0 {
+	if s.InstructionContent != nil {
 		fmt.Fprintf(b, "  - instruction_content: %s\n", compactJSON(s.InstructionContent, maxResultShown))
 	}
 	if results && len(s.ExecuteResult) > 0 {

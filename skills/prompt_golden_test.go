@@ -107,7 +107,7 @@ func withResult(s engine.StepState, r map[string]any) engine.StepState {
 	return s
 }
 
-func withInstruction(s engine.StepState, ins map[string]any) engine.StepState {
+func withInstruction(s engine.StepState, ins *engine.ToolCall) engine.StepState {
 	s.InstructionContent = ins
 	return s
 }
@@ -216,7 +216,7 @@ func fixture(name string) *engine.ExecInput {
 			withInstruction(withResult(mkStep("step-a", "stage-1", engine.StepTool, "filesystem", engine.StateFinished,
 				"List /data "+markOldChain, "List the files "+markOldChain),
 				map[string]any{"content": []any{map[string]any{"type": "text", "text": "reports/ " + markOldChain}}}),
-				map[string]any{"tool_name": "list_directory", "arguments": map[string]any{"path": "/data"}}),
+				&engine.ToolCall{ToolName: "list_directory", Arguments: map[string]any{"path": "/data"}}),
 			withResult(mkStep("step-b", "stage-1", engine.StepSkill, engine.SkillReflection, engine.StateFinished,
 				"Reflect on my progress in this stage", "Compare the steps with the goal."),
 				map[string]any{"reflection_step": []any{}}),
@@ -226,7 +226,7 @@ func fixture(name string) *engine.ExecInput {
 			withInstruction(withResult(mkStep("step-3", "stage-1", engine.StepTool, "filesystem", engine.StateFinished,
 				"Read the report", "Read /data/report.md and quote its findings."),
 				map[string]any{"capabilities_list_description": map[string]any{"tools": map[string]any{"read_file": map[string]any{"description": "Read the complete contents of a file"}}}}),
-				map[string]any{"instruction_type": "get_description"}),
+				&engine.ToolCall{InstructionType: "get_description"}),
 			withResult(mkStep("step-4", "stage-1", engine.StepSkill, engine.SkillToolDecision, engine.StateFinished,
 				"Decide on the next call of filesystem", "<tool_name>filesystem</tool_name>"),
 				map[string]any{"tool_decision": []any{
@@ -239,7 +239,7 @@ func fixture(name string) *engine.ExecInput {
 			withInstruction(withResult(mkStep("step-6", "stage-1", engine.StepTool, "filesystem", engine.StateFinished,
 				"Read the report file", "Read /data/report.md with read_file."),
 				map[string]any{"content": []any{map[string]any{"type": "text", "text": "# Report\nMCP is used by 40% of teams."}}}),
-				map[string]any{"tool_name": "read_file", "arguments": map[string]any{"path": "/data/report.md"}}),
+				&engine.ToolCall{ToolName: "read_file", Arguments: map[string]any{"path": "/data/report.md"}}),
 			cur,
 			mkStep("step-8", "stage-1", engine.StepSkill, engine.SkillReflection, engine.StateInit,
 				"Reflect on my progress in this stage", "Check the findings."),

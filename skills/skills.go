@@ -122,13 +122,13 @@ func (r *runner) Execute(ctx context.Context, in *engine.ExecInput) *engine.Outp
 	if c := in.Agent.LLMConfig; c != nil {
 		req.Model, req.Temperature, req.MaxTokens = c.Model, c.Temperature, c.MaxTokens
 	}
-	var usage llm.Usage
+	var usage engine.Usage
 	var last *llm.Response
 	call := func() (string, error) {
 		resp, err := r.cfg.LLM.Complete(ctx, req)
 		last = resp
 		if resp != nil {
-			usage.Add(resp.Usage)
+			usage.Add(engineUsage(resp.Usage))
 		}
 		if err != nil {
 			return "", err
@@ -167,6 +167,17 @@ func (r *runner) Execute(ctx context.Context, in *engine.ExecInput) *engine.Outp
 	}
 	out.Usage = usage
 	return out
+}
+
+// engineUsage is an LLM call's usage as the engine accounts it: where an
+// answer enters the engine (the step's Output), llm's type becomes the
+// engine's.
+func engineUsage(u llm.Usage) engine.Usage {
+	return engine.Usage{
+		PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens,
+		CachedTokens: u.CachedTokens, Calls: u.Calls, LatencyMS: u.LatencyMS,
+		PromptChars: u.PromptChars, ResponseChars: u.ResponseChars,
+	}
 }
 
 // parse runs the skill's parser on the raw answer (the extractors strip

@@ -144,7 +144,7 @@ func TestToolChain(t *testing.T) {
 }
 
 func TestToolChainKeepsSteps(t *testing.T) {
-	t1 := withResult(withInstruction(toolStep("t1", srvFS), map[string]any{"instruction_type": "get_description"}), map[string]any{"tools": "list"})
+	t1 := withResult(withInstruction(toolStep("t1", srvFS), &engine.ToolCall{InstructionType: "get_description"}), map[string]any{"tools": "list"})
 	d1 := withResult(skillStep("d1", execTD), map[string]any{"tool_decision": []any{"go on"}})
 	t2 := withResult(toolStep("t2", srvFS), map[string]any{"content": "text"})
 	got := toolChain(decidingOn("", t1, d1, skillStep("i2", execIG), t2), srvFS)
@@ -284,21 +284,32 @@ func TestExecuteInstructionGeneration(t *testing.T) {
 	execIG := engine.SkillInstructionGeneration
 	good := []struct {
 		name, answer string
-		want         map[string]any
+		want         map[string]any // the step's result shows the instruction as written
+		call         *engine.ToolCall
 	}{
-		{"get_description", `{"instruction_type": "get_description"}`, map[string]any{"instruction_type": "get_description"}},
+		{"get_description", `{"instruction_type": "get_description"}`, map[string]any{"instruction_type": "get_description"},
+			&engine.ToolCall{InstructionType: "get_description"}},
 		{"tool call", `{"tool_name": "write_file", "arguments": {"path": "/data/reports/sources.md", "content": "1. a"}}`,
-			map[string]any{"tool_name": "write_file", "arguments": map[string]any{"path": "/data/reports/sources.md", "content": "1. a"}}},
+			map[string]any{"tool_name": "write_file", "arguments": map[string]any{"path": "/data/reports/sources.md", "content": "1. a"}},
+			&engine.ToolCall{ToolName: "write_file", Arguments: map[string]any{"path": "/data/reports/sources.md", "content": "1. a"}}},
 		{"tool call without arguments gets {}", `{"tool_name": "list_allowed_directories"}`,
-			map[string]any{"tool_name": "list_allowed_directories", "arguments": map[string]any{}}},
+			map[string]any{"tool_name": "list_allowed_directories", "arguments": map[string]any{}},
+			&engine.ToolCall{ToolName: "list_allowed_directories", Arguments: map[string]any{}}},
 		{"function_call type", `{"instruction_type": "function_call", "tool_name": "read_file", "arguments": {"path": "/data/a.md"}}`,
-			map[string]any{"instruction_type": "function_call", "tool_name": "read_file", "arguments": map[string]any{"path": "/data/a.md"}}},
+			map[string]any{"instruction_type": "function_call", "tool_name": "read_file", "arguments": map[string]any{"path": "/data/a.md"}},
+			&engine.ToolCall{InstructionType: "function_call", ToolName: "read_file", Arguments: map[string]any{"path": "/data/a.md"}}},
 		{"resource", `{"resource_name": "readme", "arguments": {"uri": "file:///data/README.md"}}`,
-			map[string]any{"resource_name": "readme", "arguments": map[string]any{"uri": "file:///data/README.md"}}},
+			map[string]any{"resource_name": "readme", "arguments": map[string]any{"uri": "file:///data/README.md"}},
+			&engine.ToolCall{ResourceName: "readme", Arguments: map[string]any{"uri": "file:///data/README.md"}}},
 		{"prompt with None arguments", `{"prompt_name": "code_review", "arguments": None}`,
-			map[string]any{"prompt_name": "code_review", "arguments": nil}},
+			map[string]any{"prompt_name": "code_review", "arguments": nil},
+			&engine.ToolCall{PromptName: "code_review"}},
 		{"prompt with arguments, fenced", "```json\n{\"prompt_name\": \"code_review\", \"arguments\": {\"code\": \"x\"},}\n```",
-			map[string]any{"prompt_name": "code_review", "arguments": map[string]any{"code": "x"}}},
+			map[string]any{"prompt_name": "code_review", "arguments": map[string]any{"code": "x"}},
+			&engine.ToolCall{PromptName: "code_review", Arguments: map[string]any{"code": "x"}}},
+		{"keys beyond the call's are left out of it", `{"tool_name": "read_file", "arguments": {"path": "/data/a.md"}, "reason": "to read it"}`,
+			map[string]any{"tool_name": "read_file", "arguments": map[string]any{"path": "/data/a.md"}, "reason": "to read it"},
+			&engine.ToolCall{ToolName: "read_file", Arguments: map[string]any{"path": "/data/a.md"}}},
 	}
 	for _, tt := range good {
 		t.Run(tt.name, func(t *testing.T) {
@@ -307,7 +318,7 @@ func TestExecuteInstructionGeneration(t *testing.T) {
 				t.Fatalf("Err = %v", out.Err)
 			}
 			want := &engine.Output{
-				ToolInstruction: &engine.ToolInstruction{StepID: "step-4", Instruction: tt.want},
+				ToolInstruction: &engine.ToolInstruction{StepID: "step-4", Instruction: tt.call},
 				Result:          map[string]any{"instruction_generation": tt.want, "tool_step_id": "step-4"},
 			}
 			if diff := cmp.Diff(want, out, ignoreRun); diff != "" {

@@ -43,7 +43,7 @@ func (r *runner) record(ctx context.Context, in *engine.ExecInput, req *llm.Requ
 		l.ParseError = perr.Error()
 	case out != nil:
 		parsed := *out
-		parsed.Err, parsed.Usage = nil, llm.Usage{}
+		parsed.Err, parsed.Usage = nil, engine.Usage{}
 		b := engine.JSONBody(parsed)
 		l.Parsed = &b
 	}

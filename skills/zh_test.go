@@ -74,8 +74,8 @@ func zhStage(name string) *engine.ExecInput {
 			keys := slices.Sorted(maps.Keys(s.ExecuteResult))
 			s.ExecuteResult = map[string]any{keys[0]: zh(i)}
 		}
-		if len(s.InstructionContent) > 0 {
-			s.InstructionContent = map[string]any{"tool_name": "read_file"}
+		if s.InstructionContent != nil {
+			s.InstructionContent = &engine.ToolCall{ToolName: "read_file"}
 		}
 	}
 	for i := range in.Agent.AgentStep.StepList {

@@ -172,7 +172,7 @@ func stageSteps(b *testing.B, n int) ([]time.Duration, time.Duration) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	w := res["agent_id"].(string)
+	w := res.InitNewAgent.AgentID
 	task, err := sys.AddTask(op, engine.AddTaskRequest{TaskName: "bench", TaskIntention: "benchmark"})
 	if err != nil {
 		b.Fatal(err)
