@@ -8,8 +8,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/mas-mcp/mas-mcp/llm"
 )
 
 // Tests of the liveness promise: a task is always making progress, waiting
@@ -327,7 +325,7 @@ func TestRetryStageIsBounded(t *testing.T) {
 		alice := b.newAgent("alice")
 		var id string
 		// Every call costs tokens, so the task's total shows the work done.
-		cost := llm.Usage{PromptTokens: 900, CompletionTokens: 100, TotalTokens: 1000, Calls: 1}
+		cost := Usage{PromptTokens: 900, CompletionTokens: 100, TotalTokens: 1000, Calls: 1}
 		for _, sk := range []string{SkillPlanning, SkillThink, SkillReflection} {
 			b.sc.onSkill(sk, func(context.Context, *ExecInput) *Output { return &Output{AddSteps: []StepSpec{}, Usage: cost} })
 		}

@@ -69,14 +69,15 @@ type stepLoc struct {
 }
 
 // fingerprint tells, cheaply, whether a chunked step was changed since.
-// The engine never changes an ended step's maps in place (it replaces
-// them), so a map is known by its address; texts by their lengths.
+// The engine never changes an ended step's result map or tool call in
+// place (it replaces them), so they are known by their addresses; texts by
+// their lengths.
 type fingerprint struct {
 	state    string
 	finished time.Time
 	texts    int     // the lengths of the step's own texts
 	result   uintptr // the address of its execute_result map
-	instr    int     // the size of its instruction_content
+	instr    uintptr // the address of its instruction_content
 }
 
 func fingerprintOf(st *engine.StepState) fingerprint {
@@ -84,32 +85,8 @@ func fingerprintOf(st *engine.StepState) fingerprint {
 		state: st.ExecutionState, finished: st.FinishedAt,
 		texts:  len(st.StepIntention) + len(st.TextContent) + len(st.Executor),
 		result: uintptr(reflect.ValueOf(st.ExecuteResult).UnsafePointer()),
-		instr:  textLen(st.InstructionContent),
+		instr:  uintptr(reflect.ValueOf(st.InstructionContent).UnsafePointer()),
 	}
-}
-
-// textLen adds up the lengths of the keys and strings in a JSON-shaped
-// value (and counts other values as one).
-func textLen(v any) int {
-	switch x := v.(type) {
-	case string:
-		return len(x)
-	case map[string]any:
-		n := len(x)
-		for k, e := range x {
-			n += len(k) + textLen(e)
-		}
-		return n
-	case []any:
-		n := len(x)
-		for _, e := range x {
-			n += textLen(e)
-		}
-		return n
-	case nil:
-		return 0
-	}
-	return 1
 }
 
 func ended(st *engine.StepState) bool {
