@@ -534,16 +534,9 @@ func (s *System) humanStep(h *agent, taskID, action string, input, res any) stri
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	ids := h.addStepsLocked(s.baseTaskID, s.baseStageID, []StepSpec{{
+	return h.recordDoneLocked(s.baseTaskID, s.baseStageID, StepSpec{
 		StepIntention: "Operator: " + what, Type: StepSkill, Executor: executor,
-	}}, false, "")
-	if len(ids) == 0 {
-		return ""
-	}
-	// The operator acted already: the step is a record, not a to-do.
-	h.st.AgentStep.TodoList = slices.DeleteFunc(h.st.AgentStep.TodoList, func(id string) bool { return id == ids[0] })
-	h.finishStepLocked(ids[0], StateFinished, result)
-	return ids[0]
+	}, result)
 }
 
 // stopInput is what an operator's interrupt or cancel_step asked.
