@@ -146,3 +146,23 @@ func (a *agent) requestStop(runID, stepID, reason, instruction string) (string, 
 	}
 	return running.StepID, nil
 }
+
+// showOutage shows the agent waiting out an LLM outage, with the reason.
+func (a *agent) showOutage(since time.Time, reason string) {
+	a.mu.Lock()
+	a.st.WorkingState = WorkingWaiting
+	a.st.WaitingFor = a.sys.text("llm_waiting", map[string]any{"Since": since.Format(time.DateTime), "Reason": Truncate(reason, 300)})
+	a.changedLocked(Event{Detail: "llm_outage"})
+	a.mu.Unlock()
+}
+
+// outageOver shows the agent working again after an outage.
+func (a *agent) outageOver() {
+	a.mu.Lock()
+	if a.st.WaitingFor != "" {
+		a.st.WaitingFor = ""
+		a.st.WorkingState = WorkingWorking
+		a.changedLocked(Event{Detail: "llm_outage_over"})
+	}
+	a.mu.Unlock()
+}

@@ -244,7 +244,7 @@ func (s *System) askFromAgent(a *agent, step *StepState, q AskInfoQuery) error {
 	m := s.newMessage(derivedID(step.StepID, "ask_answer"), step.TaskID, SystemSender, []string{a.id}, res.Markdown, step.StageID)
 	m.ReturnWaitingID = waitID
 	if err := s.post(m); err != nil {
-		s.unwait(a, waitID)
+		a.unwait(waitID)
 		return err
 	}
 	return nil

@@ -45,10 +45,7 @@ func (s *System) Ask(ctx context.Context, q OperatorQuestion) (Answer, error) {
 	if !ok {
 		return Answer{}, errf(ErrNotFound, "task_id %q: no such task", q.TaskID)
 	}
-	t.mu.Lock()
-	op := t.st.Operator
-	ended := t.endedLocked()
-	t.mu.Unlock()
+	op, ended := t.operator()
 	if ended {
 		return Answer{}, errf(ErrEnded, "task_id %q: has ended", q.TaskID)
 	}

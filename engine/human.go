@@ -100,7 +100,7 @@ func (s *System) humanSend(humanID string, hm HumanMessage) ([]Message, error) {
 	if stage == "" {
 		stage = NoRelative
 	}
-	if err := checkStageRelative(t, stage); err != nil {
+	if err := t.checkStageRelative(stage); err != nil {
 		return nil, err
 	}
 	if hm.ReplyTo != "" && !h.hasPrivate(hm.ReplyTo) {

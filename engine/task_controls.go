@@ -50,3 +50,31 @@ func (t *task) inGroup(agentID string) bool {
 	defer t.mu.Unlock()
 	return t.inGroupLocked(agentID)
 }
+
+// share shares the task with an operator (share_task).
+func (t *task) share(operatorID string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.st.Base {
+		return errf(ErrInvalid, "task_id %q: the base task is every operator's already", t.st.TaskID)
+	}
+	t.shareLocked(operatorID)
+	return nil
+}
+
+// sharedWith is the operators the task is shared with.
+func (t *task) sharedWith() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return nonNil(slices.Clone(t.st.SharedWith))
+}
+
+// shareLocked records that the task is shared with an operator. t.mu must
+// be held.
+func (t *task) shareLocked(operatorID string) {
+	if operatorID == t.st.Operator || slices.Contains(t.st.SharedWith, operatorID) {
+		return
+	}
+	t.st.SharedWith = append(t.st.SharedWith, operatorID)
+	t.changedLocked(Event{AgentID: operatorID, Detail: "shared"})
+}
