@@ -87,9 +87,7 @@ func (s *System) engageWaits(a *agent, m *Message) string {
 			MessageID: m.MessageID, Since: now, Deadline: now.Add(s.cfg.WaitTimeout),
 		})
 	}
-	a.mu.Lock()
-	a.addWaitsLocked(ws)
-	a.mu.Unlock()
+	a.addWaits(ws)
 	return strings.Join(notes, "\n")
 }
 
@@ -125,6 +123,13 @@ func (a *agent) addWaitsLocked(ws []Wait) {
 	}
 	a.armTimerLocked()
 	a.changedLocked(Event{Detail: "step_lock"})
+}
+
+// addWaits is addWaitsLocked with the agent's lock taken.
+func (a *agent) addWaits(ws []Wait) {
+	a.mu.Lock()
+	a.addWaitsLocked(ws)
+	a.mu.Unlock()
 }
 
 // releaseWaitLocked removes one waiting ID from the step lock (spec §9.1.3).
