@@ -1,47 +1,7 @@
 package engine
 
-import (
-	"context"
-	"errors"
-
-	"github.com/mas-mcp/mas-mcp/llm"
-)
-
-// runStep executes one step and applies its output (spec §6.1 step_action:
-// route to the executor, execute, sync state).
-func (a *agent) runStep(ctx context.Context, step StepState, view AgentState) {
-	s := a.sys
-	var out *Output
-	ctx, span := s.traceStep(ctx, &view, &step)
-	exec, err := s.route(&view, &step)
-	if err != nil {
-		out = &Output{Err: err}
-	} else {
-		// An LLM outage the call waits out shows on the agent.
-		ctx = llm.WithOutageObserver(ctx, &stepOutage{a: a, step: &step})
-		out = exec.Execute(ctx, &ExecInput{Agent: view, Step: step, View: s, Operator: s})
-		if out == nil {
-			out = &Output{Err: errors.New("executor returned no output")}
-		}
-	}
-	cancelled := ctx.Err() != nil
-	a.mu.Lock()
-	if a.cancelRun != nil {
-		a.cancelRun()
-		a.cancelRun = nil
-	}
-	if r := a.takeStopLocked(step.StepID); r != nil && !a.stopped {
-		// The operator stopped it: not a shutdown, its outcome applies.
-		out, cancelled = a.stoppedLocked(&step, r, out), false
-	}
-	a.mu.Unlock()
-	endStep(span, out, cancelled)
-	s.apply(a, step, out, cancelled)
-	s.meter(a.id, &step, &view, out)
-	a.mu.Lock()
-	a.running = ""
-	a.mu.Unlock()
-}
+// The agent's own side of applying an executor's output (sync.go's apply,
+// spec §2.5): what changes the agent itself, each under its lock.
 
 // applyPlanLocked adds the steps an output plans and writes a tool
 // instruction onto its tool step. a.mu must be held.
