@@ -34,26 +34,26 @@
 // and step_lock.go hold agent rules too), a rule about one task a method of
 // *task in a task file (task*.go). By spec section:
 //
-//	section                      System: routing, order      agent                  task
-//	§1.1 base task, start-up     system.go                                          task.go
-//	§1.2 conversation pool       send.go (hand)                                     task.go (record)
-//	§1.3, §6.1 an agent's loop   sync.go (runStep)           agent.go (next, pop)
-//	§2.1, §2.2 tasks, stages     task_manager.go                                    task.go (report,
-//	                                                                                completion)
-//	§2.3, §9.3 memory                                        memory.go
-//	§2.4, §5.7 steps, todo order                             agent_steps.go
-//	§2.5 SyncState               sync.go (apply, shared)     agent_apply.go         task.go (report)
-//	§3.4–§3.12 skill outputs     output.go, plan.go (§3.12), send.go (§3.7),
-//	                             task_manager.go (§3.9), agent_manager.go (§3.10),
-//	                             ask_info.go (§3.11)
-//	§4, §8.2 executors, router   executor.go, sync.go (route)
-//	§6.2 messages taken                                      receive.go
-//	§7 the HumanAgent            human.go, confirm.go        agent_human.go
-//	§7.1 visibility              visibility.go                                      task_controls.go
-//	                                                                                (share)
-//	§8.3, §8.4 dispatcher        message.go, send.go
-//	§9.1 step lock               step_lock.go (engage,       step_lock.go
-//	                             release across agents)
+//	section                       System: routing, order        agent           task
+//	§1.1 base task, start-up      system.go                                     task.go
+//	§1.2 conversation pool        send.go (hand)                                task.go (record)
+//	§1.3, §6.1 an agent's loop    sync.go (runStep)             agent.go
+//	§2.1, §2.2 tasks, stages      task_manager.go                               task.go (report)
+//	§2.3, §9.3 memory                                           memory.go
+//	§2.4, §5.7 steps, todo order                                agent_steps.go
+//	§2.5 SyncState                sync.go (apply)               agent_apply.go  task.go (report)
+//	§3.4–§3.12 skill outputs      output.go, plan.go (§3.12),
+//	                              send.go (§3.7),
+//	                              task_manager.go (§3.9),
+//	                              agent_manager.go (§3.10),
+//	                              ask_info.go (§3.11)
+//	§4, §8.2 executors, router    executor.go, sync.go (route)
+//	§6.2 messages taken                                         receive.go
+//	§7 the HumanAgent             human.go, confirm.go          agent_human.go
+//	§7.1 visibility               visibility.go                                 task_controls.go
+//	§8.3, §8.4 dispatcher         message.go, send.go
+//	§9.1 step lock                step_lock.go (engage,         step_lock.go
+//	                              release across agents)
 //
 // Beyond the spec: owner.go (commits, snapshots); restore.go (an agent's
 // own recovery in agent_restore.go); supervise.go and endpoint.go
