@@ -425,3 +425,10 @@ func (a *agent) queued() (int, string) {
 	defer a.mu.Unlock()
 	return len(a.st.AgentStep.TodoList), a.st.WorkingState
 }
+
+// notRunning clears the running step once its output is applied.
+func (a *agent) notRunning() {
+	a.mu.Lock()
+	a.running = ""
+	a.mu.Unlock()
+}

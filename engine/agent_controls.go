@@ -166,3 +166,19 @@ func (a *agent) outageOver() {
 	}
 	a.mu.Unlock()
 }
+
+// stepReturned takes back a step its executor returned: the step's cancel
+// func is released, and an operator's stop of it turns its output into the
+// stop's (not a shutdown: cancelled is false then, its outcome applies).
+func (a *agent) stepReturned(step *StepState, out *Output, cancelled bool) (*Output, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cancelRun != nil {
+		a.cancelRun()
+		a.cancelRun = nil
+	}
+	if r := a.takeStopLocked(step.StepID); r != nil && !a.stopped {
+		out, cancelled = a.stoppedLocked(step, r, out), false
+	}
+	return out, cancelled
+}

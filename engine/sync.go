@@ -27,23 +27,11 @@ func (a *agent) runStep(ctx context.Context, step StepState, view AgentState) {
 			out = &Output{Err: errors.New("executor returned no output")}
 		}
 	}
-	cancelled := ctx.Err() != nil
-	a.mu.Lock()
-	if a.cancelRun != nil {
-		a.cancelRun()
-		a.cancelRun = nil
-	}
-	if r := a.takeStopLocked(step.StepID); r != nil && !a.stopped {
-		// The operator stopped it: not a shutdown, its outcome applies.
-		out, cancelled = a.stoppedLocked(&step, r, out), false
-	}
-	a.mu.Unlock()
+	out, cancelled := a.stepReturned(&step, out, ctx.Err() != nil)
 	endStep(span, out, cancelled)
 	s.apply(a, step, out, cancelled)
 	s.meter(a.id, &step, &view, out)
-	a.mu.Lock()
-	a.running = ""
-	a.mu.Unlock()
+	a.notRunning()
 }
 
 // route finds a step's executor, refusing skills the agent lacks and tools

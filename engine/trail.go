@@ -556,9 +556,8 @@ func (s *System) runningTask(agentID string) string {
 	if !ok {
 		return ""
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.runningKey.task
+	_, task := a.runningStep()
+	return task
 }
 
 // trailStep records a step as it ended (the agent's mutex is held; the
