@@ -194,6 +194,13 @@ func (a *agent) recordDoneLocked(taskID, stageID string, spec StepSpec, result m
 	return ids[0]
 }
 
+// recordDone is recordDoneLocked with the agent's lock taken.
+func (a *agent) recordDone(taskID, stageID string, spec StepSpec, result map[string]any) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.recordDoneLocked(taskID, stageID, spec, result)
+}
+
 // inbox is the messages other agents sent to the operator, those awaiting
 // a reply first (waiting ones first among them), then newest first.
 func (a *agent) inbox() []InboxEntry {

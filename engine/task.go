@@ -556,3 +556,12 @@ func (t *task) checkStageRelative(stage string) error {
 	}
 	return nil
 }
+
+// added announces a new task and stores it; the store's refusal is
+// returned (a task the store refuses does not exist).
+func (t *task) added() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.changedLocked(Event{Kind: EventTaskAdded})
+	return t.mu.syncLocked()
+}

@@ -532,9 +532,7 @@ func (s *System) humanStep(h *agent, taskID, action string, input, res any) stri
 	if taskID != "" {
 		what += " (task " + taskID + ")"
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.recordDoneLocked(s.baseTaskID, s.baseStageID, StepSpec{
+	return h.recordDone(s.baseTaskID, s.baseStageID, StepSpec{
 		StepIntention: "Operator: " + what, Type: StepSkill, Executor: executor,
 	}, result)
 }
