@@ -377,3 +377,62 @@ func (a *agent) pendingInLocked(taskID, stageID string) bool {
 func (a *agent) waitsInLocked(taskID, stageID string) bool {
 	return slices.ContainsFunc(a.st.Waits, func(w Wait) bool { return w.TaskID == taskID && w.StageID == stageID })
 }
+
+// busyIn reports whether the agent runs a step of the task, has one in its
+// todo list, or waits in it (supervision's busy).
+func (a *agent) busyIn(taskID string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return (a.running != "" && a.runningKey.task == taskID) ||
+		slices.ContainsFunc(a.st.Waits, func(w Wait) bool { return w.TaskID == taskID }) ||
+		slices.ContainsFunc(a.st.AgentStep.TodoList, func(id string) bool {
+			s := a.stepLocked(id)
+			return s != nil && s.TaskID == taskID
+		})
+}
+
+// lastFailedIn reports whether the agent's newest done step in the task
+// failed, with that step, and as mark the newest step that finished well
+// (supervision's baseOutstanding).
+func (a *agent) lastFailedIn(taskID string) (failed bool, mark, stepID, executor, reason string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var last, good *StepState // the newest done step, the newest finished one
+	for i := range a.st.AgentStep.StepList {
+		sp := &a.st.AgentStep.StepList[i]
+		if sp.TaskID != taskID || (sp.ExecutionState != StateFinished && sp.ExecutionState != StateFailed) {
+			continue
+		}
+		if last == nil || sp.FinishedAt.After(last.FinishedAt) {
+			last = sp
+		}
+		if sp.ExecutionState == StateFinished && (good == nil || sp.FinishedAt.After(good.FinishedAt)) {
+			good = sp
+		}
+	}
+	failed = last != nil && last.ExecutionState == StateFailed
+	if failed {
+		stepID, executor = last.StepID, last.Executor
+		reason, _ = last.ExecuteResult["error"].(string)
+		if good != nil {
+			// Progress is a step that went well: notices count from it.
+			mark = good.StepID
+		}
+	}
+	return failed, mark, stepID, executor, reason
+}
+
+// queued is the length of the agent's todo list and its working state
+// (telemetry's gauges).
+func (a *agent) queued() (int, string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.st.AgentStep.TodoList), a.st.WorkingState
+}
+
+// notRunning clears the running step once its output is applied.
+func (a *agent) notRunning() {
+	a.mu.Lock()
+	a.running = ""
+	a.mu.Unlock()
+}

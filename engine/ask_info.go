@@ -230,19 +230,17 @@ func (s *System) askFromAgent(a *agent, step *StepState, q AskInfoQuery) error {
 	waitID := derivedID(step.StepID, "ask_wait")
 	now := s.now()
 	if !s.engagedOrAnswered(a, step.TaskID, []string{waitID})[waitID] {
-		a.mu.Lock()
-		a.addWaitsLocked([]Wait{{
+		a.addWaits([]Wait{{
 			WaitingID: waitID, For: SystemSender, TaskID: step.TaskID, StageID: step.StageID,
 			Since: now, Deadline: now.Add(s.cfg.WaitTimeout),
 		}})
-		a.mu.Unlock()
 	}
 	// The answer belongs to the asking step's stage (the spec says
 	// no_relative), so the stage's later steps see it in their history.
 	m := s.newMessage(derivedID(step.StepID, "ask_answer"), step.TaskID, SystemSender, []string{a.id}, res.Markdown, step.StageID)
 	m.ReturnWaitingID = waitID
 	if err := s.post(m); err != nil {
-		s.unwait(a, waitID)
+		a.unwait(waitID)
 		return err
 	}
 	return nil
@@ -272,7 +270,7 @@ func (s *System) queryStage(askerID, taskID, id string) (StageState, error) {
 	}
 	st, ok := t.stageOf(id)
 	if !ok {
-		return StageState{}, errf(ErrNotFound, "stage_id %q: no such stage in task %s", id, t.st.TaskID)
+		return StageState{}, errf(ErrNotFound, "stage_id %q: no such stage in task %s", id, t.id())
 	}
 	return st, nil
 }

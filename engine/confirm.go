@@ -45,10 +45,7 @@ func (s *System) Ask(ctx context.Context, q OperatorQuestion) (Answer, error) {
 	if !ok {
 		return Answer{}, errf(ErrNotFound, "task_id %q: no such task", q.TaskID)
 	}
-	t.mu.Lock()
-	op := t.st.Operator
-	ended := t.endedLocked()
-	t.mu.Unlock()
+	op, ended := t.operator()
 	if ended {
 		return Answer{}, errf(ErrEnded, "task_id %q: has ended", q.TaskID)
 	}
@@ -102,24 +99,6 @@ func (s *System) Ask(ctx context.Context, q OperatorQuestion) (Answer, error) {
 // from its message ID, so a restart can tell these questions apart (only
 // this process waited for their answers).
 func confirmWaitID(messageID string) string { return derivedID(messageID, "confirm") }
-
-// expireQuestionsLocked marks the operator's AskOperator questions still
-// awaiting a reply as expired: after a restart nobody waits for their
-// answers (the asking tool step failed, or runs again and asks anew).
-// Called at restore, before the HumanAgent is registered (which stores it).
-func (a *agent) expireQuestionsLocked() {
-	if a.st.ConversationPool == nil {
-		return
-	}
-	for _, msgs := range a.st.ConversationPool.ConversationPrivates {
-		for i := range msgs {
-			p := &msgs[i]
-			if p.NeedReply && !p.Replied && !p.Expired && p.ReturnWaitingID == confirmWaitID(p.MessageID) {
-				p.Expired = true
-			}
-		}
-	}
-}
 
 // answered hands a reply to the AskOperator call waiting on its waiting ID,
 // and reports whether there was one.

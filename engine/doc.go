@@ -26,27 +26,41 @@
 //
 // # Where the spec lives
 //
-// State shapes of every section are in state.go; the rules are here:
+// State shapes of every section are in state.go. System (system.go) is the
+// registry and router: it creates the owners, looks them up by ID, routes
+// commands to them, starts and stops them, and where a rule spans owners
+// it orders the calls (one owner's lock at a time). A rule about one agent
+// is a method of *agent in an agent file (agent*.go; memory.go, receive.go
+// and step_lock.go hold agent rules too), a rule about one task a method of
+// *task in a task file (task*.go). By spec section:
 //
-//	§1.1 base task, start-up               system.go, task.go
-//	§1.2 conversation pool                 send.go (hand), task.go (record)
-//	§1.3, §6.1 an agent's loop             agent.go (next, popLocked), sync.go (runStep)
-//	§2.1, §2.2 tasks and stages            task_manager.go (instructions), task.go (report, completion)
-//	§2.3, §9.3 working/persistent memory   memory.go
-//	§2.4, §5.7 steps, todo order           agent_steps.go
-//	§2.5 SyncState (outputs applied)       sync.go (apply), output.go
-//	§3.4–§3.12 skill outputs               output.go, plan.go (§3.12), send.go (§3.7),
-//	                                       task_manager.go (§3.9), agent_manager.go (§3.10),
-//	                                       ask_info.go (§3.11)
-//	§4, §8.2 executors, router             executor.go, sync.go (route)
-//	§6.2 messages taken                    receive.go
-//	§7 the HumanAgent                      human.go, confirm.go, visibility.go (§7.1)
-//	§8.3, §8.4 messages, dispatcher        message.go, send.go
-//	§9.1 step lock                         step_lock.go
+//	section                       System: routing, order        agent           task
+//	§1.1 base task, start-up      system.go                                     task.go
+//	§1.2 conversation pool        send.go (hand)                                task.go (record)
+//	§1.3, §6.1 an agent's loop    sync.go (runStep)             agent.go
+//	§2.1, §2.2 tasks, stages      task_manager.go                               task.go (report)
+//	§2.3, §9.3 memory                                           memory.go
+//	§2.4, §5.7 steps, todo order                                agent_steps.go
+//	§2.5 SyncState                sync.go (apply)               agent_apply.go  task.go (report)
+//	§3.4–§3.12 skill outputs      output.go, plan.go (§3.12),
+//	                              send.go (§3.7),
+//	                              task_manager.go (§3.9),
+//	                              agent_manager.go (§3.10),
+//	                              ask_info.go (§3.11)
+//	§4, §8.2 executors, router    executor.go, sync.go (route)
+//	§6.2 messages taken                                         receive.go
+//	§7 the HumanAgent             human.go, confirm.go          agent_human.go
+//	§7.1 visibility               visibility.go                                 task_controls.go
+//	§8.3, §8.4 dispatcher         message.go, send.go
+//	§9.1 step lock                step_lock.go (engage,         step_lock.go
+//	                              release across agents)
 //
-// Beyond the spec: owner.go (commits, snapshots), restore.go, supervise.go
-// and endpoint.go (liveness), bounds.go, pause.go and interrupt.go (the
-// operator's controls), budget_tokens.go, trail.go.
+// Beyond the spec: owner.go (commits, snapshots); restore.go (an agent's
+// own recovery in agent_restore.go); supervise.go and endpoint.go
+// (liveness; the agent's side of an outage in agent_controls.go);
+// bounds.go (an agent's bound; a task's in task_bounds.go); pause.go and
+// interrupt.go (the operator's controls; their agent and task sides in
+// agent_controls.go and task_controls.go); budget_tokens.go; trail.go.
 //
 // # Reads
 //

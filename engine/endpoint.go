@@ -28,24 +28,14 @@ type stepOutage struct {
 // OutageBegan shows the agent waiting and tells the operator once.
 func (o *stepOutage) OutageBegan(since time.Time, reason string) {
 	a := o.a
-	a.mu.Lock()
-	a.st.WorkingState = WorkingWaiting
-	a.st.WaitingFor = a.sys.text("llm_waiting", map[string]any{"Since": since.Format(time.DateTime), "Reason": Truncate(reason, 300)})
-	a.changedLocked(Event{Detail: "llm_outage"})
-	a.mu.Unlock()
+	a.showOutage(since, reason)
 	a.sys.outage.began(a.sys, o.step.TaskID, since, reason)
 }
 
 // OutageEnded shows the agent working again.
 func (o *stepOutage) OutageEnded(recovered bool) {
 	a := o.a
-	a.mu.Lock()
-	if a.st.WaitingFor != "" {
-		a.st.WaitingFor = ""
-		a.st.WorkingState = WorkingWorking
-		a.changedLocked(Event{Detail: "llm_outage_over"})
-	}
-	a.mu.Unlock()
+	a.outageOver()
 	a.sys.outage.ended(a.sys, recovered)
 }
 
@@ -144,9 +134,7 @@ func (s *System) refusal(a *agent, step *StepState, failure error) {
 		return
 	}
 	st := t.brief()
-	t.mu.Lock()
-	stages := len(t.st.StageList)
-	t.mu.Unlock()
+	stages := t.stageCount()
 	if st.Base || st.TaskManager != a.id || stages > 0 || st.ExecutionState == StateFinished || st.ExecutionState == StateFailed {
 		return
 	}

@@ -1,10 +1,7 @@
 package engine
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"fmt"
-	"slices"
 	"strings"
 )
 
@@ -37,10 +34,7 @@ func (s *System) SetOperatorPassword(agentID, password string) error {
 	if !ok || a.kind != KindHuman {
 		return errf(ErrNotFound, "human_agent_id %q: no such HumanAgent", agentID)
 	}
-	h := sha256.Sum256([]byte(password))
-	a.mu.Lock()
-	a.passwordHash = h[:]
-	a.mu.Unlock()
+	a.setPassword(password)
 	return nil
 }
 
@@ -50,80 +44,7 @@ func (s *System) CheckOperatorPassword(agentID, password string) bool {
 	if !ok || a.kind != KindHuman {
 		return false
 	}
-	h := sha256.Sum256([]byte(password))
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.passwordHash != nil && subtle.ConstantTimeCompare(a.passwordHash, h[:]) == 1
-}
-
-// receiveHuman files a message in the HumanAgent's conversation pool and
-// notifies the operator where the spec asks (§7.3).
-func (a *agent) receiveHuman(m Message) {
-	data := a.sys.senderData(m)
-	a.mu.Lock()
-	dup := a.seenLocked(m.MessageID)
-	a.mu.Unlock()
-	if dup {
-		return
-	}
-	// The finish notice names the task: read it before taking our mutex.
-	var ended TaskState
-	if m.Instruction != nil && m.Instruction.FinishTask != nil {
-		if t, ok := a.sys.task(m.Instruction.FinishTask.TaskID); ok {
-			ended = t.brief()
-		}
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	pool := a.st.ConversationPool
-	notify := func(key string, d map[string]any) {
-		pool.GlobalMessages = append(pool.GlobalMessages, a.sys.text(key, d))
-	}
-	if in := m.Instruction; in != nil {
-		switch {
-		case in.StartStage != nil:
-			notify("human_stage_started", map[string]any{"TaskID": in.StartStage.TaskID, "StageID": in.StartStage.StageID})
-		case in.FinishStage != nil:
-			ref := in.FinishStage
-			notify("human_stage_finished", map[string]any{"TaskID": ref.TaskID, "StageID": ref.StageID, "State": m.Message})
-			a.removeStepsLocked(func(s *StepState) bool { return s.TaskID == ref.TaskID && s.StageID == ref.StageID })
-			if wm := a.st.WorkingMemory[ref.TaskID]; wm != nil {
-				delete(wm, ref.StageID)
-			}
-		case in.FinishTask != nil:
-			id := in.FinishTask.TaskID
-			notify("human_task_finished", map[string]any{"TaskID": id, "TaskName": ended.TaskName, "State": ended.ExecutionState, "Summary": ended.TaskSummary})
-			a.removeStepsLocked(func(s *StepState) bool { return s.TaskID == id })
-			delete(a.st.WorkingMemory, id)
-			for peer, msgs := range pool.ConversationPrivates {
-				pool.ConversationPrivates[peer] = slices.DeleteFunc(msgs, func(p PrivateMessage) bool { return p.TaskID == id })
-				if len(pool.ConversationPrivates[peer]) == 0 {
-					delete(pool.ConversationPrivates, peer)
-				}
-			}
-		case in.UpdateWorkingMemory != nil:
-			a.rememberLocked(in.UpdateWorkingMemory.TaskID, in.UpdateWorkingMemory.StageID)
-		}
-		a.changedLocked(Event{TaskID: m.TaskID, MessageID: m.MessageID, Detail: "instruction"})
-		return
-	}
-	waitID := m.waitingIDFor(a.id)
-	needReply := m.NeedReply && m.SenderID != SystemSender
-	pool.ConversationPrivates[m.SenderID] = append(pool.ConversationPrivates[m.SenderID], PrivateMessage{
-		SenderID:        m.SenderID,
-		Content:         m.Message,
-		StageRelative:   m.StageRelative,
-		Timestamp:       m.Timestamp,
-		NeedReply:       needReply,
-		Waiting:         waitID != "",
-		ReturnWaitingID: waitID,
-		TaskID:          m.TaskID,
-		MessageID:       m.MessageID,
-	})
-	if needReply {
-		notify("human_reply_needed", data)
-	}
-	a.changedLocked(Event{TaskID: m.TaskID, MessageID: m.MessageID, Detail: "message"})
+	return a.checkPassword(password)
 }
 
 // HumanMessage is what an operator sends (spec §7.4, §7.4.1 send_message).
@@ -168,10 +89,7 @@ func (s *System) humanSend(humanID string, hm HumanMessage) ([]Message, error) {
 	if strings.TrimSpace(hm.Content) == "" {
 		return nil, errf(ErrInvalid, "content: is empty")
 	}
-	t.mu.Lock()
-	member := t.inGroupLocked(humanID)
-	t.mu.Unlock()
-	if !member {
+	if !t.inGroup(humanID) {
 		return nil, errf(ErrForbidden, "task_id %q: HumanAgent %s is not in this task's group", hm.TaskID, humanID)
 	}
 	receivers, err := s.checkReceivers(t, humanID, hm.Receiver)
@@ -182,7 +100,7 @@ func (s *System) humanSend(humanID string, hm HumanMessage) ([]Message, error) {
 	if stage == "" {
 		stage = NoRelative
 	}
-	if err := checkStageRelative(t, stage); err != nil {
+	if err := t.checkStageRelative(stage); err != nil {
 		return nil, err
 	}
 	if hm.ReplyTo != "" && !h.hasPrivate(hm.ReplyTo) {
@@ -230,79 +148,12 @@ func (s *System) humanSend(humanID string, hm HumanMessage) ([]Message, error) {
 		if answered != nil {
 			answered.Replied = true
 		}
-		pool := h.st.ConversationPool
-		pool.ConversationPrivates[r] = append(pool.ConversationPrivates[r], PrivateMessage{
-			SenderID: humanID, Content: m.Message, StageRelative: stage, Timestamp: m.Timestamp,
-			NeedReply: m.NeedReply, Waiting: m.Waiting != nil, TaskID: hm.TaskID, MessageID: m.MessageID,
-		})
-		ids := h.addStepsLocked(hm.TaskID, stage, []StepSpec{{
-			StepIntention: "Message to " + r,
-			Type:          StepSkill,
-			Executor:      SkillSendMessage,
-			TextContent:   m.Message,
-		}}, false, "")
-		// The operator acted already: the step is a record, not a to-do.
-		h.st.AgentStep.TodoList = slices.DeleteFunc(h.st.AgentStep.TodoList, func(id string) bool { return id == ids[0] })
-		h.finishStepLocked(ids[0], StateFinished, map[string]any{"send_message": m.clone()})
+		h.recordSentLocked(r, stage, &m)
 		h.mu.Unlock()
 		s.hand(m)
 		sent = append(sent, m)
 	}
 	return sent, nil
-}
-
-// expirePrivate marks a message from peer as no longer awaiting a reply.
-func (a *agent) expirePrivate(peer, messageID string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	msgs := a.st.ConversationPool.ConversationPrivates[peer]
-	for i := range msgs {
-		if msgs[i].MessageID == messageID && !msgs[i].Replied && !msgs[i].Expired {
-			msgs[i].Expired = true
-			a.changedLocked(Event{TaskID: msgs[i].TaskID, MessageID: messageID, Detail: "expired"})
-			return
-		}
-	}
-}
-
-// hasPrivate reports whether a message is in the HumanAgent's conversations.
-func (a *agent) hasPrivate(messageID string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, msgs := range a.st.ConversationPool.ConversationPrivates {
-		if slices.ContainsFunc(msgs, func(p PrivateMessage) bool { return p.MessageID == messageID }) {
-			return true
-		}
-	}
-	return false
-}
-
-// answerLocked finds the message from peer that a new operator message
-// answers (nil if none); the caller marks it replied once its answer is
-// stored. The pointer is valid while a.mu is held.
-func (a *agent) answerLocked(peer, taskID, replyTo string) *PrivateMessage {
-	msgs := a.st.ConversationPool.ConversationPrivates[peer]
-	pick := -1
-	for i := range msgs {
-		p := &msgs[i]
-		if p.SenderID != peer || !p.NeedReply || p.Replied || p.Expired || p.TaskID != taskID {
-			continue
-		}
-		if replyTo != "" {
-			if p.MessageID == replyTo {
-				pick = i
-				break
-			}
-			continue
-		}
-		if pick < 0 || (p.Waiting && !msgs[pick].Waiting) {
-			pick = i
-		}
-	}
-	if pick < 0 {
-		return nil
-	}
-	return &msgs[pick]
 }
 
 // InboxEntry is a message to an operator.
@@ -323,30 +174,5 @@ func (s *System) Inbox(humanID string) ([]InboxEntry, error) {
 	if !ok || h.kind != KindHuman {
 		return nil, errf(ErrNotFound, "human_agent_id %q: no such HumanAgent", humanID)
 	}
-	st := h.read()
-	var out []InboxEntry
-	for peer, msgs := range st.ConversationPool.ConversationPrivates {
-		for _, p := range msgs {
-			if p.SenderID == peer {
-				out = append(out, InboxEntry{PrivateMessage: p, AwaitingReply: p.NeedReply && !p.Replied && !p.Expired,
-					Approval: p.ReturnWaitingID == confirmWaitID(p.MessageID)})
-			}
-		}
-	}
-	slices.SortStableFunc(out, func(x, y InboxEntry) int {
-		rank := func(e InboxEntry) int {
-			switch {
-			case e.AwaitingReply && e.Waiting:
-				return 0
-			case e.AwaitingReply:
-				return 1
-			}
-			return 2
-		}
-		if d := rank(x) - rank(y); d != 0 {
-			return d
-		}
-		return y.Timestamp.Compare(x.Timestamp)
-	})
-	return out, nil
+	return h.inbox(), nil
 }

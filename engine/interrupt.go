@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"errors"
 	"strings"
 )
 
@@ -55,73 +54,16 @@ func (s *System) stopStep(operatorID, agentID, stepID, reason, instruction strin
 	}
 	// The operator must be allowed on the running step's task (read
 	// before taking the agent's mutex: no path holds two owners').
-	a.mu.Lock()
-	runID, runTask := a.running, a.runningKey.task
-	a.mu.Unlock()
+	runID, runTask := a.runningStep()
 	if runID != "" {
 		if err := s.MayOperate(operatorID, runTask); err != nil {
 			return "", err
 		}
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.running != runID {
-		return "", errf(ErrInvalid, "agent_id %q: its running step changed meanwhile; try again", agentID)
+	stepID, err := a.requestStop(runID, stepID, reason, instruction)
+	if err != nil {
+		return "", err
 	}
-	running := a.stepLocked(a.running)
-	switch {
-	case running == nil:
-		return "", errf(ErrInvalid, "agent_id %q: runs no step now (send_message reaches it)", agentID)
-	case stepID != "" && stepID != running.StepID:
-		return "", errf(ErrInvalid, "step_id %q: is not the step agent %s runs now (%s)", stepID, agentID, running.StepID)
-	case stepID != "" && running.Type != StepTool:
-		return "", errf(ErrInvalid, "step_id %q: is a %s step, not a tool call: interrupt the agent instead", stepID, running.Executor)
-	case a.stopRun != nil:
-		return "", errf(ErrInvalid, "agent_id %q: its step %s is being stopped already", agentID, running.StepID)
-	}
-	a.stopRun = &stopRequest{stepID: running.StepID, reason: strings.TrimSpace(reason), instruction: strings.TrimSpace(instruction)}
-	if a.cancelRun != nil {
-		a.cancelRun()
-	}
-	s.log.Info("step stopped by the operator", "agent", agentID, "step", running.StepID, "operator", operatorID, "steer", instruction != "")
-	return running.StepID, nil
-}
-
-// takeStopLocked returns and clears an operator's stop of the step that
-// just ran, if any. a.mu must be held.
-func (a *agent) takeStopLocked(stepID string) *stopRequest {
-	r := a.stopRun
-	if r == nil || r.stepID != stepID {
-		return nil
-	}
-	a.stopRun = nil
-	return r
-}
-
-// stoppedLocked turns an executor's output into the operator's stop: the
-// step fails with the reason, and an interrupt queues the instruction
-// next. A step that completed before the stop reached it keeps its
-// outcome (a tool call may have acted already); the instruction is still
-// queued. a.mu must be held.
-func (a *agent) stoppedLocked(step *StepState, r *stopRequest, out *Output) *Output {
-	what := "cancelled by the operator"
-	if r.instruction != "" {
-		what = "interrupted by the operator"
-	}
-	if r.reason != "" {
-		what += ": " + r.reason
-	}
-	if r.instruction != "" {
-		data := map[string]any{"Reason": r.reason, "Instruction": r.instruction}
-		a.addStepsLocked(step.TaskID, step.StageID, []StepSpec{{
-			StepIntention: a.sys.text("interrupt_intention", data),
-			Type:          StepSkill,
-			Executor:      SkillProcessMessage,
-			TextContent:   a.sys.text("interrupt_text", data),
-		}}, true, "")
-	}
-	if out.Err == nil {
-		return out
-	}
-	return &Output{Err: errors.New(what), Usage: out.Usage, Result: map[string]any{"interrupted": true}}
+	s.log.Info("step stopped by the operator", "agent", agentID, "step", stepID, "operator", operatorID, "steer", instruction != "")
+	return stepID, nil
 }

@@ -1,9 +1,7 @@
 package engine
 
 import (
-	"slices"
 	"strings"
-	"time"
 )
 
 // Pausing (beyond the spec): an operator holds a task or an agent and lets
@@ -35,41 +33,18 @@ func (s *System) pauseTask(t *task, actorID string, human, pause bool) (*PauseTa
 			return nil, err
 		}
 	}
-	now := s.now()
-	t.mu.Lock()
-	if err := mayManage(t, actorID, human); err != nil {
-		t.mu.Unlock()
-		return nil, err
-	}
-	id := t.st.TaskID
-	switch {
-	case t.st.Base:
-		t.mu.Unlock()
-		return nil, errf(ErrInvalid, "task_id %q: the base task cannot be paused", id)
-	case t.endedLocked():
-		t.mu.Unlock()
-		return nil, errf(ErrEnded, "task_id %q: has already ended (%s)", id, t.st.ExecutionState)
-	case t.st.Paused == pause:
-		t.mu.Unlock()
+	id := t.id()
+	changed, held, group, err := t.setPaused(actorID, human, pause, s.now())
+	if err != nil || !changed {
+		if err != nil {
+			return nil, err
+		}
 		return &PauseTaskResult{Changed: false, Paused: pause, TaskID: id}, nil
-	}
-	held := now.Sub(t.st.PausedAt) // on resume: how long it was held
-	t.st.Paused = pause
-	if pause {
-		t.st.PausedAt = now
 	}
 	detail := "resumed"
 	if pause {
 		detail = "paused"
 	}
-	t.changedLocked(Event{Detail: detail})
-	if err := t.mu.syncLocked(); err != nil {
-		t.mu.Unlock()
-		return nil, err
-	}
-	group := slices.Clone(t.st.TaskGroup)
-	t.mu.Unlock()
-
 	if pause {
 		s.paused.Store(id, struct{}{})
 	} else {
@@ -80,32 +55,11 @@ func (s *System) pauseTask(t *task, actorID string, human, pause bool) (*PauseTa
 		if !ok || a.kind != KindLLM {
 			continue
 		}
-		a.mu.Lock()
-		if !pause {
-			a.shiftWaitsLocked(id, held)
-		}
-		a.armTimerLocked()
-		a.mu.Unlock()
-		a.signal()
+		a.taskPaused(id, pause, held)
 	}
 	s.sup.touch(id) // the quiet clock starts again either way
 	s.log.Info("task "+detail, "task", id, "by", actorID)
 	return &PauseTaskResult{Changed: true, Paused: pause, TaskID: id}, nil
-}
-
-// shiftWaitsLocked moves the deadlines of the waits in a task by d (the
-// time the task was paused). a.mu must be held.
-func (a *agent) shiftWaitsLocked(taskID string, d time.Duration) {
-	changed := false
-	for i := range a.st.Waits {
-		if w := &a.st.Waits[i]; w.TaskID == taskID {
-			w.Deadline = w.Deadline.Add(d)
-			changed = true
-		}
-	}
-	if changed {
-		a.changedLocked(Event{TaskID: taskID, Detail: "step_lock_deadlines"})
-	}
 }
 
 // pauseAgents pauses or resumes LLM agents (pause_agent, resume_agent):
@@ -132,10 +86,7 @@ func (s *System) pauseAgents(actorID string, human bool, ids []string, pause boo
 			if ts.Base || ts.ExecutionState == StateFinished || ts.ExecutionState == StateFailed {
 				continue
 			}
-			t.mu.Lock()
-			member := t.inGroupLocked(a.id)
-			t.mu.Unlock()
-			if !member {
+			if !t.inGroup(a.id) {
 				continue
 			}
 			if err := s.MayOperate(actorID, ts.TaskID); err != nil {
@@ -146,39 +97,13 @@ func (s *System) pauseAgents(actorID string, human bool, ids []string, pause boo
 	}
 	var changed []string
 	for _, a := range agents {
-		a.mu.Lock()
-		if a.st.Paused != pause {
-			a.st.Paused = pause
-			if pause && a.running == "" {
-				a.st.WorkingState = WorkingPaused
-			}
-			a.changedLocked(Event{Detail: map[bool]string{true: "paused", false: "resumed"}[pause]})
-			if err := a.mu.syncLocked(); err != nil {
-				a.mu.Unlock()
-				return nil, err
-			}
+		did, err := a.setPaused(pause)
+		if err != nil {
+			return nil, err
+		}
+		if did {
 			changed = append(changed, a.id)
 		}
-		a.mu.Unlock()
-		a.signal()
 	}
 	return &PauseAgentsResult{Agents: ids, Changed: changed, Paused: pause}, nil
-}
-
-// nextRunnableLocked returns the index in the todo list of the first step
-// the agent may start now, skipping steps of paused tasks; -1 with paused
-// true when only such steps are left. a.mu must be held.
-func (a *agent) nextRunnableLocked() (at int, paused bool) {
-	if a.st.Paused {
-		return -1, true
-	}
-	for i, id := range a.st.AgentStep.TodoList {
-		s := a.stepLocked(id)
-		if s != nil && a.sys.isPaused(s.TaskID) {
-			paused = true
-			continue
-		}
-		return i, paused
-	}
-	return -1, paused
 }

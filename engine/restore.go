@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 )
 
 // Rerunner is implemented by a tool executor that can tell whether a tool
@@ -106,14 +105,7 @@ func (s *System) StartFrom(img *Image) error {
 		}
 	}
 	for _, a := range restored {
-		a.mu.Lock()
-		for _, w := range a.st.Waits {
-			if w.For != SystemSender {
-				s.waits.add(a.id, w.For)
-			}
-		}
-		a.armTimerLocked()
-		a.mu.Unlock()
+		a.rejoinWaits()
 	}
 	if err := s.runLoops(restored); err != nil {
 		return fmt.Errorf("engine: restore: %w", err)
@@ -166,82 +158,6 @@ func (s *System) StartFrom(img *Image) error {
 	s.log.Info("mas restored", "tasks", len(img.Tasks), "agents", len(img.Agents),
 		"messages", len(img.Messages), "redelivered", redelivered, "recreated", len(missing), "base_task", s.baseTaskID)
 	return nil
-}
-
-// recoverStepsLocked deals with the steps a crash caught running; stored
-// holds the IDs of the messages the store has. Steps run again come first
-// in the todo list, in the order they ran (an agent runs one step at a
-// time, but a store written by an older mas-mcp may hold several).
-// Called before the agent's goroutine starts.
-func (a *agent) recoverStepsLocked(rerun Rerunner, stored map[string]bool) {
-	var again []string
-	for i := range a.st.AgentStep.StepList {
-		step := &a.st.AgentStep.StepList[i]
-		if step.ExecutionState != StateRunning {
-			continue
-		}
-		if step.Type == StepTool && (rerun == nil || !rerun.SafeToRerun(*step)) {
-			step.ExecutionState = StateFailed
-			step.FinishedAt = a.sys.now()
-			step.ExecuteResult = map[string]any{"error": fmt.Sprintf(
-				"interrupted by a restart while calling %s: the call may or may not have taken effect, and the tool is not declared safe to repeat (readOnlyHint or idempotentHint); check its effect before calling it again", step.Executor)}
-			continue
-		}
-		// Run it again, next.
-		step.ExecutionState = StateInit
-		step.StartedAt = time.Time{}
-		again = append(again, step.StepID)
-		a.dropLostWaitsLocked(step.StepID, stored)
-	}
-	if len(again) > 0 {
-		rest := slices.DeleteFunc(a.st.AgentStep.TodoList, func(id string) bool { return slices.Contains(again, id) })
-		a.st.AgentStep.TodoList = append(again, rest...)
-	}
-}
-
-// dropLostWaitsLocked releases the waits an interrupted step engaged on a
-// message the crash lost (its send_message's, or its ask_info's answer):
-// no answer can come, and the wait would block the step's own re-run,
-// which alone can send that message (and waits again). A wait on a stored
-// message stays: its answer comes, and the re-run after it does not wait
-// again (engagedOrAnswered). Called before the wait graph and the timers
-// are set up.
-func (a *agent) dropLostWaitsLocked(stepID string, stored map[string]bool) {
-	sent, ask, answer := derivedID(stepID, "send"), derivedID(stepID, "ask_wait"), derivedID(stepID, "ask_answer")
-	var kept []Wait
-	for _, w := range a.st.Waits {
-		if (w.MessageID == sent && !stored[sent]) || (w.WaitingID == ask && !stored[answer]) {
-			a.st.StepLock = slices.DeleteFunc(a.st.StepLock, func(id string) bool { return id == w.WaitingID })
-			continue
-		}
-		kept = append(kept, w)
-	}
-	a.st.Waits = kept
-}
-
-// takenBefore returns whether the agent took a message already, as the
-// store left it (pos: each stored message's position). The agent's received
-// list keeps only the newest IDs: a message it does not list was taken
-// long ago if it comes before the oldest one it lists, and only then.
-func (a *agent) takenBefore(pos map[string]int) func(Message) bool {
-	a.mu.Lock()
-	received := make(map[string]bool, len(a.st.Received))
-	for _, id := range a.st.Received {
-		received[id] = true
-	}
-	oldest := -1
-	if len(a.st.Received) >= receivedKept {
-		if p, ok := pos[a.st.Received[0]]; ok {
-			oldest = p
-		}
-	}
-	a.mu.Unlock()
-	return func(m Message) bool {
-		if received[m.MessageID] {
-			return true
-		}
-		return oldest >= 0 && pos[m.MessageID] < oldest
-	}
 }
 
 // dedupMessages keeps the first of messages with the same ID.

@@ -144,7 +144,7 @@ func (s *System) sendFromAgent(a *agent, step *StepState, om *OutgoingMessage) (
 	if stage == "" {
 		stage = step.StageID
 	}
-	if err := checkStageRelative(t, stage); err != nil {
+	if err := t.checkStageRelative(stage); err != nil {
 		return Message{}, "", err
 	}
 	if strings.TrimSpace(om.Message) == "" {
@@ -162,7 +162,7 @@ func (s *System) sendFromAgent(a *agent, step *StepState, om *OutgoingMessage) (
 		note = s.engageWaits(a, &m)
 	}
 	if err := s.post(m); err != nil {
-		s.unwait(a, m.Waiting...)
+		a.unwait(m.Waiting...)
 		return Message{}, "", err
 	}
 	return m, note, nil
@@ -174,11 +174,7 @@ func (s *System) checkReceivers(t *task, sender string, receivers []string) ([]s
 	if len(receivers) == 0 {
 		return nil, errf(ErrInvalid, "receiver: is empty; name at least one agent_id of the task group")
 	}
-	t.mu.Lock()
-	ended := t.endedLocked()
-	group := slices.Clone(t.st.TaskGroup)
-	taskID := t.st.TaskID
-	t.mu.Unlock()
+	taskID, group, ended := t.members()
 	if ended {
 		return nil, errf(ErrEnded, "task_id %q: the task has ended", taskID)
 	}
@@ -199,17 +195,4 @@ func (s *System) checkReceivers(t *task, sender string, receivers []string) ([]s
 		out = append(out, r)
 	}
 	return out, nil
-}
-
-// checkStageRelative validates a message's stage_relative.
-func checkStageRelative(t *task, stage string) error {
-	if stage == NoRelative {
-		return nil
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if st, _ := t.stageLocked(stage); st == nil {
-		return errf(ErrNotFound, "stage_relative %q: no such stage in task %s (use %q for messages outside stages)", stage, t.st.TaskID, NoRelative)
-	}
-	return nil
 }

@@ -87,9 +87,7 @@ func (s *System) engageWaits(a *agent, m *Message) string {
 			MessageID: m.MessageID, Since: now, Deadline: now.Add(s.cfg.WaitTimeout),
 		})
 	}
-	a.mu.Lock()
-	a.addWaitsLocked(ws)
-	a.mu.Unlock()
+	a.addWaits(ws)
 	return strings.Join(notes, "\n")
 }
 
@@ -103,13 +101,9 @@ func (s *System) engageWaits(a *agent, m *Message) string {
 // the task before it reaches the agent), each under its own mutex.
 func (s *System) engagedOrAnswered(a *agent, taskID string, ids []string) map[string]bool {
 	out := map[string]bool{}
-	a.mu.Lock()
-	for _, id := range ids {
-		if slices.Contains(a.st.StepLock, id) {
-			out[id] = true
-		}
+	for _, id := range a.heldWaits(ids) {
+		out[id] = true
 	}
-	a.mu.Unlock()
 	if t, ok := s.task(taskID); ok {
 		for _, id := range t.answered(a.id, ids) {
 			out[id] = true
@@ -129,6 +123,13 @@ func (a *agent) addWaitsLocked(ws []Wait) {
 	}
 	a.armTimerLocked()
 	a.changedLocked(Event{Detail: "step_lock"})
+}
+
+// addWaits is addWaitsLocked with the agent's lock taken.
+func (a *agent) addWaits(ws []Wait) {
+	a.mu.Lock()
+	a.addWaitsLocked(ws)
+	a.mu.Unlock()
 }
 
 // releaseWaitLocked removes one waiting ID from the step lock (spec §9.1.3).
@@ -226,18 +227,18 @@ func (a *agent) expireWaits() {
 // task or stage ended). The released agents carry on with their next step.
 func (s *System) releaseWaits(match func(Wait) bool) {
 	for _, a := range s.allAgents() {
-		s.releaseAgentWaits(a, match)
+		a.releaseWaits(match)
 	}
 }
 
-// unwait drops the waits an agent engaged for a message that was not sent
-// after all: no answer can come.
-func (s *System) unwait(a *agent, ids ...string) {
-	s.releaseAgentWaits(a, func(w Wait) bool { return slices.Contains(ids, w.WaitingID) })
+// unwait drops the waits the agent engaged for a message that was not
+// sent after all: no answer can come.
+func (a *agent) unwait(ids ...string) {
+	a.releaseWaits(func(w Wait) bool { return slices.Contains(ids, w.WaitingID) })
 }
 
-// releaseAgentWaits releases the agent's waits that match.
-func (s *System) releaseAgentWaits(a *agent, match func(Wait) bool) {
+// releaseWaits releases the agent's waits that match.
+func (a *agent) releaseWaits(match func(Wait) bool) {
 	a.mu.Lock()
 	var released []Wait
 	for _, w := range slices.Clone(a.st.Waits) {
@@ -253,7 +254,7 @@ func (s *System) releaseAgentWaits(a *agent, match func(Wait) bool) {
 	a.mu.Unlock()
 	for _, w := range released {
 		if w.For != SystemSender {
-			s.waits.remove(a.id, w.For)
+			a.sys.waits.remove(a.id, w.For)
 		}
 	}
 }
@@ -301,22 +302,42 @@ func (s *System) releaseLost(replier *agent, lost ...lostReply) {
 		if !ok || w.kind != KindLLM {
 			continue
 		}
-		w.mu.Lock()
-		rw, released := w.releaseWaitLocked(l.waitingID)
-		if released && rw.WaitingID != "" {
-			data := map[string]any{"ReceiverIDs": name, "Reason": l.reason}
-			w.addStepsLocked(rw.TaskID, rw.StageID, []StepSpec{{
-				StepIntention: s.text("reply_lost_intention", data),
-				Type:          StepSkill,
-				Executor:      SkillProcessMessage,
-				TextContent:   s.text("reply_lost_text", data),
-			}}, true, "")
-			w.changedLocked(Event{TaskID: rw.TaskID, Detail: "step_lock_released"})
-		}
-		w.mu.Unlock()
-		if released {
+		if w.replyLost(l, name) {
 			s.waits.remove(w.id, replier.id)
 			s.log.Info("wait released: the reply can no longer come", "agent", w.id, "for", replier.id, "waiting_id", l.waitingID, "reason", l.reason)
 		}
 	}
+}
+
+// heldWaits returns which of the waiting IDs the agent's step lock holds.
+func (a *agent) heldWaits(ids []string) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var held []string
+	for _, id := range ids {
+		if slices.Contains(a.st.StepLock, id) {
+			held = append(held, id)
+		}
+	}
+	return held
+}
+
+// replyLost releases the agent's wait whose reply can no longer come, with
+// a process_message step (run next) saying why; replier names who owed
+// the reply. It reports whether the wait was engaged.
+func (a *agent) replyLost(l lostReply, replier string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	rw, released := a.releaseWaitLocked(l.waitingID)
+	if released && rw.WaitingID != "" {
+		data := map[string]any{"ReceiverIDs": replier, "Reason": l.reason}
+		a.addStepsLocked(rw.TaskID, rw.StageID, []StepSpec{{
+			StepIntention: a.sys.text("reply_lost_intention", data),
+			Type:          StepSkill,
+			Executor:      SkillProcessMessage,
+			TextContent:   a.sys.text("reply_lost_text", data),
+		}}, true, "")
+		a.changedLocked(Event{TaskID: rw.TaskID, Detail: "step_lock_released"})
+	}
+	return released
 }

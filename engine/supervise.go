@@ -179,15 +179,7 @@ func (s *System) busy(st *TaskState) bool {
 		if !ok || a.kind != KindLLM {
 			continue
 		}
-		a.mu.Lock()
-		b := (a.running != "" && a.runningKey.task == st.TaskID) ||
-			slices.ContainsFunc(a.st.Waits, func(w Wait) bool { return w.TaskID == st.TaskID }) ||
-			slices.ContainsFunc(a.st.AgentStep.TodoList, func(id string) bool {
-				s := a.stepLocked(id)
-				return s != nil && s.TaskID == st.TaskID
-			})
-		a.mu.Unlock()
-		if b {
+		if a.busyIn(st.TaskID) {
 			return true
 		}
 	}
@@ -242,31 +234,7 @@ func (s *System) baseOutstanding(st *TaskState) (mark, text string) {
 	if !ok {
 		return "", ""
 	}
-	a.mu.Lock()
-	var last, good *StepState // the newest done step, the newest finished one
-	for i := range a.st.AgentStep.StepList {
-		sp := &a.st.AgentStep.StepList[i]
-		if sp.TaskID != st.TaskID || (sp.ExecutionState != StateFinished && sp.ExecutionState != StateFailed) {
-			continue
-		}
-		if last == nil || sp.FinishedAt.After(last.FinishedAt) {
-			last = sp
-		}
-		if sp.ExecutionState == StateFinished && (good == nil || sp.FinishedAt.After(good.FinishedAt)) {
-			good = sp
-		}
-	}
-	var stepID, executor, reason string
-	failed := last != nil && last.ExecutionState == StateFailed
-	if failed {
-		stepID, executor = last.StepID, last.Executor
-		reason, _ = last.ExecuteResult["error"].(string)
-		if good != nil {
-			// Progress is a step that went well: notices count from it.
-			mark = good.StepID
-		}
-	}
-	a.mu.Unlock()
+	failed, mark, stepID, executor, reason := a.lastFailedIn(st.TaskID)
 	if !failed {
 		return "", ""
 	}

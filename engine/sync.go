@@ -27,23 +27,11 @@ func (a *agent) runStep(ctx context.Context, step StepState, view AgentState) {
 			out = &Output{Err: errors.New("executor returned no output")}
 		}
 	}
-	cancelled := ctx.Err() != nil
-	a.mu.Lock()
-	if a.cancelRun != nil {
-		a.cancelRun()
-		a.cancelRun = nil
-	}
-	if r := a.takeStopLocked(step.StepID); r != nil && !a.stopped {
-		// The operator stopped it: not a shutdown, its outcome applies.
-		out, cancelled = a.stoppedLocked(&step, r, out), false
-	}
-	a.mu.Unlock()
+	out, cancelled := a.stepReturned(&step, out, ctx.Err() != nil)
 	endStep(span, out, cancelled)
 	s.apply(a, step, out, cancelled)
 	s.meter(a.id, &step, &view, out)
-	a.mu.Lock()
-	a.running = ""
-	a.mu.Unlock()
+	a.notRunning()
 }
 
 // route finds a step's executor, refusing skills the agent lacks and tools
@@ -99,30 +87,11 @@ func (s *System) apply(a *agent, step StepState, out *Output, cancelled bool) {
 	}
 
 	// Agent-local effects first: memory, usage, planned steps.
-	a.mu.Lock()
-	cur := a.stepLocked(step.StepID)
-	a.st.Usage.Add(out.Usage)
-	if cur == nil || cancelled {
-		// The step's stage or task ended while it ran (its steps were
-		// cleaned up), or the MAS is shutting down: nothing else applies.
-		// A step interrupted by shutdown stays "running", so a durable
-		// store can run it again after a restart.
-		if cur != nil {
-			cur.Usage.Add(out.Usage)
-		}
-		a.changedLocked(Event{Kind: EventLLMCall, StepID: step.StepID})
-		a.mu.Unlock()
+	applies, failure := a.applyOwn(&step, out, cancelled, failure, result)
+	if !applies {
 		s.addTaskUsage(step.TaskID, out)
 		return
 	}
-	cur.Usage.Add(out.Usage)
-	if len(out.Memory) > 0 {
-		result["persistent_memory"] = a.applyMemoryLocked(out.Memory)
-	}
-	if failure == nil {
-		failure = a.applyPlanLocked(&step, out, result)
-	}
-	a.mu.Unlock()
 
 	// Effects on other owners (SyncState).
 	var notices []Message
@@ -144,24 +113,11 @@ func (s *System) apply(a *agent, step StepState, out *Output, cancelled bool) {
 		agentState = AgentFinished
 	}
 
-	a.mu.Lock()
-	key := stageKey{step.TaskID, step.StageID}
-	c := a.count(key)
-	c.steps++
-	if step.Executor == SkillReflection {
-		c.reflections++
+	summaryGaveUp, role := a.tally(&step, failure)
+	if summaryGaveUp {
+		text := s.text("summary_failed", map[string]any{"Reason": failure.Error()})
+		completion = &text
 	}
-	summaryGaveUp := false
-	if step.Executor == SkillSummary && failure != nil {
-		c.summaryFailures++
-		if c.summaryFailures >= s.cfg.SummaryAttempts {
-			summaryGaveUp = true
-			text := s.text("summary_failed", map[string]any{"Reason": failure.Error()})
-			completion = &text
-		}
-	}
-	role := a.st.Role
-	a.mu.Unlock()
 
 	// The task learns the outcome first, then the step is marked done: a
 	// crash in between leaves the step running, to be run again (and the
@@ -191,10 +147,7 @@ func (s *System) apply(a *agent, step StepState, out *Output, cancelled bool) {
 			}
 		}
 	}
-	a.mu.Lock()
-	a.finishStepLocked(step.StepID, state, result)
-	lost := a.replyLostLocked(&step, result)
-	a.mu.Unlock()
+	lost := a.finishStep(&step, state, result)
 	s.log.Debug("step done", "agent", a.id, "step", step.StepID, "executor", step.Executor, "state", state, "err", failure)
 	s.deliver(notices...)
 	s.releaseLost(a, lost...)
@@ -239,73 +192,7 @@ func (s *System) keepMoving(a *agent, step *StepState, failure error) {
 	if hook := keepMovingHook; hook != nil {
 		hook(a, step)
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if _, open := a.st.WorkingMemory[step.TaskID][step.StageID]; !open {
-		// The stage ended (finish_stage, finish_task or retry_stage cleaned
-		// it) between the check above and this lock.
-		return
-	}
-	if a.pendingInLocked(step.TaskID, step.StageID) || a.waitsInLocked(step.TaskID, step.StageID) {
-		return
-	}
-	c := a.count(stageKey{step.TaskID, step.StageID})
-	reason := s.text("stage_no_step_left", nil)
-	if failure != nil {
-		reason = s.text("stage_step_failed", map[string]any{"StepID": step.StepID, "Executor": step.Executor, "Reason": Truncate(failure.Error(), 300)})
-	}
-	if step.Executor == SkillSummary || c.reflections >= s.cfg.StageReflectionBudget || c.steps >= s.cfg.StageStepBudget {
-		a.ensureSummaryLocked(step.TaskID, step.StageID, reason)
-		return
-	}
-	a.addStepsLocked(step.TaskID, step.StageID, []StepSpec{s.reflectionSpec(reason)}, false, "")
-}
-
-// applyPlanLocked adds the steps an output plans and writes a tool
-// instruction onto its tool step. a.mu must be held.
-func (a *agent) applyPlanLocked(step *StepState, out *Output, result map[string]any) error {
-	var rejected []Rejection
-	add := func(specs []StepSpec, next bool, kind string) {
-		kept, rej := a.sys.checkPlan(&a.st, step.Executor, specs)
-		rejected = append(rejected, rej...)
-		a.addStepsLocked(step.TaskID, step.StageID, kept, next, step.StepID+"/"+kind)
-	}
-	if out.AddSteps != nil {
-		add(out.AddSteps, false, "plan")
-	}
-	if out.AddNextSteps != nil {
-		add(out.AddNextSteps, true, "next")
-	}
-	if sp := out.GetMoreInfo; sp != nil {
-		// spec §3.7: a decision step to gather what is missing, then the
-		// same send_message again (still answering the same message).
-		dec := StepSpec{StepIntention: sp.StepIntention, Type: StepSkill, Executor: SkillDecision, TextContent: sp.TextContent}
-		again := StepSpec{StepIntention: step.StepIntention, Type: StepSkill, Executor: SkillSendMessage, TextContent: step.TextContent}
-		a.addStepsLocked(step.TaskID, step.StageID, []StepSpec{dec, again}, true, step.StepID+"/more_info",
-			stepOpts{}, stepOpts{replyTo: step.ReplyTo, returnWaitingID: step.ReturnWaitingID})
-	}
-	if sp := out.ReactAction; sp != nil {
-		// spec §3.8, §10.2: a decision step reacts to the message.
-		dec := StepSpec{StepIntention: sp.StepIntention, Type: StepSkill, Executor: SkillDecision, TextContent: sp.TextContent}
-		a.addStepsLocked(step.TaskID, step.StageID, []StepSpec{dec}, true, step.StepID+"/react")
-	}
-	if len(rejected) > 0 {
-		result["rejected_steps"] = rejected
-	}
-	if ti := out.ToolInstruction; ti != nil {
-		target := a.stepLocked(ti.StepID)
-		switch {
-		case target == nil:
-			return errf(ErrNotFound, "tool step %q: no such step of this agent", ti.StepID)
-		case target.Type != StepTool:
-			return errf(ErrInvalid, "tool step %q: is a %s step, not a tool step", ti.StepID, target.Type)
-		case target.ExecutionState != StateInit && target.ExecutionState != StatePending:
-			return errf(ErrInvalid, "tool step %q: already %s", ti.StepID, target.ExecutionState)
-		}
-		target.InstructionContent = ti.Instruction
-		a.changedLocked(Event{Kind: EventStepChanged, StepID: target.StepID, TaskID: target.TaskID, StageID: target.StageID, Detail: "instruction"})
-	}
-	return nil
+	a.guardStage(step, failure)
 }
 
 // applyShared applies the parts of an output that change other owners:

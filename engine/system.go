@@ -366,11 +366,7 @@ func (s *System) agent(id string) (*agent, bool) {
 // registerTask stores a task and adds it to the MAS. A task the store
 // refuses does not exist.
 func (s *System) registerTask(t *task) error {
-	t.mu.Lock()
-	t.changedLocked(Event{Kind: EventTaskAdded})
-	err := t.mu.syncLocked()
-	t.mu.Unlock()
-	if err != nil {
+	if err := t.added(); err != nil {
 		return fmt.Errorf("task %s: %w", t.st.TaskID, err)
 	}
 	s.mu.Lock()

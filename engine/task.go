@@ -512,3 +512,54 @@ func newStage(id, taskID, intention string, alloc map[string]string) StageState 
 		CompletionSummary: map[string]string{},
 	}
 }
+
+// operator is the operator the task reports to ("" for the MAS's), and
+// whether the task has ended.
+func (t *task) operator() (op string, ended bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.st.Operator, t.endedLocked()
+}
+
+// members is the task's ID and group, and whether it has ended.
+func (t *task) members() (taskID string, group []string, ended bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.st.TaskID, slices.Clone(t.st.TaskGroup), t.endedLocked()
+}
+
+// stageCount is the number of the task's stages.
+func (t *task) stageCount() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.st.StageList)
+}
+
+// traceParent is the task's trace span, for its steps' spans.
+func (t *task) traceParent() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.st.TraceParent
+}
+
+// checkStageRelative validates a message's stage_relative.
+func (t *task) checkStageRelative(stage string) error {
+	if stage == NoRelative {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if st, _ := t.stageLocked(stage); st == nil {
+		return errf(ErrNotFound, "stage_relative %q: no such stage in task %s (use %q for messages outside stages)", stage, t.st.TaskID, NoRelative)
+	}
+	return nil
+}
+
+// added announces a new task and stores it; the store's refusal is
+// returned (a task the store refuses does not exist).
+func (t *task) added() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.changedLocked(Event{Kind: EventTaskAdded})
+	return t.mu.syncLocked()
+}

@@ -27,9 +27,7 @@ func (s *System) traceStep(ctx context.Context, ag *AgentState, step *StepState)
 	}
 	parent := ""
 	if t, ok := s.task(step.TaskID); ok {
-		t.mu.Lock()
-		parent = t.st.TraceParent
-		t.mu.Unlock()
+		parent = t.traceParent()
 	}
 	return telemetry.StartStep(ctx, telemetry.Step{
 		TaskID: step.TaskID, StageID: step.StageID, StepID: step.StepID, TaskTraceParent: parent,
@@ -62,10 +60,9 @@ func (s *System) observeQueue() {
 			if a.kind != KindLLM {
 				continue
 			}
-			a.mu.Lock()
-			q.Queued += len(a.st.AgentStep.TodoList)
-			q.Agents[a.st.WorkingState]++
-			a.mu.Unlock()
+			n, ws := a.queued()
+			q.Queued += n
+			q.Agents[ws]++
 		}
 		return q
 	})

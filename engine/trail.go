@@ -532,18 +532,9 @@ func (s *System) humanStep(h *agent, taskID, action string, input, res any) stri
 	if taskID != "" {
 		what += " (task " + taskID + ")"
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	ids := h.addStepsLocked(s.baseTaskID, s.baseStageID, []StepSpec{{
+	return h.recordDone(s.baseTaskID, s.baseStageID, StepSpec{
 		StepIntention: "Operator: " + what, Type: StepSkill, Executor: executor,
-	}}, false, "")
-	if len(ids) == 0 {
-		return ""
-	}
-	// The operator acted already: the step is a record, not a to-do.
-	h.st.AgentStep.TodoList = slices.DeleteFunc(h.st.AgentStep.TodoList, func(id string) bool { return id == ids[0] })
-	h.finishStepLocked(ids[0], StateFinished, result)
-	return ids[0]
+	}, result)
 }
 
 // stopInput is what an operator's interrupt or cancel_step asked.
@@ -563,9 +554,8 @@ func (s *System) runningTask(agentID string) string {
 	if !ok {
 		return ""
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.runningKey.task
+	_, task := a.runningStep()
+	return task
 }
 
 // trailStep records a step as it ended (the agent's mutex is held; the

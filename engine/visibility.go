@@ -128,35 +128,11 @@ func (s *System) ShareTask(actorID, taskID, operatorID string) (map[string]any, 
 		return nil, errf(ErrNotFound, "operator %q: no such operator (HumanAgent)", operatorID)
 	}
 	t, _ := s.task(taskID)
-	t.mu.Lock()
-	if t.st.Base {
-		t.mu.Unlock()
-		return nil, errf(ErrInvalid, "task_id %q: the base task is every operator's already", taskID)
+	if err := t.share(operatorID); err != nil {
+		return nil, err
 	}
-	t.shareLocked(operatorID)
-	t.mu.Unlock()
 	s.joinTask(taskID, operatorID)
-	return map[string]any{"task_id": taskID, "shared_with": s.sharedWith(taskID)}, nil
-}
-
-// shareLocked records that the task is shared with an operator. t.mu must
-// be held.
-func (t *task) shareLocked(operatorID string) {
-	if operatorID == t.st.Operator || slices.Contains(t.st.SharedWith, operatorID) {
-		return
-	}
-	t.st.SharedWith = append(t.st.SharedWith, operatorID)
-	t.changedLocked(Event{AgentID: operatorID, Detail: "shared"})
-}
-
-func (s *System) sharedWith(taskID string) []string {
-	t, ok := s.task(taskID)
-	if !ok {
-		return nil
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return nonNil(slices.Clone(t.st.SharedWith))
+	return map[string]any{"task_id": taskID, "shared_with": t.sharedWith()}, nil
 }
 
 // TaskFor is Task as viewerID may see it: an error naming the rule for a

@@ -1,0 +1,132 @@
+package engine
+
+// The agent's own side of applying an executor's output (sync.go's apply,
+// spec §2.5): what changes the agent itself, each under its lock.
+
+// applyPlanLocked adds the steps an output plans and writes a tool
+// instruction onto its tool step. a.mu must be held.
+func (a *agent) applyPlanLocked(step *StepState, out *Output, result map[string]any) error {
+	var rejected []Rejection
+	add := func(specs []StepSpec, next bool, kind string) {
+		kept, rej := a.sys.checkPlan(&a.st, step.Executor, specs)
+		rejected = append(rejected, rej...)
+		a.addStepsLocked(step.TaskID, step.StageID, kept, next, step.StepID+"/"+kind)
+	}
+	if out.AddSteps != nil {
+		add(out.AddSteps, false, "plan")
+	}
+	if out.AddNextSteps != nil {
+		add(out.AddNextSteps, true, "next")
+	}
+	if sp := out.GetMoreInfo; sp != nil {
+		// spec §3.7: a decision step to gather what is missing, then the
+		// same send_message again (still answering the same message).
+		dec := StepSpec{StepIntention: sp.StepIntention, Type: StepSkill, Executor: SkillDecision, TextContent: sp.TextContent}
+		again := StepSpec{StepIntention: step.StepIntention, Type: StepSkill, Executor: SkillSendMessage, TextContent: step.TextContent}
+		a.addStepsLocked(step.TaskID, step.StageID, []StepSpec{dec, again}, true, step.StepID+"/more_info",
+			stepOpts{}, stepOpts{replyTo: step.ReplyTo, returnWaitingID: step.ReturnWaitingID})
+	}
+	if sp := out.ReactAction; sp != nil {
+		// spec §3.8, §10.2: a decision step reacts to the message.
+		dec := StepSpec{StepIntention: sp.StepIntention, Type: StepSkill, Executor: SkillDecision, TextContent: sp.TextContent}
+		a.addStepsLocked(step.TaskID, step.StageID, []StepSpec{dec}, true, step.StepID+"/react")
+	}
+	if len(rejected) > 0 {
+		result["rejected_steps"] = rejected
+	}
+	if ti := out.ToolInstruction; ti != nil {
+		target := a.stepLocked(ti.StepID)
+		switch {
+		case target == nil:
+			return errf(ErrNotFound, "tool step %q: no such step of this agent", ti.StepID)
+		case target.Type != StepTool:
+			return errf(ErrInvalid, "tool step %q: is a %s step, not a tool step", ti.StepID, target.Type)
+		case target.ExecutionState != StateInit && target.ExecutionState != StatePending:
+			return errf(ErrInvalid, "tool step %q: already %s", ti.StepID, target.ExecutionState)
+		}
+		target.InstructionContent = ti.Instruction
+		a.changedLocked(Event{Kind: EventStepChanged, StepID: target.StepID, TaskID: target.TaskID, StageID: target.StageID, Detail: "instruction"})
+	}
+	return nil
+}
+
+// applyOwn applies an executor's output to the agent itself: usage,
+// memory, planned steps (spec §2.5), and returns the step's failure so
+// far. It reports false when nothing else applies: the step's stage or
+// task ended while it ran (its steps were cleaned up), or the MAS is
+// shutting down. A step interrupted by shutdown stays "running", so a
+// durable store can run it again after a restart.
+func (a *agent) applyOwn(step *StepState, out *Output, cancelled bool, failure error, result map[string]any) (bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	cur := a.stepLocked(step.StepID)
+	a.st.Usage.Add(out.Usage)
+	if cur == nil || cancelled {
+		if cur != nil {
+			cur.Usage.Add(out.Usage)
+		}
+		a.changedLocked(Event{Kind: EventLLMCall, StepID: step.StepID})
+		return false, failure
+	}
+	cur.Usage.Add(out.Usage)
+	if len(out.Memory) > 0 {
+		result["persistent_memory"] = a.applyMemoryLocked(out.Memory)
+	}
+	if failure == nil {
+		failure = a.applyPlanLocked(step, out, result)
+	}
+	return true, failure
+}
+
+// tally counts a step that ran in its stage (steps, reflections, failed
+// summaries) and reports whether the stage's summary gave up (it failed
+// SummaryAttempts times), with the agent's role.
+func (a *agent) tally(step *StepState, failure error) (summaryGaveUp bool, role string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := a.count(stageKey{step.TaskID, step.StageID})
+	c.steps++
+	if step.Executor == SkillReflection {
+		c.reflections++
+	}
+	if step.Executor == SkillSummary && failure != nil {
+		c.summaryFailures++
+		summaryGaveUp = c.summaryFailures >= a.sys.cfg.SummaryAttempts
+	}
+	return summaryGaveUp, a.st.Role
+}
+
+// finishStep marks the step done and returns the wait it leaves without a
+// reply, if any.
+func (a *agent) finishStep(step *StepState, state string, result map[string]any) []lostReply {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.finishStepLocked(step.StepID, state, result)
+	return a.replyLostLocked(step, result)
+}
+
+// guardStage is the agent's side of keepMoving: a reflection (or, past the
+// reflection budget, a summary) when it has no pending step and no wait
+// left in the step's stage.
+func (a *agent) guardStage(step *StepState, failure error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, open := a.st.WorkingMemory[step.TaskID][step.StageID]; !open {
+		// The stage ended (finish_stage, finish_task or retry_stage cleaned
+		// it) between keepMoving's look at the stage and this lock.
+		return
+	}
+	if a.pendingInLocked(step.TaskID, step.StageID) || a.waitsInLocked(step.TaskID, step.StageID) {
+		return
+	}
+	c := a.count(stageKey{step.TaskID, step.StageID})
+	reason := a.sys.text("stage_no_step_left", nil)
+	if failure != nil {
+		reason = a.sys.text("stage_step_failed", map[string]any{"StepID": step.StepID, "Executor": step.Executor, "Reason": Truncate(failure.Error(), 300)})
+	}
+	if step.Executor == SkillSummary || c.reflections >= a.sys.cfg.StageReflectionBudget || c.steps >= a.sys.cfg.StageStepBudget {
+		a.ensureSummaryLocked(step.TaskID, step.StageID, reason)
+		return
+	}
+	a.addStepsLocked(step.TaskID, step.StageID, []StepSpec{a.sys.reflectionSpec(reason)}, false, "")
+}

@@ -1,0 +1,184 @@
+package engine
+
+import (
+	"errors"
+	"strings"
+	"time"
+)
+
+// shiftWaitsLocked moves the deadlines of the waits in a task by d (the
+// time the task was paused). a.mu must be held.
+func (a *agent) shiftWaitsLocked(taskID string, d time.Duration) {
+	changed := false
+	for i := range a.st.Waits {
+		if w := &a.st.Waits[i]; w.TaskID == taskID {
+			w.Deadline = w.Deadline.Add(d)
+			changed = true
+		}
+	}
+	if changed {
+		a.changedLocked(Event{TaskID: taskID, Detail: "step_lock_deadlines"})
+	}
+}
+
+// nextRunnableLocked returns the index in the todo list of the first step
+// the agent may start now, skipping steps of paused tasks; -1 with paused
+// true when only such steps are left. a.mu must be held.
+func (a *agent) nextRunnableLocked() (at int, paused bool) {
+	if a.st.Paused {
+		return -1, true
+	}
+	for i, id := range a.st.AgentStep.TodoList {
+		s := a.stepLocked(id)
+		if s != nil && a.sys.isPaused(s.TaskID) {
+			paused = true
+			continue
+		}
+		return i, paused
+	}
+	return -1, paused
+}
+
+// takeStopLocked returns and clears an operator's stop of the step that
+// just ran, if any. a.mu must be held.
+func (a *agent) takeStopLocked(stepID string) *stopRequest {
+	r := a.stopRun
+	if r == nil || r.stepID != stepID {
+		return nil
+	}
+	a.stopRun = nil
+	return r
+}
+
+// stoppedLocked turns an executor's output into the operator's stop: the
+// step fails with the reason, and an interrupt queues the instruction
+// next. A step that completed before the stop reached it keeps its
+// outcome (a tool call may have acted already); the instruction is still
+// queued. a.mu must be held.
+func (a *agent) stoppedLocked(step *StepState, r *stopRequest, out *Output) *Output {
+	what := "cancelled by the operator"
+	if r.instruction != "" {
+		what = "interrupted by the operator"
+	}
+	if r.reason != "" {
+		what += ": " + r.reason
+	}
+	if r.instruction != "" {
+		data := map[string]any{"Reason": r.reason, "Instruction": r.instruction}
+		a.addStepsLocked(step.TaskID, step.StageID, []StepSpec{{
+			StepIntention: a.sys.text("interrupt_intention", data),
+			Type:          StepSkill,
+			Executor:      SkillProcessMessage,
+			TextContent:   a.sys.text("interrupt_text", data),
+		}}, true, "")
+	}
+	if out.Err == nil {
+		return out
+	}
+	return &Output{Err: errors.New(what), Usage: out.Usage, Result: map[string]any{"interrupted": true}}
+}
+
+// setPaused pauses or resumes the agent (pause_agent, resume_agent) and
+// reports whether that changed it; a refused write is returned.
+func (a *agent) setPaused(pause bool) (bool, error) {
+	a.mu.Lock()
+	changed := false
+	if a.st.Paused != pause {
+		a.st.Paused = pause
+		if pause && a.running == "" {
+			a.st.WorkingState = WorkingPaused
+		}
+		a.changedLocked(Event{Detail: map[bool]string{true: "paused", false: "resumed"}[pause]})
+		if err := a.mu.syncLocked(); err != nil {
+			a.mu.Unlock()
+			return false, err
+		}
+		changed = true
+	}
+	a.mu.Unlock()
+	a.signal()
+	return changed, nil
+}
+
+// taskPaused takes a task's pause or resume: on resume its waits in the
+// task move by held, the time the task was paused; the wait timer is
+// armed again either way.
+func (a *agent) taskPaused(taskID string, pause bool, held time.Duration) {
+	a.mu.Lock()
+	if !pause {
+		a.shiftWaitsLocked(taskID, held)
+	}
+	a.armTimerLocked()
+	a.mu.Unlock()
+	a.signal()
+}
+
+// runningStep is the ID and task of the step the agent runs now ("" when
+// none).
+func (a *agent) runningStep() (stepID, taskID string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.running, a.runningKey.task
+}
+
+// requestStop stops the agent's running step for the operator, if it is
+// still runID (and stepID, when given), and returns the step's ID.
+func (a *agent) requestStop(runID, stepID, reason, instruction string) (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.running != runID {
+		return "", errf(ErrInvalid, "agent_id %q: its running step changed meanwhile; try again", a.id)
+	}
+	running := a.stepLocked(a.running)
+	switch {
+	case running == nil:
+		return "", errf(ErrInvalid, "agent_id %q: runs no step now (send_message reaches it)", a.id)
+	case stepID != "" && stepID != running.StepID:
+		return "", errf(ErrInvalid, "step_id %q: is not the step agent %s runs now (%s)", stepID, a.id, running.StepID)
+	case stepID != "" && running.Type != StepTool:
+		return "", errf(ErrInvalid, "step_id %q: is a %s step, not a tool call: interrupt the agent instead", stepID, running.Executor)
+	case a.stopRun != nil:
+		return "", errf(ErrInvalid, "agent_id %q: its step %s is being stopped already", a.id, running.StepID)
+	}
+	a.stopRun = &stopRequest{stepID: running.StepID, reason: strings.TrimSpace(reason), instruction: strings.TrimSpace(instruction)}
+	if a.cancelRun != nil {
+		a.cancelRun()
+	}
+	return running.StepID, nil
+}
+
+// showOutage shows the agent waiting out an LLM outage, with the reason.
+func (a *agent) showOutage(since time.Time, reason string) {
+	a.mu.Lock()
+	a.st.WorkingState = WorkingWaiting
+	a.st.WaitingFor = a.sys.text("llm_waiting", map[string]any{"Since": since.Format(time.DateTime), "Reason": Truncate(reason, 300)})
+	a.changedLocked(Event{Detail: "llm_outage"})
+	a.mu.Unlock()
+}
+
+// outageOver shows the agent working again after an outage.
+func (a *agent) outageOver() {
+	a.mu.Lock()
+	if a.st.WaitingFor != "" {
+		a.st.WaitingFor = ""
+		a.st.WorkingState = WorkingWorking
+		a.changedLocked(Event{Detail: "llm_outage_over"})
+	}
+	a.mu.Unlock()
+}
+
+// stepReturned takes back a step its executor returned: the step's cancel
+// func is released, and an operator's stop of it turns its output into the
+// stop's (not a shutdown: cancelled is false then, its outcome applies).
+func (a *agent) stepReturned(step *StepState, out *Output, cancelled bool) (*Output, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cancelRun != nil {
+		a.cancelRun()
+		a.cancelRun = nil
+	}
+	if r := a.takeStopLocked(step.StepID); r != nil && !a.stopped {
+		out, cancelled = a.stoppedLocked(step, r, out), false
+	}
+	return out, cancelled
+}

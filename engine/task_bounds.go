@@ -1,0 +1,40 @@
+package engine
+
+// A task's own bound (bounds.go): its shared info pool sheds the detail
+// of its oldest entries before its document outgrows the store's limit.
+
+// taskSizeLocked estimates the task document's JSON size, without its
+// conversation (which the store keeps as messages). mu must be held.
+func (t *task) taskSizeLocked() int {
+	n := 4096 + len(t.st.TaskIntention) + len(t.st.TaskSummary) + 40*len(t.st.TaskGroup)
+	for _, e := range t.st.SharedInfoPool {
+		n += len(e.Content) + 250
+	}
+	for _, sg := range t.st.StageList {
+		n += 400 + len(sg.StageIntention)
+		for _, g := range sg.AgentAllocation {
+			n += len(g) + 80
+		}
+		for _, c := range sg.CompletionSummary {
+			n += len(c) + 80
+		}
+		n += 60 * len(sg.EveryAgentState)
+	}
+	return n
+}
+
+// boundLocked keeps the task's document under MaxDocumentBytes by dropping
+// the oldest shared info entries (each is a one-line report of a step).
+// mu must be held.
+func (t *task) boundLocked() {
+	limit := t.sys.cfg.MaxDocumentBytes
+	size := t.taskSizeLocked()
+	drop := 0
+	for drop < len(t.st.SharedInfoPool) && size > limit {
+		size -= len(t.st.SharedInfoPool[drop].Content) + 250
+		drop++
+	}
+	if drop > 0 {
+		t.st.SharedInfoPool = append([]SharedInfo(nil), t.st.SharedInfoPool[drop:]...)
+	}
+}

@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"slices"
+	"time"
+)
+
+// setPaused pauses or resumes the task for actorID and reports whether that
+// changed it, how long it was held (on resume) and its group then.
+func (t *task) setPaused(actorID string, human, pause bool, now time.Time) (changed bool, held time.Duration, group []string, err error) {
+	t.mu.Lock()
+	if err := mayManage(t, actorID, human); err != nil {
+		t.mu.Unlock()
+		return false, 0, nil, err
+	}
+	id := t.st.TaskID
+	switch {
+	case t.st.Base:
+		t.mu.Unlock()
+		return false, 0, nil, errf(ErrInvalid, "task_id %q: the base task cannot be paused", id)
+	case t.endedLocked():
+		t.mu.Unlock()
+		return false, 0, nil, errf(ErrEnded, "task_id %q: has already ended (%s)", id, t.st.ExecutionState)
+	case t.st.Paused == pause:
+		t.mu.Unlock()
+		return false, 0, nil, nil
+	}
+	held = now.Sub(t.st.PausedAt) // on resume: how long it was held
+	t.st.Paused = pause
+	if pause {
+		t.st.PausedAt = now
+	}
+	detail := "resumed"
+	if pause {
+		detail = "paused"
+	}
+	t.changedLocked(Event{Detail: detail})
+	if err := t.mu.syncLocked(); err != nil {
+		t.mu.Unlock()
+		return false, 0, nil, err
+	}
+	group = slices.Clone(t.st.TaskGroup)
+	t.mu.Unlock()
+	return true, held, group, nil
+}
+
+// inGroup reports whether the agent is in the task's group.
+func (t *task) inGroup(agentID string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.inGroupLocked(agentID)
+}
+
+// share shares the task with an operator (share_task).
+func (t *task) share(operatorID string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.st.Base {
+		return errf(ErrInvalid, "task_id %q: the base task is every operator's already", t.st.TaskID)
+	}
+	t.shareLocked(operatorID)
+	return nil
+}
+
+// sharedWith is the operators the task is shared with.
+func (t *task) sharedWith() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return nonNil(slices.Clone(t.st.SharedWith))
+}
+
+// shareLocked records that the task is shared with an operator. t.mu must
+// be held.
+func (t *task) shareLocked(operatorID string) {
+	if operatorID == t.st.Operator || slices.Contains(t.st.SharedWith, operatorID) {
+		return
+	}
+	t.st.SharedWith = append(t.st.SharedWith, operatorID)
+	t.changedLocked(Event{AgentID: operatorID, Detail: "shared"})
+}
