@@ -229,6 +229,11 @@ func TestWaitCycleIsDetectedAndBroken(t *testing.T) {
 	var notes sync.Map // agent name -> note of its send step
 	bobAsking := make(chan struct{})
 	var bobAsks sync.Once
+	var bobHeld atomic.Bool
+	// Held handlers give up when the test ends (before the fake LLM's
+	// server is closed), so a failure is reported, not hung.
+	stop := make(chan struct{})
+	b.onStart = func(*stack) { t.Cleanup(func() { close(stop) }) }
 	b.override = func(c *fakellm.Call) (fakellm.Reply, bool) {
 		s := b.s
 		// Bob asks first thing; alice thinks, then asks.
@@ -242,17 +247,27 @@ func TestWaitCycleIsDetectedAndBroken(t *testing.T) {
 		// Alice's question reaches bob while his own question is being
 		// written, so his reply to her waits behind it ...
 		if c.AgentName == "alice" && asking {
-			<-bobAsking
+			select {
+			case <-bobAsking:
+			case <-stop:
+			}
 		}
 		// ... and his question is written only once alice is blocked
 		// waiting on him: his wait would close the cycle
-		// alice → bob → alice. Both wait on events, not on time.
-		if c.AgentName == "bob" && asking {
+		// alice → bob → alice. Both wait on events, not on time. Only his
+		// first question (the first stage's): in the second stage alice
+		// may have had her answer and never block again before bob asks.
+		if c.AgentName == "bob" && asking && !bobHeld.Swap(true) {
 			sub := s.sys.Subscribe(1 << 12)
 			bobAsks.Do(func() { close(bobAsking) })
 			alice := s.agentByName("alice")
+		wait:
 			for a, _ := s.sys.Agent(alice); len(a.StepLock) == 0; a, _ = s.sys.Agent(alice) {
-				<-sub.C
+				select {
+				case <-sub.C:
+				case <-stop:
+					break wait
+				}
 			}
 			sub.Close()
 		}
@@ -267,7 +282,10 @@ func TestWaitCycleIsDetectedAndBroken(t *testing.T) {
 		}
 		return fakellm.Reply{}, false
 	}
-	s, task := runTeamTask(t, b, stackOpts{})
+	// Bob's first question is held until alice blocks, which takes alice
+	// a few LLM calls: on a loaded machine that can pass the stack's 10 s
+	// LLM timeout, and a held call must not time out and be retried.
+	s, task := runTeamTask(t, b, stackOpts{llmTimeout: 10 * time.Minute})
 	if task.ExecutionState != engine.StateFinished {
 		t.Fatalf("task %s", task.ExecutionState)
 	}
