@@ -43,6 +43,10 @@ type agent struct {
 	// ended caches the estimated stored size of ended steps, which do not
 	// change but when boundLocked shortens them (bounds.go).
 	ended map[string]endedStep
+	// answering holds the IDs of the questions a HumanAgent's answer is
+	// being stored for (humanSend, without the lock): no second answer
+	// takes them meanwhile. Not part of the state.
+	answering map[string]bool
 }
 
 func newAgentOwner(s *System, st AgentState) *agent {

@@ -110,7 +110,7 @@ func (a *agent) answerLocked(peer, taskID, replyTo string) *PrivateMessage {
 	pick := -1
 	for i := range msgs {
 		p := &msgs[i]
-		if p.SenderID != peer || !p.NeedReply || p.Replied || p.Expired || p.TaskID != taskID {
+		if p.SenderID != peer || !p.NeedReply || p.Replied || p.Expired || p.TaskID != taskID || a.answering[p.MessageID] {
 			continue
 		}
 		if replyTo != "" {
@@ -167,6 +167,18 @@ func (a *agent) checkPassword(password string) bool {
 // recordSentLocked records an operator's message to r, stored already: in
 // the conversation with r, and as a finished send_message step. a.mu must
 // be held.
+// markRepliedLocked marks the message from peer with the given ID as
+// replied (the operator's answer to it is stored). a.mu must be held.
+func (a *agent) markRepliedLocked(peer, id string) {
+	msgs := a.st.ConversationPool.ConversationPrivates[peer]
+	for i := range msgs {
+		if msgs[i].MessageID == id {
+			msgs[i].Replied = true
+			return
+		}
+	}
+}
+
 func (a *agent) recordSentLocked(r, stage string, m *Message) {
 	pool := a.st.ConversationPool
 	pool.ConversationPrivates[r] = append(pool.ConversationPrivates[r], PrivateMessage{

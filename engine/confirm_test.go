@@ -185,3 +185,65 @@ func TestAnswerApproval(t *testing.T) {
 		isErr(t, b.sys.AnswerApproval(b.op(), "", Decision{}), ErrInvalid, "message_id")
 	})
 }
+
+// messageStall is a MemoryStore whose PutMessage of the operator's
+// messages stops until released.
+type messageStall struct {
+	*MemoryStore
+	from    string
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *messageStall) PutMessage(ctx context.Context, m *Message) error {
+	if m.SenderID == s.from {
+		s.entered <- struct{}{}
+		<-s.release
+	}
+	return s.MemoryStore.PutMessage(ctx, m)
+}
+
+// TestAnswerIsStoredWithoutTheOperatorsLock: the operator's answer is
+// stored without the operator agent's lock held, and the question it
+// answers is held meanwhile: a second answer from another channel is
+// refused, the first one wins.
+func TestAnswerIsStoredWithoutTheOperatorsLock(t *testing.T) {
+	store := &messageStall{MemoryStore: NewMemoryStore(), entered: make(chan struct{}, 4), release: make(chan struct{})}
+	b := newTestbed(t, func(c *Config) { c.Store = store })
+	op, base := b.op(), b.sys.BaseTaskID()
+	store.from = op
+	alice := b.newAgent("alice")
+	b.join(base, alice)
+	done := make(chan Answer, 1)
+	go func() {
+		a, err := b.sys.Ask(t.Context(), OperatorQuestion{TaskID: base, AgentID: alice, Question: "write /tmp/x?", Timeout: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- a
+	}()
+	b.waitFor("the question in the inbox", func() bool { _, ok := inboxEntry(b, op, "write /tmp/x?"); return ok })
+	q, _ := inboxEntry(b, op, "write /tmp/x?")
+
+	first := make(chan error, 1)
+	go func() { first <- b.sys.AnswerApproval(op, q.MessageID, Decision{Approve: true, Note: "first"}) }()
+	waitChan(t, store.entered, "the answer's store write")
+	h, _ := b.sys.agent(op)
+	if !h.mu.TryLock() {
+		t.Fatal("the operator's lock is held while its answer is being stored")
+	}
+	h.mu.Unlock()
+	err := b.sys.AnswerApproval(op, q.MessageID, Decision{Approve: false, Note: "second"})
+	isErr(t, err, ErrInvalid, "not an approval question awaiting an answer")
+
+	close(store.release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if got := <-done; got.Decision == nil || !got.Decision.Approve || got.Decision.Note != "first" {
+		t.Fatalf("answer %+v, want the first one", got)
+	}
+	if e, _ := inboxEntry(b, op, "write /tmp/x?"); !e.Replied {
+		t.Errorf("inbox entry %+v, want replied", e)
+	}
+}

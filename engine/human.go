@@ -119,7 +119,9 @@ func (s *System) humanSend(humanID string, hm HumanMessage) ([]Message, error) {
 		}
 		h.mu.Lock()
 		answered := h.answerLocked(r, hm.TaskID, hm.ReplyTo)
+		var answeredID string
 		if answered != nil {
+			answeredID = answered.MessageID
 			m.ReturnWaitingID = answered.ReturnWaitingID
 		}
 		if hm.Decision != nil {
@@ -130,9 +132,21 @@ func (s *System) humanSend(humanID string, hm HumanMessage) ([]Message, error) {
 			d := *hm.Decision
 			m.Decision = &d
 		}
-		// Stored before the operator's records change: a message the
-		// store refuses is neither sent nor recorded as sent.
-		if err := s.persist(&m); err != nil {
+		// Stored before the operator's records change (a message the
+		// store refuses is neither sent nor recorded as sent), without the
+		// operator's lock: the question it answers is held meanwhile, so
+		// the first answer from any channel still wins.
+		if answeredID != "" {
+			if h.answering == nil {
+				h.answering = map[string]bool{}
+			}
+			h.answering[answeredID] = true
+		}
+		h.mu.Unlock()
+		err := s.persist(&m)
+		h.mu.Lock()
+		delete(h.answering, answeredID)
+		if err != nil {
 			h.mu.Unlock()
 			if len(sent) > 0 {
 				// One message per receiver: say who has it, so that a
@@ -145,8 +159,8 @@ func (s *System) humanSend(humanID string, hm HumanMessage) ([]Message, error) {
 			}
 			return sent, err
 		}
-		if answered != nil {
-			answered.Replied = true
+		if answeredID != "" {
+			h.markRepliedLocked(r, answeredID)
 		}
 		h.recordSentLocked(r, stage, &m)
 		h.mu.Unlock()
