@@ -144,23 +144,33 @@ func TestRestoreExpiresOpenQuestions(t *testing.T) {
 // TestAnswerApproval: the operator answers an approval question with a
 // structured decision; the asking call gets it (and the text says the
 // same); a message that is not such a question is refused.
+// askApproval has a new agent alice ask the operator "write /tmp/x?" in
+// the base task; it returns the question as the inbox shows it and where
+// alice's answer arrives.
+func askApproval(t *testing.T, b *testbed) (InboxEntry, chan Answer) {
+	t.Helper()
+	op, base := b.op(), b.sys.BaseTaskID()
+	alice := b.newAgent("alice")
+	b.join(base, alice)
+	done := make(chan Answer, 1)
+	go func() {
+		a, err := b.sys.Ask(t.Context(), OperatorQuestion{TaskID: base, AgentID: alice, Question: "write /tmp/x?", Timeout: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- a
+	}()
+	b.waitFor("the question in the inbox", func() bool { _, ok := inboxEntry(b, op, "write /tmp/x?"); return ok })
+	q, _ := inboxEntry(b, op, "write /tmp/x?")
+	return q, done
+}
+
 func TestAnswerApproval(t *testing.T) {
 	for _, approve := range []bool{true, false} {
 		t.Run(map[bool]string{true: "approve", false: "deny"}[approve], func(t *testing.T) {
 			b := newTestbed(t, nil)
-			op, base := b.op(), b.sys.BaseTaskID()
-			alice := b.newAgent("alice")
-			b.join(base, alice)
-			done := make(chan Answer, 1)
-			go func() {
-				a, err := b.sys.Ask(t.Context(), OperatorQuestion{TaskID: base, AgentID: alice, Question: "write /tmp/x?", Timeout: time.Minute})
-				if err != nil {
-					t.Error(err)
-				}
-				done <- a
-			}()
-			b.waitFor("the question in the inbox", func() bool { _, ok := inboxEntry(b, op, "write /tmp/x?"); return ok })
-			q, _ := inboxEntry(b, op, "write /tmp/x?")
+			op := b.op()
+			q, done := askApproval(t, b)
 			d := Decision{Approve: approve, Note: "checked", Arguments: map[string]any{"path": "/tmp/y"}}
 			if err := b.sys.AnswerApproval(op, q.MessageID, d); err != nil {
 				t.Fatal(err)
@@ -210,20 +220,9 @@ func (s *messageStall) PutMessage(ctx context.Context, m *Message) error {
 func TestAnswerIsStoredWithoutTheOperatorsLock(t *testing.T) {
 	store := &messageStall{MemoryStore: NewMemoryStore(), entered: make(chan struct{}, 4), release: make(chan struct{})}
 	b := newTestbed(t, func(c *Config) { c.Store = store })
-	op, base := b.op(), b.sys.BaseTaskID()
+	op := b.op()
 	store.from = op
-	alice := b.newAgent("alice")
-	b.join(base, alice)
-	done := make(chan Answer, 1)
-	go func() {
-		a, err := b.sys.Ask(t.Context(), OperatorQuestion{TaskID: base, AgentID: alice, Question: "write /tmp/x?", Timeout: time.Minute})
-		if err != nil {
-			t.Error(err)
-		}
-		done <- a
-	}()
-	b.waitFor("the question in the inbox", func() bool { _, ok := inboxEntry(b, op, "write /tmp/x?"); return ok })
-	q, _ := inboxEntry(b, op, "write /tmp/x?")
+	q, done := askApproval(t, b)
 
 	first := make(chan error, 1)
 	go func() { first <- b.sys.AnswerApproval(op, q.MessageID, Decision{Approve: true, Note: "first"}) }()

@@ -156,6 +156,8 @@ func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
 		inline = slices.DeleteFunc(inline, func(i int) bool { _, ok := as.in[steps[i].StepID]; return ok })
 	}
 
+	// The chunks the head refers to: those holding the steps it has.
+	refer := map[string]bool{}
 	head := *a
 	e := envelope{Schema: SchemaVersion, Agent: &head}
 	if chunked > 0 {
@@ -164,30 +166,19 @@ func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
 			head.AgentStep.StepList[j] = steps[i]
 		}
 		e.StepOrder = make([]string, len(steps))
-		refer := map[string]bool{}
 		for i := range steps {
 			e.StepOrder[i] = steps[i].StepID
 			if loc, ok := as.in[steps[i].StepID]; ok {
 				refer[loc.chunk] = true
 			}
 		}
-		e.Chunks = slices.Sorted(func(yield func(string) bool) {
-			for k := range refer {
-				if !yield(k) {
-					return
-				}
-			}
-		})
+		e.Chunks = slices.Sorted(maps.Keys(refer))
 	}
 	if err := s.put(ctx, s.kvA, "agent "+a.AgentID, a.AgentID, e); err != nil {
 		return err
 	}
 
-	// The head no longer refers to these chunks: delete them.
-	refer := map[string]bool{}
-	for _, k := range e.Chunks {
-		refer[k] = true
-	}
+	// The head no longer refers to the other chunks: delete them.
 	var dead []string
 	for k := range as.chunks {
 		if !refer[k] {

@@ -39,6 +39,9 @@ func (c metaCarrier) Keys() []string {
 // request is about (tool, prompt, resource).
 func mcpTarget(method string, p mcp.Params) (string, []attribute.KeyValue) {
 	attrs := []attribute.KeyValue{semconv.McpMethodNameKey.String(method)}
+	if nilParams(p) {
+		return "", attrs
+	}
 	switch p := p.(type) {
 	case *mcp.CallToolParams:
 		attrs = append(attrs, semconv.GenAIToolName(p.Name), semconv.GenAIOperationNameExecuteTool)
@@ -98,10 +101,7 @@ func ServerMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		start := time.Now()
 		p := req.GetParams()
-		target, attrs := "", []attribute.KeyValue{semconv.McpMethodNameKey.String(method)}
-		if !nilParams(p) {
-			target, attrs = mcpTarget(method, p)
-		}
+		target, attrs := mcpTarget(method, p)
 		var span trace.Span
 		if st.tracer != nil {
 			if !nilParams(p) {
@@ -134,10 +134,7 @@ func ClientMiddleware(server string) mcp.Middleware {
 			}
 			start := time.Now()
 			p := req.GetParams()
-			target, attrs := "", []attribute.KeyValue{semconv.McpMethodNameKey.String(method)}
-			if !nilParams(p) {
-				target, attrs = mcpTarget(method, p)
-			}
+			target, attrs := mcpTarget(method, p)
 			attrs = append(attrs, KeyToolServer.String(server))
 			var span trace.Span
 			if st.tracer != nil {
