@@ -62,6 +62,7 @@ func newAgentOwner(s *System, st AgentState) *agent {
 		copy:     a.st.commitCopy,
 		restore:  a.restoreLocked,
 		announce: s.publish,
+		wake:     a.signal,
 		refused: func(err error) {
 			s.log.Error("store: put agent refused: change withdrawn", "agent", a.id, "err", err)
 		},
@@ -274,9 +275,19 @@ func (a *agent) viewLocked(step *StepState) AgentState {
 	}
 	view.AgentStep.StepList = make([]StepState, 0, n)
 	for i := range all {
-		if all[i].TaskID == step.TaskID && all[i].StageID == step.StageID {
-			view.AgentStep.StepList = append(view.AgentStep.StepList, all[i].clone())
+		st := &all[i]
+		if st.TaskID != step.TaskID || st.StageID != step.StageID {
+			continue
 		}
+		if st.ended() {
+			// Never changed in place (state.go, commitCopy), and
+			// executors only read their view: shared, not copied, so a
+			// step costs in proportion to what changed, not to the
+			// stage's history.
+			view.AgentStep.StepList = append(view.AgentStep.StepList, *st)
+			continue
+		}
+		view.AgentStep.StepList = append(view.AgentStep.StepList, st.clone())
 	}
 	return view
 }

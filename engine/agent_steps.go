@@ -85,7 +85,7 @@ func (a *agent) addStepsLocked(taskID, stageID string, specs []StepSpec, next bo
 	for i := range steps {
 		a.changedLocked(Event{Kind: EventStepChanged, StepID: ids[i], TaskID: taskID, StageID: stageID, Detail: StateInit})
 	}
-	a.signal()
+	a.mu.wakeLocked()
 	return ids
 }
 

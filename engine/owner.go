@@ -51,6 +51,9 @@ type ownerOps[T any] struct {
 	refused func(error)
 	// announce publishes one event.
 	announce func(Event)
+	// wake, when set, is called after Unlock has committed, if a holder
+	// asked for it (wakeLocked).
+	wake func()
 }
 
 // lostSpan is a range of changes (after, upto] a refused write withdrew.
@@ -74,6 +77,7 @@ type ownerMu[T any] struct {
 	held    uint64 // made when the current holder took the lock
 	durable uint64 // made when the store last held the state in memory
 	write   bool   // a change recorded since the last commit must be stored
+	wakeup  bool   // call ops.wake after the lock is released
 	events  []Event
 	lost    []lostSpan
 
@@ -108,12 +112,22 @@ func (m *ownerMu[T]) TryLock() bool {
 	return true
 }
 
+// wakeLocked asks for ops.wake once the lock is released and the changes
+// are committed. Waking the owner's goroutine while the lock is held would
+// have it block on the lock (and the commit) at once: with several cores
+// that costs a park and a wake-up per hand-over, the message hop's tail.
+func (m *ownerMu[T]) wakeLocked() { m.wakeup = true }
+
 // Unlock releases the lock and commits what was changed under it.
 func (m *ownerMu[T]) Unlock() {
-	from, v, pending := m.held, m.made, m.made > m.settled
+	from, v, pending, wake := m.held, m.made, m.made > m.settled, m.wakeup
+	m.wakeup = false
 	m.Mutex.Unlock()
 	if pending {
 		_ = m.commit(from, v)
+	}
+	if wake {
+		m.ops.wake()
 	}
 }
 

@@ -348,7 +348,7 @@ func (a *AgentState) copyState(shareEnded bool) AgentState {
 	c.AgentStep.StepList = make([]StepState, len(a.AgentStep.StepList))
 	for i := range a.AgentStep.StepList {
 		st := &a.AgentStep.StepList[i]
-		if shareEnded && (st.ExecutionState == StateFinished || st.ExecutionState == StateFailed) {
+		if shareEnded && st.ended() {
 			c.AgentStep.StepList[i] = *st
 			continue
 		}
@@ -379,6 +379,12 @@ func (s *StageState) clone() StageState {
 	c.EveryAgentState = maps.Clone(s.EveryAgentState)
 	c.CompletionSummary = maps.Clone(s.CompletionSummary)
 	return c
+}
+
+// ended reports whether the step finished or failed: its maps are then
+// never changed in place, only replaced (bounds.go).
+func (s *StepState) ended() bool {
+	return s.ExecutionState == StateFinished || s.ExecutionState == StateFailed
 }
 
 func (s *StepState) clone() StepState {

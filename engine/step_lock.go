@@ -145,7 +145,7 @@ func (a *agent) releaseWaitLocked(id string) (Wait, bool) {
 	w := a.st.Waits[i]
 	a.st.Waits = slices.Delete(a.st.Waits, i, i+1)
 	a.armTimerLocked()
-	a.signal()
+	a.mu.wakeLocked()
 	return w, true
 }
 
