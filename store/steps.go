@@ -26,14 +26,18 @@ import (
 // durable cost of a change grow with the work (and a manager with ~100
 // tasks in flight passed NATS's 1 MiB payload limit). Ended steps
 // (finished or failed) no longer change, so the store moves them out of
-// the agent's document into chunks of their own, each written once:
+// the agent's document into chunks of their own, each written once. So
+// does it with steps that wait (init or pending, with no result or tool
+// call yet) once they are many: a manager of a hundred tasks has a
+// hundred incoming notices queued, each with its text, and until one runs
+// nothing in it changes:
 //
 //   - the agent's document (its head) keeps its steps that may still
-//     change (pending, running) and the few ended ones not yet chunked,
-//     the order of all its steps (their IDs), and the keys of the chunks
-//     that hold the others;
+//     change (running, and waiting ones while they are few) and the few
+//     ended ones not yet chunked, the order of all its steps (their IDs),
+//     and the keys of the chunks that hold the others;
 //   - a chunk (bucket mas_steps, key "<agent>.<n>") holds up to
-//     chunkSteps ended steps (or chunkBytes of them), written with Create
+//     chunkSteps steps (or chunkBytes of them), written with Create
 //     before the head that refers to it;
 //   - a chunk none of whose steps the agent still has is deleted after a
 //     head without it is written; a chunk with fewer than a quarter of
@@ -44,12 +48,18 @@ import (
 // refers to: Load deletes it. The head is what the store holds of the
 // agent; a chunk is only ever read through a head that refers to it, so
 // the crash guarantees of the single document are kept. A step a chunk
-// holds that changes after all (its fingerprint differs) goes back into
-// the head, and into a new chunk when it ended again.
+// holds that changes after all (it no longer matches what was written, see
+// stepLoc) goes back into the head, and into a new chunk when it ended
+// again (a waiting step that starts running comes back this way).
 const (
 	bucketSteps = "mas_steps"
 	chunkSteps  = 8
 	chunkBytes  = 256 << 10
+	// waitingBytes is how many bytes of text the head's waiting steps
+	// may hold before they go to chunks: a worker's plan of small steps,
+	// run one after the other, stays in the head (chunking steps that
+	// are about to run would only write them twice).
+	waitingBytes = 32 << 10
 )
 
 // agentSteps is the store's record of one agent's chunks. Its mutex also
@@ -63,15 +73,38 @@ type agentSteps struct {
 	loaded map[string]struct{} // set by Load: chunk keys a head refers to
 }
 
+// stepLoc is where a chunked step is, and what it was when written there,
+// to tell whether it changed since: an ended step by its fingerprint, a
+// waiting one by a shallow copy.
 type stepLoc struct {
 	chunk string
 	fp    fingerprint
+	// waiting is the step as written, when it was waiting (its texts
+	// shared, not copied).
+	waiting *engine.StepState
 }
 
-// fingerprint tells, cheaply, whether a chunked step was changed since.
-// The engine never changes an ended step's result map or tool call in
-// place (it replaces them), so they are known by their addresses; texts by
-// their lengths.
+// locOf records st as written in chunk.
+func locOf(chunk string, st *engine.StepState) stepLoc {
+	if ended(st) {
+		return stepLoc{chunk: chunk, fp: fingerprintOf(st)}
+	}
+	c := *st
+	return stepLoc{chunk: chunk, waiting: &c}
+}
+
+// unchanged reports whether st is still what was written in the chunk.
+func (l *stepLoc) unchanged(st *engine.StepState) bool {
+	if l.waiting != nil {
+		return waiting(st) && sameWaiting(l.waiting, st)
+	}
+	return ended(st) && l.fp == fingerprintOf(st)
+}
+
+// fingerprint tells, cheaply, whether a chunked ended step was changed
+// since. The engine never changes an ended step's result map or tool call
+// in place (it replaces them), so they are known by their addresses; texts
+// by their lengths.
 type fingerprint struct {
 	state    string
 	finished time.Time
@@ -91,6 +124,37 @@ func fingerprintOf(st *engine.StepState) fingerprint {
 
 func ended(st *engine.StepState) bool {
 	return st.ExecutionState == engine.StateFinished || st.ExecutionState == engine.StateFailed
+}
+
+// waiting reports whether st waits to run with nothing in it that could
+// change in place: no result map, no tool call (a waiting tool step gets
+// its call written into it), only strings and values, compared whole by
+// sameWaiting.
+func waiting(st *engine.StepState) bool {
+	return (st.ExecutionState == engine.StateInit || st.ExecutionState == engine.StatePending) &&
+		st.ExecuteResult == nil && st.InstructionContent == nil
+}
+
+// sameWaiting compares two waiting steps field by field. Strings are never
+// changed in place in Go, so an unchanged one is the same string and
+// compares at once. TestSameWaitingKnowsEveryField fails when StepState
+// gains a field this does not compare.
+func sameWaiting(a, b *engine.StepState) bool {
+	return a.TaskID == b.TaskID && a.StageID == b.StageID && a.AgentID == b.AgentID &&
+		a.StepID == b.StepID && a.StepIntention == b.StepIntention && a.Type == b.Type &&
+		a.Executor == b.Executor && a.ExecutionState == b.ExecutionState &&
+		a.TextContent == b.TextContent && a.TargetStepID == b.TargetStepID &&
+		a.ReplyTo == b.ReplyTo && a.ReturnWaitingID == b.ReturnWaitingID &&
+		a.Usage == b.Usage && a.CreatedAt.Equal(b.CreatedAt) &&
+		a.StartedAt.Equal(b.StartedAt) && a.FinishedAt.Equal(b.FinishedAt) &&
+		a.InstructionContent == nil && b.InstructionContent == nil &&
+		a.ExecuteResult == nil && b.ExecuteResult == nil
+}
+
+// textBytes is a step's size in text, roughly what it takes in JSON.
+func textBytes(st *engine.StepState) int {
+	return len(st.StepIntention) + len(st.TextContent) + len(st.TaskID) + len(st.StageID) +
+		len(st.StepID) + len(st.Executor) + 200
 }
 
 func (s *Store) stepsOf(agentID string) *agentSteps {
@@ -124,7 +188,7 @@ func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
 	same := make([]bool, len(steps))
 	for i := range steps {
 		st := &steps[i]
-		if loc, ok := as.in[st.StepID]; ok && ended(st) && loc.fp == fingerprintOf(st) {
+		if loc, ok := as.in[st.StepID]; ok && loc.unchanged(st) {
 			live[loc.chunk]++
 			same[i] = true
 		}
@@ -132,8 +196,8 @@ func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
 	sparse := func(key string) bool { return live[key]*4 < as.chunks[key] }
 
 	// The steps the head keeps, and the ended ones to chunk.
-	var inline, fresh []int
-	chunked := 0
+	var inline, fresh, wait []int
+	chunked, waitSize := 0, 0
 	for i := range steps {
 		st := &steps[i]
 		if loc, ok := as.in[st.StepID]; ok {
@@ -144,9 +208,17 @@ func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
 			delete(as.in, st.StepID) // changed, or compacted: back in the head
 		}
 		inline = append(inline, i)
-		if ended(st) {
+		switch {
+		case ended(st):
 			fresh = append(fresh, i)
+		case waiting(st):
+			wait = append(wait, i)
+			waitSize += textBytes(st)
 		}
+	}
+	if waitSize > waitingBytes {
+		fresh = append(fresh, wait...)
+		slices.Sort(fresh)
 	}
 	if len(fresh) >= chunkSteps {
 		if err := s.writeChunks(ctx, a.AgentID, as, steps, fresh); err != nil {
@@ -208,21 +280,21 @@ func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
 	return nil
 }
 
-// writeChunks writes the ended steps at fresh (indices into steps) in
+// writeChunks writes the steps at fresh (indices into steps) in
 // chunks of at most chunkSteps steps and chunkBytes bytes, and records
 // them in as.
 func (s *Store) writeChunks(ctx context.Context, agentID string, as *agentSteps, steps []engine.StepState, fresh []int) error {
 	var (
 		buf  bytes.Buffer
 		ids  []string
-		fps  []fingerprint
+		locs []int // indices into steps, with ids
 		none = buf.Len()
 	)
 	start := func() {
 		buf.Reset()
 		fmt.Fprintf(&buf, `{"schema":%d,"agent":%q,"steps":[`, SchemaVersion, agentID)
 		none = buf.Len()
-		ids, fps = ids[:0], fps[:0]
+		ids, locs = ids[:0], locs[:0]
 	}
 	flush := func() error {
 		if len(ids) == 0 {
@@ -234,7 +306,7 @@ func (s *Store) writeChunks(ctx context.Context, agentID string, as *agentSteps,
 			return err
 		}
 		for j, id := range ids {
-			as.in[id] = stepLoc{chunk: key, fp: fps[j]}
+			as.in[id] = locOf(key, &steps[locs[j]])
 		}
 		as.chunks[key] = len(ids)
 		return nil
@@ -256,7 +328,7 @@ func (s *Store) writeChunks(ctx context.Context, agentID string, as *agentSteps,
 		}
 		buf.Write(b)
 		ids = append(ids, steps[i].StepID)
-		fps = append(fps, fingerprintOf(&steps[i]))
+		locs = append(locs, i)
 	}
 	return flush()
 }
@@ -350,7 +422,7 @@ func (s *Store) assemble(ctx context.Context, e *envelope, seen *agentSteps) err
 		}
 		list = append(list, *st)
 		if seen != nil && fromChunk[id] {
-			seen.in[id] = stepLoc{chunk: inChunk[id], fp: fingerprintOf(st)}
+			seen.in[id] = locOf(inChunk[id], &list[len(list)-1])
 		}
 	}
 	a.AgentStep.StepList = list

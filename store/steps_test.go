@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -229,4 +230,102 @@ func TestChunkedDocumentFromAnOlderSchema(t *testing.T) {
 		t.Fatalf("%d steps in the head, chunks %v; want 1 and 3", len(head), chunks)
 	}
 	same(t, "rewritten", loaded, a)
+}
+
+// TestWaitingStepsInChunks: many waiting steps with texts (a manager's
+// queued notices) leave the document for chunks; a few small ones (a
+// worker's plan) stay; a chunked waiting step that changes in any way —
+// it starts, its text changes to one of the same length, it gets a tool
+// call — is stored again as it is now.
+func TestWaitingStepsInChunks(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	defer s.Close()
+	put := func(a engine.AgentState) {
+		t.Helper()
+		if err := s.PutAgent(ctx, &a); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A plan of 20 small steps: all in the head.
+	a := agentWithSteps(0, 20)
+	put(a)
+	head, chunks, loaded, _ := stored(t, s)
+	if len(head) != 20 || len(chunks) != 0 {
+		t.Fatalf("%d steps in the head, chunks %v; want all 20 and none", len(head), chunks)
+	}
+	same(t, "loaded", loaded, a)
+
+	// 100 queued notices of 1 KB each: chunked.
+	a = agentWithSteps(3, 100)
+	for i := 3; i < len(a.AgentStep.StepList); i++ {
+		a.AgentStep.StepList[i].TextContent = fmt.Sprintf("notice %03d %s", i, strings.Repeat("n", 1000))
+	}
+	put(a)
+	head, chunks, loaded, read := stored(t, s)
+	if len(head) > chunkSteps || len(chunks) < 100/chunkSteps {
+		t.Fatalf("%d steps in the head, %d chunks; want at most %d and at least %d", len(head), len(chunks), chunkSteps, 100/chunkSteps)
+	}
+	same(t, "loaded", loaded, a)
+	same(t, "read back", read, a)
+	a = loaded
+
+	// Each kind of change brings a chunked step back, as it is now.
+	a.AgentStep.StepList[10].ExecutionState = engine.StateRunning
+	a.AgentStep.TodoList = slices.DeleteFunc(a.AgentStep.TodoList, func(id string) bool { return id == a.AgentStep.StepList[10].StepID })
+	txt := []byte(a.AgentStep.StepList[20].TextContent)
+	txt[len(txt)-1] = 'X'
+	a.AgentStep.StepList[20].TextContent = string(txt) // same length
+	a.AgentStep.StepList[30].InstructionContent = &engine.ToolCall{ToolName: "echo", Arguments: map[string]any{"a": "b"}}
+	a.AgentStep.StepList[40].ReplyTo = "someone"
+	put(a)
+	head, _, loaded, read = stored(t, s)
+	same(t, "loaded after changes", loaded, a)
+	same(t, "read back after changes", read, a)
+	for _, i := range []int{10, 20, 30, 40} {
+		id := a.AgentStep.StepList[i].StepID
+		if !slices.ContainsFunc(head, func(st engine.StepState) bool { return st.StepID == id }) {
+			t.Errorf("changed step %s is not back in the head", id)
+		}
+	}
+}
+
+// TestSameWaitingKnowsEveryField changes each field of a waiting step in
+// turn: sameWaiting must see every change (a field added to StepState and
+// not compared would let a changed step stay in its stale chunk).
+func TestSameWaitingKnowsEveryField(t *testing.T) {
+	base := engine.StepState{TaskID: "t", StageID: "s", AgentID: "a", StepID: "p", Type: engine.StepSkill,
+		Executor: "think", ExecutionState: engine.StateInit, CreatedAt: time.Unix(1, 0)}
+	typ := reflect.TypeOf(base)
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		changed := base
+		v := reflect.ValueOf(&changed).Elem().Field(i)
+		switch v.Kind() {
+		case reflect.String:
+			v.SetString(v.String() + "x")
+		case reflect.Map:
+			v.Set(reflect.MakeMap(v.Type()))
+		case reflect.Pointer:
+			v.Set(reflect.New(v.Type().Elem()))
+		case reflect.Struct:
+			switch x := v.Addr().Interface().(type) {
+			case *time.Time:
+				*x = x.Add(time.Second)
+			case *engine.Usage:
+				x.PromptTokens++
+			default:
+				t.Fatalf("field %s (%s): teach this test (and sameWaiting) how it changes", f.Name, f.Type)
+			}
+		default:
+			t.Fatalf("field %s (%s): teach this test (and sameWaiting) how it changes", f.Name, f.Type)
+		}
+		if sameWaiting(&base, &changed) {
+			t.Errorf("field %s changed, but sameWaiting says the step is the same", f.Name)
+		}
+	}
+	if c := base; !sameWaiting(&base, &c) {
+		t.Error("an unchanged step is not the same")
+	}
 }

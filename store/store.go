@@ -36,7 +36,8 @@ import (
 // SchemaVersion is the version of the documents this build writes. A
 // document of a later version is refused, never misread.
 //
-// 2: an agent's ended steps may be in chunks of their own (steps.go);
+// 2: an agent's ended steps (and, since, its waiting ones) may be in
+// chunks of their own (steps.go);
 // documents of schema 1 are read as they are.
 const SchemaVersion = 2
 
@@ -104,7 +105,7 @@ type Store struct {
 	js   jetstream.JetStream
 	kvT  jetstream.KeyValue
 	kvA  jetstream.KeyValue
-	kvS  jetstream.KeyValue // chunks of agents' ended steps
+	kvS  jetstream.KeyValue // chunks of agents' steps that no longer change (steps.go)
 
 	mu     sync.Mutex // guards revs, unsure, steps and trails
 	steps  map[string]*agentSteps
