@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -127,6 +128,20 @@ func (sc *script) executor(skill string) Executor {
 		}
 		return &Output{}
 	})
+}
+
+// count is the number of executor calls so far.
+func (sc *script) count() int {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return len(sc.calls)
+}
+
+// since returns the calls after the first n.
+func (sc *script) since(n int) []execCall {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return slices.Clone(sc.calls[n:])
 }
 
 // callsOf returns the calls of one agent (by name), optionally of one skill.
