@@ -101,6 +101,8 @@ type fakeAPI struct {
 	auth        []string      // Authorization headers; guarded by mu
 	inflight    int           // guarded by mu
 	maxInflight int           // guarded by mu
+	// arrived receives a value (never blocking) when a request arrives.
+	arrived chan struct{}
 }
 
 func newFakeAPI(t testing.TB, replies ...reply) *fakeAPI {
@@ -108,7 +110,7 @@ func newFakeAPI(t testing.TB, replies ...reply) *fakeAPI {
 	if len(replies) == 0 {
 		replies = []reply{{}}
 	}
-	f := &fakeAPI{replies: replies}
+	f := &fakeAPI{replies: replies, arrived: make(chan struct{}, 1)}
 	f.Server = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.Close)
 	return f
@@ -132,6 +134,10 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 	f.inflight++
 	f.maxInflight = max(f.maxInflight, f.inflight)
 	f.mu.Unlock()
+	select {
+	case f.arrived <- struct{}{}:
+	default:
+	}
 	defer func() {
 		f.mu.Lock()
 		f.inflight--

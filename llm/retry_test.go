@@ -346,9 +346,7 @@ func TestLimitAcquireHonoursContext(t *testing.T) {
 		_, _ = o.Complete(holder, userRequest("holds the slot"))
 	}()
 	defer func() { release(); <-done }()
-	for len(api.received()) == 0 { // wait until the slot is taken
-		time.Sleep(time.Millisecond)
-	}
+	<-api.arrived // the slot is taken
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
 	defer cancel()
 	_, err := o.Complete(ctx, userRequest("waits"))

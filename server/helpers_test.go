@@ -76,8 +76,36 @@ type peer struct {
 	listChanged chan struct{}
 	progress    chan *mcp.ProgressNotificationParams
 
+	// notified receives a value (never blocking) after every notification
+	// of any kind, for waits on them (await).
+	notified chan struct{}
+
 	mu      sync.Mutex
 	notices []notice // every resources/updated, in arrival order
+}
+
+// await waits until cond holds, checking it again after each notification
+// the peer receives; it reports false if timeout passed first.
+func (p *peer) await(cond func() bool, timeout time.Duration) bool {
+	bound := time.NewTimer(timeout)
+	defer bound.Stop()
+	for !cond() {
+		select {
+		case <-p.notified:
+		case <-bound.C:
+			return cond()
+		}
+	}
+	return true
+}
+
+// waitUntil waits for cond as await does, failing after a generous bound
+// (for a hang, not a performance assertion).
+func (p *peer) waitUntil(what string, cond func() bool) {
+	p.t.Helper()
+	if !p.await(cond, 20*time.Second) {
+		p.t.Fatalf("timed out waiting for %s", what)
+	}
 }
 
 // notice is one resources/updated notification and when it arrived.
@@ -119,6 +147,7 @@ func (e *env) dial(ct mcp.Transport, version string) *peer {
 	p := &peer{
 		t: t, updates: make(chan string, 4096), logs: make(chan *mcp.LoggingMessageParams, 4096),
 		listChanged: make(chan struct{}, 4096), progress: make(chan *mcp.ProgressNotificationParams, 4096),
+		notified: make(chan struct{}, 1),
 	}
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, p.clientOptions()).
 		Connect(context.Background(), ct, &mcp.ClientSessionOptions{ProtocolVersion: version})
@@ -139,15 +168,19 @@ func (p *peer) clientOptions() *mcp.ClientOptions {
 			p.notices = append(p.notices, notice{r.Params.URI, time.Now()})
 			p.mu.Unlock()
 			offer(p.updates, r.Params.URI)
+			offer(p.notified, struct{}{})
 		},
 		LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
 			offer(p.logs, r.Params)
+			offer(p.notified, struct{}{})
 		},
 		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) {
 			offer(p.listChanged, struct{}{})
+			offer(p.notified, struct{}{})
 		},
 		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
 			offer(p.progress, r.Params)
+			offer(p.notified, struct{}{})
 		},
 	}
 }

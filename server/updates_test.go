@@ -19,19 +19,6 @@ import (
 // (subscriptions/listen).
 var protocolVersions = []string{"2025-11-25", "2026-07-28"}
 
-// waitUntil polls cond until it holds, failing after a generous deadline (a
-// bound for a hang, not a performance assertion).
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func (p *peer) subscribe(uris ...string) {
 	p.t.Helper()
 	for _, uri := range uris {
@@ -69,7 +56,7 @@ func TestUpdatesWhileTaskRuns(t *testing.T) {
 			})
 			ended := e.stack.Task(added.TaskID).EndedAt
 			for _, uri := range []string{added.ResourceURI, "mas://tasks"} {
-				waitUntil(t, "a notification of "+uri+" after the task ended", func() bool {
+				e.waitUntil("a notification of "+uri+" after the task ended", func() bool {
 					n := e.noticesOf(uri)
 					return len(n) > 0 && !n[len(n)-1].Before(ended)
 				})
@@ -110,11 +97,16 @@ func TestUpdatesCoalesce(t *testing.T) {
 		}
 	}
 	// Warm up until both subscriptions are live, then let the window pass.
-	waitUntil(t, "the subscriptions to be live", func() bool {
+	live := func() bool { return len(e.noticesOf(conv)) > 0 && len(e.noticesOf(inbox)) > 0 }
+	for tries := 0; !live(); tries++ {
+		if tries == 80 { // 20 s: a bound for a hang
+			t.Fatal("timed out waiting for the subscriptions to be live")
+		}
 		send(-1)
-		time.Sleep(window / 4)
-		return len(e.noticesOf(conv)) > 0 && len(e.noticesOf(inbox)) > 0
-	})
+		e.await(live, window/4)
+	}
+	// The warm-up's window closes: the changes below start a fresh one
+	// (a wall-clock window is what is tested, so its time passes here).
 	time.Sleep(3 * window)
 
 	start := time.Now()
@@ -126,7 +118,7 @@ func TestUpdatesCoalesce(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	for _, uri := range []string{conv, inbox} {
-		waitUntil(t, "the last change of "+uri+" to be notified", func() bool {
+		e.waitUntil("the last change of "+uri+" to be notified", func() bool {
 			n := e.noticesOf(uri)
 			return len(n) > 0 && n[len(n)-1].After(last)
 		})
@@ -168,14 +160,14 @@ func TestListChanged(t *testing.T) {
 			var out instructionOut
 			e.call("manage_agent", map[string]any{"action": "init_new_agent", "agent_config": map[string]any{"template": "reviewer", "name": "carol"}}, &out)
 			carol := out.Result["agent_id"].(string)
-			waitUntil(t, "list_changed after init_new_agent", func() bool { return len(drain(e.listChanged)) > 0 })
+			e.waitUntil("list_changed after init_new_agent", func() bool { return len(drain(e.listChanged)) > 0 })
 			if l := listed(); !contains(l, "mas://agents/"+carol) || !contains(l, "mas://agents/"+carol+"/steps") {
 				t.Errorf("resources/list lacks carol's resources: %v", l)
 			}
 
 			var added server.AddTaskOut
 			e.call("add_task", map[string]any{"task_name": "report", "task_intention": "Write a report."}, &added)
-			waitUntil(t, "list_changed after add_task", func() bool { return len(drain(e.listChanged)) > 0 })
+			e.waitUntil("list_changed after add_task", func() bool { return len(drain(e.listChanged)) > 0 })
 			if l := listed(); !contains(l, added.ResourceURI) || !contains(l, added.ResourceURI+"/conversation") {
 				t.Errorf("resources/list lacks the task's resources: %v", l)
 			}
@@ -337,7 +329,7 @@ func TestWaitForUpdatesProgress(t *testing.T) {
 			if err != nil || res.IsError {
 				t.Fatalf("wait_for_updates: %v %v", err, res)
 			}
-			waitUntil(t, "progress notifications", func() bool { return len(e.progress) > 0 })
+			e.waitUntil("progress notifications", func() bool { return len(e.progress) > 0 })
 			var prev float64
 			for _, p := range drain(e.progress) {
 				if p.ProgressToken != "wait-1" || p.Total != 3 || p.Progress <= prev || p.Progress > 3 || p.Message == "" {
@@ -367,7 +359,7 @@ func TestLoggingNeedsSetLevel(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := e.startTask()
-	waitUntil(t, "step logs", func() bool { return len(e.logs) > 0 })
+	e.waitUntil("step logs", func() bool { return len(e.logs) > 0 })
 	for _, l := range drain(e.logs) {
 		d, _ := l.Data.(map[string]any)
 		if l.Logger != "mas" || (l.Level != "info" && l.Level != "warning") || d["agent_id"] == nil || d["step_id"] == nil || d["state"] == nil ||
@@ -386,7 +378,7 @@ func TestLoggingNeedsSetLevel(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.call("send_message", map[string]any{"task_id": f.TaskID, "receiver": []string{f.Alice}, "content": "Markdown."}, nil)
-	waitUntil(t, "logs after setLevel", func() bool { return len(quiet.logs) > 0 })
+	quiet.waitUntil("logs after setLevel", func() bool { return len(quiet.logs) > 0 })
 }
 
 // TestWaitForUpdatesUnknownFilter: a filter naming no task or agent can
