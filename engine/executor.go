@@ -21,8 +21,11 @@ func (f ExecutorFunc) Execute(ctx context.Context, in *ExecInput) *Output { retu
 
 // ExecInput is an executor's view of the step to run.
 type ExecInput struct {
-	// Agent is a deep copy of the agent's state when the step started. Its
-	// step list holds only the steps of Step's task and stage, in order.
+	// Agent is a copy of the agent's state when the step started, to read
+	// only. Its step list holds only the steps of Step's task and stage,
+	// in order; the ended ones share their result and tool call maps with
+	// the agent (the engine replaces those maps, never changes them in
+	// place), the rest is copied deeply.
 	Agent AgentState
 	// Step is a copy of the step, already marked running.
 	Step StepState
