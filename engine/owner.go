@@ -126,7 +126,7 @@ func (m *ownerMu[T]) Unlock() {
 	if pending {
 		_ = m.commit(from, v)
 	}
-	if wake {
+	if wake && m.ops.wake != nil {
 		m.ops.wake()
 	}
 }

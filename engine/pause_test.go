@@ -38,8 +38,22 @@ func TestPauseHoldsATaskAcrossARestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		// A step another agent popped just before the pause runs to its
-		// end, as alice's does: counted before, once everything settled.
+		// end, as alice's does, and may reach its executor only now: once
+		// everything settled, every call since the pause must be of a step
+		// that was running at the pause.
+		atPause, running := b.sc.count(), map[string]bool{}
+		for _, id := range []string{alice, bob, b.mgr()} {
+			a, _ := b.sys.agent(id)
+			a.mu.Lock()
+			running[a.running] = a.running != ""
+			a.mu.Unlock()
+		}
 		synctest.Wait()
+		for _, c := range b.sc.since(atPause) {
+			if !running[c.StepID] {
+				t.Fatalf("%s's %s step %s started while the task was paused", c.Agent, c.Skill, c.StepID)
+			}
+		}
 		before := b.sc.count()
 		close(release)
 		// Far longer than the stall timeout passes: nothing starts, no notice.

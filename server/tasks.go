@@ -281,7 +281,9 @@ func (s *Server) taskAugmented(next http.Handler) http.Handler {
 				Task      json.RawMessage `json:"task"`
 			} `json:"params"`
 		}
-		if !bytes.Contains(body, []byte(`add_task`)) || // most calls: not decoded twice
+		// Most calls are not decoded twice: only a body that names
+		// add_task, or may spell it with escapes, is.
+		if (!bytes.Contains(body, []byte(`add_task`)) && !bytes.Contains(body, []byte(`\u`))) ||
 			json.Unmarshal(body, &msg) != nil || msg.Method != "tools/call" || msg.Params.Name != "add_task" ||
 			len(msg.Params.Task) == 0 || string(msg.Params.Task) == "null" || len(msg.ID) == 0 {
 			next.ServeHTTP(w, r)

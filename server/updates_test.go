@@ -98,8 +98,8 @@ func TestUpdatesCoalesce(t *testing.T) {
 	}
 	// Warm up until both subscriptions are live, then let the window pass.
 	live := func() bool { return len(e.noticesOf(conv)) > 0 && len(e.noticesOf(inbox)) > 0 }
-	for tries := 0; !live(); tries++ {
-		if tries == 80 { // 20 s: a bound for a hang
+	for bound := time.Now().Add(20 * time.Second); !live(); { // a bound for a hang
+		if time.Now().After(bound) {
 			t.Fatal("timed out waiting for the subscriptions to be live")
 		}
 		send(-1)
