@@ -263,10 +263,20 @@ func (a *agent) popLocked() (StepState, bool) {
 // reads, spec §5.6, §5.9, §10.3), so a long-lived agent's older work does
 // not make every step slower.
 func (a *agent) viewLocked(step *StepState) AgentState {
-	all := a.st.AgentStep.StepList
-	a.st.AgentStep.StepList = nil
+	// The view holds what the step is about, not the agent's whole
+	// history: a manager with a hundred tasks in flight would otherwise
+	// copy every task's steps and memory for each step it runs.
+	all, wm, received := a.st.AgentStep.StepList, a.st.WorkingMemory, a.st.Received
+	a.st.AgentStep.StepList, a.st.WorkingMemory, a.st.Received = nil, nil, nil
 	view := a.st.clone()
-	a.st.AgentStep.StepList = all
+	a.st.AgentStep.StepList, a.st.WorkingMemory, a.st.Received = all, wm, received
+	if stages, ok := wm[step.TaskID]; ok {
+		mine := make(map[string][]string, len(stages))
+		for stage, ids := range stages {
+			mine[stage] = slices.Clone(ids)
+		}
+		view.WorkingMemory[step.TaskID] = mine
+	}
 	n := 0
 	for i := range all {
 		if all[i].TaskID == step.TaskID && all[i].StageID == step.StageID {

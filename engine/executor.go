@@ -23,9 +23,11 @@ func (f ExecutorFunc) Execute(ctx context.Context, in *ExecInput) *Output { retu
 type ExecInput struct {
 	// Agent is a copy of the agent's state when the step started, to read
 	// only. Its step list holds only the steps of Step's task and stage,
-	// in order; the ended ones share their result and tool call maps with
-	// the agent (the engine replaces those maps, never changes them in
-	// place), the rest is copied deeply.
+	// in order, and its working memory only Step's task; it lists no
+	// received message IDs (the engine's bookkeeping). The ended steps
+	// share their result and tool call maps with the agent (the engine
+	// replaces those maps, never changes them in place); the rest is
+	// copied deeply.
 	Agent AgentState
 	// Step is a copy of the step, already marked running.
 	Step StepState

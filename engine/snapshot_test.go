@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -294,4 +295,39 @@ func TestReadsDoNotWaitForExecutors(t *testing.T) {
 	}
 	close(release)
 	b.waitFor("the slow step", func() bool { return b.stepDone(w, id) })
+}
+
+// TestExecutorViewIsTheStepsOwn: an executor sees its step's stage's steps
+// and its step's task's working memory, not the agent's other tasks (a
+// manager with a hundred tasks in flight copied all of them for every
+// step) nor the received message IDs (the engine's bookkeeping); the
+// agent's own state keeps all of it.
+func TestExecutorViewIsTheStepsOwn(t *testing.T) {
+	b := newTestbed(t, nil)
+	w1 := b.newAgent("w1")
+	views := make(chan AgentState, 16)
+	b.sc.onAgent("w1", SkillPlanning, func(_ context.Context, in *ExecInput) *Output {
+		views <- in.Agent
+		return &Output{}
+	})
+	one, two := b.newTask("one", w1), b.newTask("two", w1)
+	stageOne := b.addStages(one, StageSpec{StageIntention: "s1", AgentAllocation: map[string]string{w1: "g1"}})[0]
+	got := <-views
+	b.addStages(two, StageSpec{StageIntention: "s2", AgentAllocation: map[string]string{w1: "g2"}})
+	b.settle()
+	if _, ok := got.WorkingMemory[one]; !ok || len(got.WorkingMemory) != 1 {
+		t.Errorf("the view's working memory has tasks %v, want only %s", slices.Collect(maps.Keys(got.WorkingMemory)), one)
+	}
+	for _, st := range got.AgentStep.StepList {
+		if st.TaskID != one || st.StageID != stageOne {
+			t.Errorf("the view holds step %s of task %s stage %s, not of the step's stage", st.StepID, st.TaskID, st.StageID)
+		}
+	}
+	if len(got.Received) != 0 {
+		t.Errorf("the view lists received message IDs %v", got.Received)
+	}
+	a := b.agent(w1)
+	if _, ok := a.WorkingMemory[two]; !ok || len(a.Received) == 0 {
+		t.Errorf("the agent lost its own state: working memory %v, received %v", a.WorkingMemory, a.Received)
+	}
 }
