@@ -86,6 +86,16 @@ func (a *agent) takenBefore(pos map[string]int) func(Message) bool {
 // arms their timer.
 func (a *agent) rejoinWaits() {
 	a.mu.Lock()
+	// A step-lock entry without its wait (a damaged document) could never
+	// time out or be told its reply cannot come: the agent would wait for
+	// ever. It is dropped; a reply that comes is then an ordinary message.
+	for _, id := range slices.Clone(a.st.StepLock) {
+		if !slices.ContainsFunc(a.st.Waits, func(w Wait) bool { return w.WaitingID == id }) {
+			a.sys.log.Warn("restore: dropped a step-lock entry without its wait", "agent", a.id, "waiting_id", id)
+			a.releaseWaitLocked(id)
+			a.changedLocked(Event{Detail: "step lock repaired"})
+		}
+	}
 	for _, w := range a.st.Waits {
 		if w.For != SystemSender {
 			a.sys.waits.add(a.id, w.For)

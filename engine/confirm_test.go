@@ -246,3 +246,38 @@ func TestAnswerIsStoredWithoutTheOperatorsLock(t *testing.T) {
 		t.Errorf("inbox entry %+v, want replied", e)
 	}
 }
+
+// TestRestoreDropsAStepLockWithoutItsWait: a stored agent whose step lock
+// holds an ID its waits do not detail (a damaged document) would wait for
+// ever, with no timer and nobody told; the restore drops the entry and
+// the agent runs its next step.
+func TestRestoreDropsAStepLockWithoutItsWait(t *testing.T) {
+	st := NewMemoryStore()
+	var cfg Config
+	b := newTestbed(t, func(c *Config) { c.Store = st; cfg = *c })
+	base := b.sys.BaseTaskID()
+	alice := b.newAgent("alice")
+	b.join(base, alice)
+	b.settle()
+	img, err := st.Image()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.sub.Close()
+	_ = b.sys.Close()
+	for i := range img.Agents {
+		if img.Agents[i].AgentID == alice {
+			img.Agents[i].StepLock = append(img.Agents[i].StepLock, "orphan-wait")
+		}
+	}
+
+	b2 := restartFrom(t, cfg, img, b.sc)
+	id := b2.inject(alice, base, b2.sys.BaseStageID(), false, spec(SkillThink, "after the restart"))[0]
+	b2.waitFor("alice's step after the restart", func() bool { return b2.stepDone(alice, id) })
+	if got := b2.agent(alice).StepLock; len(got) != 0 {
+		t.Errorf("step lock after the restart: %v, want empty", got)
+	}
+	if stored, _ := b2.sys.cfg.Store.(*MemoryStore).Agent(alice); len(stored.StepLock) != 0 {
+		t.Errorf("stored step lock: %v, want the repair stored", stored.StepLock)
+	}
+}

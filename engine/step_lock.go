@@ -140,6 +140,9 @@ func (a *agent) releaseWaitLocked(id string) (Wait, bool) {
 		a.st.StepLock = slices.Delete(a.st.StepLock, j, j+1)
 	}
 	if i < 0 {
+		if j >= 0 {
+			a.mu.wakeLocked() // the lock is lighter: the agent may run
+		}
 		return Wait{}, j >= 0
 	}
 	w := a.st.Waits[i]
