@@ -164,9 +164,6 @@ func (a *agent) checkPassword(password string) bool {
 	return a.passwordHash != nil && subtle.ConstantTimeCompare(a.passwordHash, h[:]) == 1
 }
 
-// recordSentLocked records an operator's message to r, stored already: in
-// the conversation with r, and as a finished send_message step. a.mu must
-// be held.
 // markRepliedLocked marks the message from peer with the given ID as
 // replied (the operator's answer to it is stored). a.mu must be held.
 func (a *agent) markRepliedLocked(peer, id string) {
@@ -179,6 +176,9 @@ func (a *agent) markRepliedLocked(peer, id string) {
 	}
 }
 
+// recordSentLocked records an operator's message to r, stored already: in
+// the conversation with r, and as a finished send_message step. a.mu must
+// be held.
 func (a *agent) recordSentLocked(r, stage string, m *Message) {
 	pool := a.st.ConversationPool
 	pool.ConversationPrivates[r] = append(pool.ConversationPrivates[r], PrivateMessage{

@@ -1,9 +1,6 @@
 package engine
 
-import (
-	"context"
-	"sync"
-)
+import "context"
 
 // QuestionForm is the form an operator question (Ask) can be answered
 // with besides free text: what an MCP client shows as an elicitation. The
@@ -29,16 +26,6 @@ func WithQuestionForm(ctx context.Context, f QuestionForm) context.Context {
 	return context.WithValue(ctx, questionFormKey{}, f)
 }
 
-// questionForms holds the forms of the questions being asked, by System
-// and message ID. It lives beside System rather than in it so that the
-// state owners' files stay as they are; entries last only while Ask waits.
-var questionForms sync.Map // formKey → QuestionForm
-
-type formKey struct {
-	s         *System
-	messageID string
-}
-
 // noteQuestion records the form ctx carries (if any) for the question
 // messageID until the returned func is called: Ask calls it before posting
 // the question, so a reader who sees the question sees its form too.
@@ -47,16 +34,15 @@ func (s *System) noteQuestion(ctx context.Context, messageID string) (forget fun
 	if !ok {
 		return func() {}
 	}
-	k := formKey{s, messageID}
-	questionForms.Store(k, f)
-	return func() { questionForms.Delete(k) }
+	s.questionForms.Store(messageID, f)
+	return func() { s.questionForms.Delete(messageID) }
 }
 
 // QuestionForm returns the form of the operator question messageID while
 // it is asked; false when it has none (it is then an approval, or a plain
 // question answered with text).
 func (s *System) QuestionForm(messageID string) (QuestionForm, bool) {
-	v, ok := questionForms.Load(formKey{s, messageID})
+	v, ok := s.questionForms.Load(messageID)
 	if !ok {
 		return QuestionForm{}, false
 	}

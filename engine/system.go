@@ -193,6 +193,9 @@ type System struct {
 
 	confirmMu sync.Mutex
 	confirms  map[string]chan Message // waiting ID -> AskOperator call waiting on it
+	// questionForms holds the forms of the questions Ask is asking, by
+	// message ID (operator_questions.go).
+	questionForms sync.Map
 
 	access access // the admins (visibility.go)
 

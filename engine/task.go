@@ -116,6 +116,15 @@ func (t *task) runningStageLocked() *StageState {
 	return nil
 }
 
+// runningStageIDLocked is the running stage's ID, nil when none runs.
+func (t *task) runningStageIDLocked() *string {
+	if rs := t.runningStageLocked(); rs != nil {
+		id := rs.StageID
+		return &id
+	}
+	return nil
+}
+
 func (t *task) inGroupLocked(agentID string) bool { return slices.Contains(t.st.TaskGroup, agentID) }
 
 // baseLogLimit bounds the base task's conversation pool and shared info

@@ -288,11 +288,7 @@ func (s *System) finishStage(t *task, actorID string, human bool, stageID, by st
 	switch {
 	case st != nil && st.ExecutionState == StateFinished && st.EndedBy == by && by != actorID:
 		// Finished by this very step already (re-run after a restart).
-		res := &FinishStageResult{FinishedStage: stageID, TaskID: t.st.TaskID}
-		if rs := t.runningStageLocked(); rs != nil {
-			next := rs.StageID
-			res.NextStage = &next
-		}
+		res := &FinishStageResult{FinishedStage: stageID, NextStage: t.runningStageIDLocked(), TaskID: t.st.TaskID}
 		t.mu.Unlock()
 		return res, nil
 	case stageID == "":
@@ -311,11 +307,8 @@ func (s *System) finishStage(t *task, actorID string, human bool, stageID, by st
 	msgs := t.endStageLocked(st, StateFinished, by)
 	next := t.startNextStageLocked()
 	msgs = append(msgs, next...)
-	result := &FinishStageResult{FinishedStage: stageID, TaskID: t.st.TaskID}
-	if rs := t.runningStageLocked(); rs != nil {
-		next := rs.StageID
-		result.NextStage = &next
-	} else {
+	result := &FinishStageResult{FinishedStage: stageID, NextStage: t.runningStageIDLocked(), TaskID: t.st.TaskID}
+	if result.NextStage == nil {
 		// No stage left: the manager judges the whole task (spec §2.1.1).
 		msgs = append(msgs, t.judgeLocked(stageID))
 	}

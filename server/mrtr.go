@@ -2,9 +2,12 @@ package server
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mas-mcp/mas-mcp/engine"
 )
 
 // Multi round-trip requests (protocol 2026-07-28, go-sdk's mcp/mrtr.go)
@@ -36,36 +39,22 @@ func (s *Server) questionsInline(req *mcp.CallToolRequest, op, taskID string) (*
 	if req.ProtocolVersion() < statelessFrom {
 		return nil, nil
 	}
-	asked := map[string]bool{}
-	var problems []string
+	var responses mcp.InputResponseMap
 	if req.Params != nil {
-		for _, key := range sortedKeys(req.Params.InputResponses) {
-			asked[key] = true
-			r, ok := req.Params.InputResponses[key].(*mcp.ElicitResult)
-			if !ok {
-				problems = append(problems, fmt.Sprintf("inputResponses[%q]: want an elicitation result (action, content)", key))
-				continue
-			}
-			if _, err := s.answerQuestion(op, "", key, r); err != nil {
-				problems = append(problems, err.Error())
-			}
-		}
+		responses = req.Params.InputResponses
 	}
-	if len(problems) > 0 {
+	if problems := s.answerQuestions(op, "", responses); len(problems) > 0 {
 		return nil, fmt.Errorf("answering the operator's questions: %s", strings.Join(problems, "; "))
 	}
 	caps := req.ClientCapabilities()
 	if caps == nil || caps.Elicitation == nil || (caps.Elicitation.Form == nil && caps.Elicitation.URL != nil) {
 		return nil, nil // the client cannot show a form
 	}
-	open := s.openQuestions(op, taskID)
-	for i := 0; i < len(open); {
-		if asked[open[i].MessageID] {
-			open = append(open[:i], open[i+1:]...)
-			continue
-		}
-		i++
-	}
+	// Questions answered in this round are not asked again in it.
+	open := slices.DeleteFunc(s.openQuestions(op, taskID), func(q engine.InboxEntry) bool {
+		_, asked := responses[q.MessageID]
+		return asked
+	})
 	if len(open) == 0 {
 		return nil, nil
 	}

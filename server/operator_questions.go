@@ -3,6 +3,8 @@ package server
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -65,15 +67,34 @@ func (s *Server) inputRequests(qs []engine.InboxEntry) mcp.InputRequestMap {
 	return out
 }
 
+// answerQuestions answers op's questions (of the task taskID, "": any)
+// with the elicitation results keyed by their message IDs, in key order,
+// and returns what went wrong with each answer that failed (the others
+// are applied).
+func (s *Server) answerQuestions(op, taskID string, responses mcp.InputResponseMap) []string {
+	var problems []string
+	for _, key := range slices.Sorted(maps.Keys(responses)) {
+		r, ok := responses[key].(*mcp.ElicitResult)
+		if !ok {
+			problems = append(problems, fmt.Sprintf("inputResponses[%q]: want an elicitation result (action, content)", key))
+			continue
+		}
+		if err := s.answerQuestion(op, taskID, key, r); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	return problems
+}
+
 // answerQuestion answers op's question messageID (of the task taskID, ""
 // any) with an elicitation's result: an approval or a form through
 // AnswerApproval, a plain question with a reply to its sender. A result
 // whose action is cancel (the form was dismissed) leaves the question
-// open: answered is false then.
-func (s *Server) answerQuestion(op, taskID, messageID string, r *mcp.ElicitResult) (answered bool, err error) {
+// open.
+func (s *Server) answerQuestion(op, taskID, messageID string, r *mcp.ElicitResult) error {
 	in, err := s.sys.Inbox(op)
 	if err != nil {
-		return false, err
+		return err
 	}
 	var q *engine.InboxEntry
 	for i := range in {
@@ -84,18 +105,18 @@ func (s *Server) answerQuestion(op, taskID, messageID string, r *mcp.ElicitResul
 	}
 	switch {
 	case q == nil && taskID != "":
-		return false, fmt.Errorf("question %q: no such question of task %s for operator %s", messageID, taskID, op)
+		return fmt.Errorf("question %q: no such question of task %s for operator %s", messageID, taskID, op)
 	case q == nil:
-		return false, fmt.Errorf("question %q: no such question for operator %s", messageID, op)
+		return fmt.Errorf("question %q: no such question for operator %s", messageID, op)
 	case !q.AwaitingReply:
-		return false, fmt.Errorf("question %q: %w", messageID, errNotAwaited)
+		return fmt.Errorf("question %q: %w", messageID, errNotAwaited)
 	}
 	switch r.Action {
 	case "cancel":
-		return false, nil
+		return nil
 	case "accept", "decline":
 	default:
-		return false, fmt.Errorf("question %q: action %q: want accept, decline or cancel", messageID, r.Action)
+		return fmt.Errorf("question %q: action %q: want accept, decline or cancel", messageID, r.Action)
 	}
 	accept := r.Action == "accept"
 	if !q.Approval {
@@ -105,7 +126,7 @@ func (s *Server) answerQuestion(op, taskID, messageID string, r *mcp.ElicitResul
 		}
 		_, err := s.sys.HumanSend(op, engine.HumanMessage{TaskID: q.TaskID, Receiver: []string{q.SenderID},
 			Content: reply, StageRelative: q.StageRelative, ReplyTo: messageID})
-		return err == nil, err
+		return err
 	}
 	var d engine.Decision
 	if f, ok := s.sys.QuestionForm(messageID); ok && f.Arguments {
@@ -121,9 +142,9 @@ func (s *Server) answerQuestion(op, taskID, messageID string, r *mcp.ElicitResul
 	if err := s.sys.AnswerApproval(op, messageID, d); err != nil {
 		if errors.Is(err, engine.ErrInvalid) {
 			// Answered meanwhile, from another channel.
-			return false, fmt.Errorf("question %q: %w", messageID, errNotAwaited)
+			return fmt.Errorf("question %q: %w", messageID, errNotAwaited)
 		}
-		return false, err
+		return err
 	}
-	return true, nil
+	return nil
 }

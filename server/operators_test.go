@@ -32,21 +32,30 @@ type operators struct {
 func newOperators(t *testing.T, version string) *operators {
 	t.Helper()
 	o := &operators{}
-	o.env = newEnvWith(t, envOptions{Config: func(c *server.Config) {
-		var err error
-		if o.ann, err = c.System.AddOperator("ann"); err != nil {
-			t.Fatal(err)
-		}
-		if o.bea, err = c.System.AddOperator("bea"); err != nil {
-			t.Fatal(err)
-		}
-		c.HTTP.Tokens = map[string]string{tokenAnn: o.ann, tokenBea: o.bea}
-	}})
-	ts := httptest.NewServer(o.srv.Handler())
-	t.Cleanup(ts.Close)
-	o.annPeer = o.httpPeer(ts.URL, tokenAnn, version)
-	o.beaPC = o.httpPeer(ts.URL, tokenBea, version)
+	var url string
+	o.env, o.ann, o.bea, url = newTwoOperatorEnv(t)
+	o.annPeer = o.httpPeer(url, tokenAnn, version)
+	o.beaPC = o.httpPeer(url, tokenBea, version)
 	return o
+}
+
+// newTwoOperatorEnv is an env served over HTTP (at url) with two
+// operators, ann and bea, each bound to its bearer token.
+func newTwoOperatorEnv(t *testing.T) (e *env, ann, bea, url string) {
+	t.Helper()
+	e = newEnvWith(t, envOptions{Config: func(c *server.Config) {
+		var err error
+		if ann, err = c.System.AddOperator("ann"); err != nil {
+			t.Fatal(err)
+		}
+		if bea, err = c.System.AddOperator("bea"); err != nil {
+			t.Fatal(err)
+		}
+		c.HTTP.Tokens = map[string]string{tokenAnn: ann, tokenBea: bea}
+	}})
+	ts := httptest.NewServer(e.srv.Handler())
+	t.Cleanup(ts.Close)
+	return e, ann, bea, ts.URL
 }
 
 // httpPeer connects a client over streamable HTTP with a bearer token.

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -132,17 +131,7 @@ func (s *Server) extUpdate(ctx context.Context, ss *mcp.ServerSession, p *update
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "inputResponses: is empty; answer the task's inputRequests (tasks/get)"}
 	}
 	op, _ := s.callerOperator(ctx, ss)
-	var problems []string
-	for _, key := range sortedKeys(p.InputResponses) {
-		r, ok := p.InputResponses[key].(*mcp.ElicitResult)
-		if !ok {
-			problems = append(problems, fmt.Sprintf("inputResponses[%q]: want an elicitation result (action, content)", key))
-			continue
-		}
-		if _, err := s.answerQuestion(op, t.TaskID, key, r); err != nil {
-			problems = append(problems, err.Error())
-		}
-	}
+	problems := s.answerQuestions(op, t.TaskID, p.InputResponses)
 	if len(problems) > 0 {
 		msg := strings.Join(problems, "; ")
 		if len(problems) < len(p.InputResponses) {
@@ -184,7 +173,7 @@ func (s *Server) extTaskOf(t engine.TaskState, op string) *extTask {
 		out.Status, out.Result = taskCompleted, s.taskCallResult(t)
 	case taskCancelled:
 	default:
-		out.Status, out.StatusMessage = taskWorking, mt.StatusMessage
+		out.Status = taskWorking
 		if qs := s.openQuestions(op, t.TaskID); len(qs) > 0 {
 			out.Status, out.InputRequests = taskInputRequired, s.inputRequests(qs)
 			out.StatusMessage = fmt.Sprintf("%d question(s) of the task's agents await your answer", len(qs))
@@ -195,24 +184,13 @@ func (s *Server) extTaskOf(t engine.TaskState, op string) *extTask {
 	return out
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
 // extAugmented answers a tools/call of add_task of protocol 2026-07-28
 // whose client declares the extension with the created task (see above),
-// with the body already read. It reports whether it answered; the SDK
-// serves everything else (and refuses what is malformed: arguments that
-// do not decode, headers that do not match the body).
+// with the body already read (taskAugmented reads it only when the
+// request's headers name that call). It reports whether it answered; the
+// SDK serves everything else (and refuses what is malformed: arguments
+// that do not decode, headers that do not match the body).
 func (s *Server) extAugmented(w http.ResponseWriter, r *http.Request, body []byte) bool {
-	if r.Header.Get("Mcp-Method") != "tools/call" || r.Header.Get("Mcp-Name") != "add_task" {
-		return false
-	}
 	var msg struct {
 		ID     json.RawMessage `json:"id"`
 		Method string          `json:"method"`

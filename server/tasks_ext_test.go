@@ -75,19 +75,9 @@ type extRig struct {
 
 func newExtRig(t *testing.T) *extRig {
 	r := &extRig{}
-	r.env = newEnvWith(t, envOptions{Config: func(c *server.Config) {
-		var err error
-		if r.ann, err = c.System.AddOperator("ann"); err != nil {
-			t.Fatal(err)
-		}
-		if r.bea, err = c.System.AddOperator("bea"); err != nil {
-			t.Fatal(err)
-		}
-		c.HTTP.Tokens = map[string]string{tokenAnn: r.ann, tokenBea: r.bea}
-	}})
-	ts := httptest.NewServer(r.srv.Handler())
-	t.Cleanup(ts.Close)
-	r.url = ts.URL + "/mcp"
+	var url string
+	r.env, r.ann, r.bea, url = newTwoOperatorEnv(t)
+	r.url = url + "/mcp"
 	return r
 }
 
