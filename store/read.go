@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 
@@ -51,10 +50,7 @@ func (s *Store) read(ctx context.Context, kv jetstream.KeyValue, kind, key strin
 	}
 	k := kv.Bucket() + "/" + key
 	s.mu.Lock()
-	if mine, ok := s.unsure[k]; ok && bytes.Equal(mine, entry.Value()) {
-		s.revs[k] = entry.Revision()
-		delete(s.unsure, k)
-	}
+	s.adoptedLocked(k, entry.Value(), entry.Revision())
 	s.mu.Unlock()
 	return decode(entry.Value(), kind+" "+key)
 }

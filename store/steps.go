@@ -71,6 +71,7 @@ type agentSteps struct {
 	in     map[string]stepLoc  // chunked step ID → where, and as what
 	chunks map[string]int      // chunk key → steps written in it
 	loaded map[string]struct{} // set by Load: chunk keys a head refers to
+	base   *base               // the base of the agent's lists, if any (lists.go)
 }
 
 // stepLoc is where a chunked step is, and what it was when written there,
@@ -168,11 +169,13 @@ func (s *Store) stepsOf(agentID string) *agentSteps {
 	return as
 }
 
-// chunkEnvelope is a chunk's document.
+// chunkEnvelope is a chunk's document: steps, or the base of the agent's
+// lists (lists.go).
 type chunkEnvelope struct {
 	Schema int                `json:"schema"`
 	Agent  string             `json:"agent"`
 	Steps  []engine.StepState `json:"steps"`
+	Lists  *headLists         `json:"lists,omitempty"`
 }
 
 // PutAgent writes an agent document by revision: its ended steps in
@@ -228,22 +231,32 @@ func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
 		inline = slices.DeleteFunc(inline, func(i int) bool { _, ok := as.in[steps[i].StepID]; return ok })
 	}
 
-	// The chunks the head refers to: those holding the steps it has.
+	// The chunks the head refers to: those holding the steps it has, and
+	// the base of its lists (lists.go).
 	refer := map[string]bool{}
 	head := *a
 	e := envelope{Schema: SchemaVersion, Agent: &head}
+	var order []string
 	if chunked > 0 {
 		head.AgentStep.StepList = make([]engine.StepState, len(inline))
 		for j, i := range inline {
 			head.AgentStep.StepList[j] = steps[i]
 		}
-		e.StepOrder = make([]string, len(steps))
+		order = make([]string, len(steps))
 		for i := range steps {
-			e.StepOrder[i] = steps[i].StepID
+			order[i] = steps[i].StepID
 			if loc, ok := as.in[steps[i].StepID]; ok {
 				refer[loc.chunk] = true
 			}
 		}
+	}
+	if err := s.putLists(ctx, a, as, &e, order); err != nil {
+		return fmt.Errorf("store: agent %s: %w", a.AgentID, err)
+	}
+	if e.Base != "" {
+		refer[e.Base] = true
+	}
+	if len(refer) > 0 {
 		e.Chunks = slices.Sorted(maps.Keys(refer))
 	}
 	if err := s.put(ctx, s.kvA, "agent "+a.AgentID, a.AgentID, e); err != nil {
@@ -344,6 +357,7 @@ func (s *Store) createChunk(ctx context.Context, agentID string, as *agentSteps,
 			return "", err
 		}
 		as.free = as.free[:n-1]
+		s.counted(bucketSteps, len(b))
 		return key, nil
 	}
 	var key string
@@ -358,6 +372,9 @@ func (s *Store) createChunk(ctx context.Context, agentID string, as *agentSteps,
 			return err
 		}
 	})
+	if err == nil {
+		s.counted(bucketSteps, len(b))
+	}
 	return key, err
 }
 
@@ -378,12 +395,23 @@ func (s *Store) assemble(ctx context.Context, e *envelope, seen *agentSteps) err
 		return nil
 	}
 	a := e.Agent
-	byID := make(map[string]*engine.StepState, len(e.StepOrder))
+	byID := make(map[string]*engine.StepState, len(a.AgentStep.StepList))
 	for i := range a.AgentStep.StepList {
 		byID[a.AgentStep.StepList[i].StepID] = &a.AgentStep.StepList[i]
 	}
-	inChunk := map[string]string{}
-	var held []engine.StepState
+	// A step may be in several chunks: a chunked step that changed went
+	// back into the head, and into a later chunk once it ended (again),
+	// while the chunk it left may still be referred to for its other
+	// steps. Its copy in the chunk written last, the one with the highest
+	// revision, is the newest (revisions in a bucket only grow, a chunk
+	// number used again included); a copy in the head is newer still.
+	type chunkCopy struct {
+		rev uint64
+		key string
+		st  *engine.StepState
+	}
+	newest := map[string]chunkCopy{}
+	var lists *headLists
 	for _, key := range e.Chunks {
 		entry, err := s.kvS.Get(ctx, key)
 		if err != nil {
@@ -400,29 +428,51 @@ func (s *Store) assemble(ctx context.Context, e *envelope, seen *agentSteps) err
 			seen.chunks[key] = len(c.Steps)
 			seen.loaded[key] = struct{}{}
 		}
-		held = slices.Grow(held, len(c.Steps))
+		if key == e.Base {
+			lists = c.Lists
+		}
+		rev := entry.Revision()
 		for i := range c.Steps {
-			held = append(held, c.Steps[i])
-			inChunk[c.Steps[i].StepID] = key
+			st := &c.Steps[i]
+			if cur, ok := newest[st.StepID]; !ok || rev > cur.rev {
+				newest[st.StepID] = chunkCopy{rev: rev, key: key, st: st}
+			}
 		}
 	}
-	// A step in the head is newer than its copy in a chunk.
-	fromChunk := map[string]bool{}
-	for i := range held {
-		if _, ok := byID[held[i].StepID]; !ok {
-			byID[held[i].StepID] = &held[i]
-			fromChunk[held[i].StepID] = true
+	inChunk := map[string]string{} // the chunk of each step taken from one
+	for id, cp := range newest {
+		if _, ok := byID[id]; !ok {
+			byID[id] = cp.st
+			inChunk[id] = cp.key
 		}
 	}
-	list := make([]engine.StepState, 0, len(e.StepOrder))
-	for _, id := range e.StepOrder {
+	order := e.StepOrder
+	if e.Base != "" {
+		if lists == nil || e.Lists == nil {
+			return fmt.Errorf("store: agent %s: the base %s of its lists is missing or empty", a.AgentID, e.Base)
+		}
+		l, o, err := lists.apply(e.Lists)
+		if err != nil {
+			return fmt.Errorf("store: agent %s: its lists against the base %s: %w", a.AgentID, e.Base, err)
+		}
+		a.WorkingMemory, a.Received, a.AgentStep.TodoList = l.WorkingMemory, l.Received, l.TodoList
+		order = o
+		if seen != nil {
+			seen.base = newBase(e.Base, *lists)
+		}
+	}
+	if order == nil {
+		return nil // the head holds all the agent's steps
+	}
+	list := make([]engine.StepState, 0, len(order))
+	for _, id := range order {
 		st, ok := byID[id]
 		if !ok {
 			return fmt.Errorf("store: agent %s: step %s is in no chunk its document refers to", a.AgentID, id)
 		}
 		list = append(list, *st)
-		if seen != nil && fromChunk[id] {
-			seen.in[id] = locOf(inChunk[id], &list[len(list)-1])
+		if key, ok := inChunk[id]; ok && seen != nil {
+			seen.in[id] = locOf(key, &list[len(list)-1])
 		}
 	}
 	a.AgentStep.StepList = list

@@ -38,8 +38,11 @@ import (
 //
 // 2: an agent's ended steps (and, since, its waiting ones) may be in
 // chunks of their own (steps.go);
-// documents of schema 1 are read as they are.
-const SchemaVersion = 2
+// 3: an agent's lists (working memory, received message IDs, to-do list,
+// step order) may be in a base chunk, the head holding how they differ
+// (lists.go);
+// documents of schemas 1 and 2 are read as they are.
+const SchemaVersion = 3
 
 // Names of the JetStream assets.
 const (
@@ -107,13 +110,16 @@ type Store struct {
 	kvA  jetstream.KeyValue
 	kvS  jetstream.KeyValue // chunks of agents' steps that no longer change (steps.go)
 
-	mu     sync.Mutex // guards revs, unsure, steps and trails
+	mu     sync.Mutex // guards revs, unsure, steps, trails and written
 	steps  map[string]*agentSteps
 	trails []*Trail          // opened by OpenTrail, closed by Close first
 	revs   map[string]uint64 // last revision written or read, per KV key
-	// unsure holds, per KV key, the last document whose write failed in a
-	// way that leaves its outcome unknown (it may have landed).
-	unsure map[string][]byte
+	// unsure holds, per KV key, the documents whose writes failed in a
+	// way that leaves their outcome unknown (they may have landed), since
+	// the last write known to land (unsureLocked).
+	unsure map[string][][]byte
+	// written counts the writes that succeeded (Written).
+	written WriteStats
 
 	lease     jetstream.KeyValue // external NATS: the owner's lease
 	stopLease context.CancelFunc
@@ -139,7 +145,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if o.Replicas <= 0 {
 		o.Replicas = 1
 	}
-	s := &Store{opts: o, log: o.Logger, revs: map[string]uint64{}, unsure: map[string][]byte{}, steps: map[string]*agentSteps{}}
+	s := &Store{opts: o, log: o.Logger, revs: map[string]uint64{}, unsure: map[string][][]byte{}, steps: map[string]*agentSteps{}}
 	var err error
 	switch {
 	case o.NATSURL != "":
@@ -467,6 +473,10 @@ type envelope struct {
 	// keys of those chunks and the order of all its steps.
 	Chunks    []string `json:"chunks,omitempty"`
 	StepOrder []string `json:"step_order,omitempty"`
+	// An agent whose lists are in a base (lists.go): the base's chunk
+	// key (one of Chunks) and how the lists differ from it.
+	Base  string      `json:"base,omitempty"`
+	Lists *listsDelta `json:"lists,omitempty"`
 }
 
 func decode(b []byte, what string) (*envelope, error) {

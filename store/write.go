@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -63,7 +64,11 @@ func (s *Store) put(ctx context.Context, kv jetstream.KeyValue, what, key string
 			n, err = kv.Create(ctx, key, b)
 		}
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			if !s.adoptOwnWrite(ctx, kv, key, k) {
+			mine, err := s.adoptOwnWrite(ctx, kv, key, k)
+			switch {
+			case err != nil:
+				return err // whose write it is, is not known yet: tried again
+			case !mine:
 				return fmt.Errorf("%w (revision %d): refusing to overwrite", ErrConflict, rev)
 			}
 			return errOwnWriteLanded
@@ -71,7 +76,7 @@ func (s *Store) put(ctx context.Context, kv jetstream.KeyValue, what, key string
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if err != nil {
-			s.unsure[k] = b
+			s.unsureLocked(k, b)
 			return err
 		}
 		s.revs[k] = n
@@ -81,6 +86,7 @@ func (s *Store) put(ctx context.Context, kv jetstream.KeyValue, what, key string
 	if err != nil {
 		return fmt.Errorf("store: %s: %w", what, err)
 	}
+	s.counted(kv.Bucket(), len(b))
 	return nil
 }
 
@@ -89,26 +95,60 @@ func (s *Store) put(ctx context.Context, kv jetstream.KeyValue, what, key string
 // now the base.
 var errOwnWriteLanded = errors.New("an earlier write landed")
 
-// adoptOwnWrite reports whether the key's current value is the document
-// this store last tried to write without learning the outcome; if so its
-// revision becomes the base for the next write.
-func (s *Store) adoptOwnWrite(ctx context.Context, kv jetstream.KeyValue, key, k string) bool {
+// maxUnsure bounds the writes of one document kept while their outcome is
+// unknown (a stall that outlasts the retries, write after write).
+const maxUnsure = 8
+
+// unsureLocked records a write of k whose outcome is unknown. Every such
+// write since the last one known to land is kept: while NATS stalls, one
+// may land and the next ones not, and the store must know the one that
+// landed as its own. s.mu is held.
+func (s *Store) unsureLocked(k string, b []byte) {
+	u := s.unsure[k]
+	if n := len(u); n > 0 && bytes.Equal(u[n-1], b) {
+		return // the same document tried again
+	}
+	u = append(u, b)
+	if len(u) > maxUnsure {
+		u = slices.Delete(u, 0, len(u)-maxUnsure)
+	}
+	s.unsure[k] = u
+}
+
+// adoptedLocked takes the value stored at k, at revision rev, as the base
+// of the next write if it is one of this store's writes whose outcome was
+// unknown, and reports whether it was. s.mu is held.
+func (s *Store) adoptedLocked(k string, value []byte, rev uint64) bool {
+	if !slices.ContainsFunc(s.unsure[k], func(b []byte) bool { return bytes.Equal(b, value) }) {
+		return false
+	}
+	s.revs[k] = rev
+	delete(s.unsure, k)
+	return true
+}
+
+// adoptOwnWrite reports whether the key's current value is a document this
+// store tried to write without learning the outcome; if so its revision
+// becomes the base for the next write (the next write puts the newest
+// state over it). An error means the value could not be read.
+func (s *Store) adoptOwnWrite(ctx context.Context, kv jetstream.KeyValue, key, k string) (bool, error) {
 	s.mu.Lock()
-	mine, ok := s.unsure[k]
+	_, ok := s.unsure[k]
 	s.mu.Unlock()
 	if !ok {
-		return false
+		return false, nil
 	}
 	entry, err := kv.Get(ctx, key)
-	if err != nil || !bytes.Equal(entry.Value(), mine) {
-		return false
+	if err != nil {
+		return false, fmt.Errorf("reading it back after a write found it changed: %w", err)
 	}
 	s.mu.Lock()
-	s.revs[k] = entry.Revision()
-	delete(s.unsure, k)
+	mine := s.adoptedLocked(k, entry.Value(), entry.Revision())
 	s.mu.Unlock()
-	s.log.Warn("store: a write reported as failed had landed; carrying on from it", "key", k, "revision", entry.Revision())
-	return true
+	if mine {
+		s.log.Warn("store: a write reported as failed had landed; carrying on from it", "key", k, "revision", entry.Revision())
+	}
+	return mine, nil
 }
 
 // PutMessage publishes a message and waits for the stream's
@@ -126,7 +166,40 @@ func (s *Store) PutMessage(ctx context.Context, m *engine.Message) error {
 	if err != nil {
 		return fmt.Errorf("store: message %s: %w", m.MessageID, err)
 	}
+	s.counted(streamMsgs, len(b))
 	return nil
+}
+
+// WriteStats counts what a Store has written since it was opened, by kind:
+// how many documents, chunks and messages, and their bytes. It shows
+// whether writes grow in proportion to the changes (BenchmarkTaskBurst).
+type WriteStats struct {
+	Tasks, Agents, Chunks, Messages                 int64
+	TaskBytes, AgentBytes, ChunkBytes, MessageBytes int64
+}
+
+// Written returns the writes counted so far.
+func (s *Store) Written() WriteStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.written
+}
+
+// counted adds a write of n bytes to the bucket's or stream's count.
+func (s *Store) counted(where string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := &s.written
+	switch where {
+	case bucketTasks:
+		w.Tasks, w.TaskBytes = w.Tasks+1, w.TaskBytes+int64(n)
+	case bucketAgents:
+		w.Agents, w.AgentBytes = w.Agents+1, w.AgentBytes+int64(n)
+	case bucketSteps:
+		w.Chunks, w.ChunkBytes = w.Chunks+1, w.ChunkBytes+int64(n)
+	case streamMsgs:
+		w.Messages, w.MessageBytes = w.Messages+1, w.MessageBytes+int64(n)
+	}
 }
 
 // retry runs try until it succeeds, fails for good, or writeAttempts tries

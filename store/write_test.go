@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+
+	"github.com/mas-mcp/mas-mcp/engine"
 )
 
 // TestWriteThatLandedDespiteAnError: a write reported as failed (say a
@@ -17,26 +19,7 @@ func TestWriteThatLandedDespiteAnError(t *testing.T) {
 	s := open(t, t.TempDir())
 	defer s.Close()
 	tk := sampleTask("t")
-	if err := s.PutTask(ctx, &tk); err != nil {
-		t.Fatal(err)
-	}
-	k := s.kvT.Bucket() + "/t"
-
-	// What a write whose acknowledgement was lost leaves: the value is in
-	// the bucket at a newer revision, the store still knows the old one.
-	tk.TaskSummary = "landed, reported as failed"
-	doc := tk
-	doc.SharedConversationPool = nil
-	landed, err := json.Marshal(envelope{Schema: SchemaVersion, Task: &doc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.kvT.Put(ctx, "t", landed); err != nil {
-		t.Fatal(err)
-	}
-	s.mu.Lock()
-	s.unsure[k] = landed
-	s.mu.Unlock()
+	k, landed := landedUnsure(t, s, &tk, "landed, reported as failed")
 
 	tk.TaskSummary = "the next write"
 	if err := s.PutTask(ctx, &tk); err != nil {
@@ -56,7 +39,7 @@ func TestWriteThatLandedDespiteAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.mu.Lock()
-	s.unsure[k] = landed
+	s.unsure[k] = append(s.unsure[k], landed)
 	s.mu.Unlock()
 	tk.TaskSummary = "mine, over theirs"
 	if err := s.PutTask(ctx, &tk); !errors.Is(err, ErrConflict) {
@@ -77,5 +60,74 @@ func TestTransient(t *testing.T) {
 		if got := transient(tc.err); got != tc.want {
 			t.Errorf("transient(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// landedUnsure stores task tk, then leaves what a write whose
+// acknowledgement was lost leaves: the task with the given summary is in
+// the bucket at a newer revision, the store still knows the old one and
+// counts the write as unsure. It returns the task's key and that write.
+func landedUnsure(t *testing.T, s *Store, tk *engine.TaskState, summary string) (string, []byte) {
+	t.Helper()
+	ctx := context.Background()
+	if err := s.PutTask(ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+	k := s.kvT.Bucket() + "/" + tk.TaskID
+	tk.TaskSummary = summary
+	doc := *tk
+	doc.SharedConversationPool = nil
+	landed, err := json.Marshal(envelope{Schema: SchemaVersion, Task: &doc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.kvT.Put(ctx, tk.TaskID, landed); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.unsure[k] = append(s.unsure[k], landed)
+	s.mu.Unlock()
+	return k, landed
+}
+
+// TestTwoUnsureWritesInARow: during a NATS stall, a task's write times out
+// after it landed (unsure), the read-back that would adopt it fails too,
+// and the next write of the task times out as well (unsure, not landed).
+// Nobody else writes the document; once NATS answers again the store must
+// carry on from its own landed write, not refuse every later write of the
+// document as a conflict.
+func TestTwoUnsureWritesInARow(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	defer s.Close()
+	tk := sampleTask("t")
+	landedUnsure(t, s, &tk, "write 2: landed, reported as failed")
+
+	// Write 3: times out before it lands (through put itself).
+	expired, cancel := context.WithTimeout(ctx, 0)
+	defer cancel()
+	<-expired.Done()
+	tk.TaskSummary = "write 3: timed out, did not land"
+	if err := s.PutTask(expired, &tk); err == nil {
+		t.Fatal("write 3 with an expired context succeeded")
+	}
+
+	// NATS answers again: the engine reads back and writes on.
+	refused := 0
+	for i := range 3 {
+		if _, err := s.ReadTask(ctx, "t"); err != nil {
+			t.Fatal(err)
+		}
+		tk.TaskSummary = "a later write"
+		if err := s.PutTask(ctx, &tk); err != nil {
+			if !errors.Is(err, ErrConflict) {
+				t.Fatal(err)
+			}
+			refused++
+			t.Logf("later write %d: %v", i+1, err)
+		}
+	}
+	if refused > 0 {
+		t.Errorf("%d of 3 later writes refused as conflicts: the document holds this store's own write 2; nobody else wrote it", refused)
 	}
 }
