@@ -186,14 +186,25 @@ func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
 	defer as.mu.Unlock()
 	steps := a.AgentStep.StepList
 
-	// Which chunks still hold steps the agent has, unchanged.
+	// Which chunks still hold steps the agent has, unchanged. A manager
+	// has a thousand steps, and each walk of them costs map look-ups: the
+	// list is walked twice, the second time with what the first found.
 	live := map[string]int{}
-	same := make([]bool, len(steps))
+	const (
+		notChunked = iota
+		changed    // in a chunk, changed since
+		unchanged  // in a chunk as it is
+	)
+	where := make([]string, len(steps)) // the chunk of a step unchanged
+	was := make([]uint8, len(steps))
 	for i := range steps {
 		st := &steps[i]
-		if loc, ok := as.in[st.StepID]; ok && loc.unchanged(st) {
-			live[loc.chunk]++
-			same[i] = true
+		if loc, ok := as.in[st.StepID]; ok {
+			was[i] = changed
+			if loc.unchanged(st) {
+				live[loc.chunk]++
+				where[i], was[i] = loc.chunk, unchanged
+			}
 		}
 	}
 	sparse := func(key string) bool { return live[key]*4 < as.chunks[key] }
@@ -203,8 +214,8 @@ func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
 	chunked, waitSize := 0, 0
 	for i := range steps {
 		st := &steps[i]
-		if loc, ok := as.in[st.StepID]; ok {
-			if same[i] && !sparse(loc.chunk) {
+		if was[i] != notChunked {
+			if was[i] == unchanged && !sparse(where[i]) {
 				chunked++
 				continue
 			}
@@ -223,17 +234,27 @@ func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
 		fresh = append(fresh, wait...)
 		slices.Sort(fresh)
 	}
+	// The chunks the head refers to: those holding the steps it has (the
+	// chunks kept, the chunks written now), and the base of its lists
+	// (lists.go).
+	refer := map[string]bool{}
+	for key, n := range live {
+		if n > 0 && !sparse(key) {
+			refer[key] = true
+		}
+	}
 	if len(fresh) >= chunkSteps {
-		if err := s.writeChunks(ctx, a.AgentID, as, steps, fresh); err != nil {
+		written, err := s.writeChunks(ctx, a.AgentID, as, steps, fresh)
+		if err != nil {
 			return fmt.Errorf("store: agent %s: %w", a.AgentID, err)
+		}
+		for _, key := range written {
+			refer[key] = true
 		}
 		chunked += len(fresh)
 		inline = slices.DeleteFunc(inline, func(i int) bool { _, ok := as.in[steps[i].StepID]; return ok })
 	}
 
-	// The chunks the head refers to: those holding the steps it has, and
-	// the base of its lists (lists.go).
-	refer := map[string]bool{}
 	head := *a
 	e := envelope{Schema: SchemaVersion, Agent: &head}
 	var order []string
@@ -245,9 +266,6 @@ func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
 		order = make([]string, len(steps))
 		for i := range steps {
 			order[i] = steps[i].StepID
-			if loc, ok := as.in[steps[i].StepID]; ok {
-				refer[loc.chunk] = true
-			}
 		}
 	}
 	if err := s.putLists(ctx, a, as, &e, order); err != nil {
@@ -294,14 +312,15 @@ func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
 }
 
 // writeChunks writes the steps at fresh (indices into steps) in
-// chunks of at most chunkSteps steps and chunkBytes bytes, and records
-// them in as.
-func (s *Store) writeChunks(ctx context.Context, agentID string, as *agentSteps, steps []engine.StepState, fresh []int) error {
+// chunks of at most chunkSteps steps and chunkBytes bytes, records them
+// in as, and returns the chunks' keys.
+func (s *Store) writeChunks(ctx context.Context, agentID string, as *agentSteps, steps []engine.StepState, fresh []int) ([]string, error) {
 	var (
-		buf  bytes.Buffer
-		ids  []string
-		locs []int // indices into steps, with ids
-		none = buf.Len()
+		buf     bytes.Buffer
+		ids     []string
+		locs    []int // indices into steps, with ids
+		none    = buf.Len()
+		written []string
 	)
 	start := func() {
 		buf.Reset()
@@ -322,17 +341,18 @@ func (s *Store) writeChunks(ctx context.Context, agentID string, as *agentSteps,
 			as.in[id] = locOf(key, &steps[locs[j]])
 		}
 		as.chunks[key] = len(ids)
+		written = append(written, key)
 		return nil
 	}
 	start()
 	for _, i := range fresh {
 		b, err := json.Marshal(&steps[i])
 		if err != nil {
-			return fmt.Errorf("step %s: %w", steps[i].StepID, err)
+			return nil, fmt.Errorf("step %s: %w", steps[i].StepID, err)
 		}
 		if len(ids) > 0 && (len(ids) >= chunkSteps || buf.Len()+len(b) > chunkBytes) {
 			if err := flush(); err != nil {
-				return err
+				return nil, err
 			}
 			start()
 		}
@@ -343,7 +363,10 @@ func (s *Store) writeChunks(ctx context.Context, agentID string, as *agentSteps,
 		ids = append(ids, steps[i].StepID)
 		locs = append(locs, i)
 	}
-	return flush()
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return written, nil
 }
 
 // createChunk writes a new chunk under a free number of the agent's (one
