@@ -64,11 +64,16 @@ func newAgentOwner(s *System, st AgentState) *agent {
 		announce: s.publish,
 		wake:     a.signal,
 		refused: func(err error) {
-			s.log.Error("store: put agent refused: change withdrawn", "agent", a.id, "err", err)
+			s.log.Error("store: put agent refused: change withdrawn or kept for a retry", "agent", a.id, "err", err)
 		},
 	}
 	if store := s.cfg.Store; store != nil {
 		a.mu.ops.put = func(doc *AgentState) error { return store.PutAgent(s.storeCtx, doc) }
+		// A refused commit is retried until the store takes one: changes
+		// kept in memory through an outage (a message taken, a wait
+		// released) must reach the store, and the agent's loop, held
+		// meanwhile, must be woken when they do.
+		a.mu.ops.retry = true
 		if r, ok := store.(StoreReader); ok {
 			a.mu.ops.readBack = func() (AgentState, error) { return r.ReadAgent(s.storeCtx, a.id) }
 		}
@@ -92,6 +97,7 @@ func (a *agent) signal() {
 func (a *agent) stop() {
 	a.mu.Lock()
 	a.stopped = true
+	a.mu.closeLocked()
 	if a.cancelRun != nil {
 		a.cancelRun()
 	}
@@ -114,7 +120,9 @@ func (a *agent) announceLocked(ev Event) {
 // announced when mu is released (owner.go). A change the store refuses is
 // withdrawn: the agent takes back the document the store holds, so memory
 // never runs ahead of the store; callers whose change must not vanish
-// silently learn of it from mu.syncLocked and turn it into a failed step.
+// silently learn of it from mu.syncLocked and turn it into a failed step,
+// and changes nobody could be told of are kept for the retries instead
+// (mu.keepLocked, owner.go).
 func (a *agent) changedLocked(ev Event) {
 	a.st.UpdatedAt = a.sys.now()
 	if a.sys.cfg.Store != nil {
@@ -146,6 +154,16 @@ func (a *agent) restoreLocked(got AgentState) {
 			s.ExecutionState = StateRunning
 		}
 	}
+	// The refused write may have released waits (a reply, a timeout, a
+	// reply that can no longer come) that are now back. Each must again
+	// have a timer and its place in the wait graph, or the agent would
+	// wait for ever with nobody told: the liveness promise says every
+	// wait ends. The timer of a deadline already past fires at once and
+	// tries the release again. The loop is woken because what it can run
+	// may have changed both ways.
+	a.sys.waits.reset(a.id, a.st.Waits)
+	a.armTimerLocked()
+	a.signal()
 }
 
 // snapshot returns a deep copy of the agent's state.
@@ -215,6 +233,17 @@ func (a *agent) next() (context.Context, StepState, AgentState, bool) {
 // popLocked takes the next step to run, applying the step lock and the stage
 // budgets. It returns false when there is nothing to run now.
 func (a *agent) popLocked() (StepState, bool) {
+	if a.mu.refusedLocked() {
+		// The store refused the agent's last commit: memory may hold
+		// changes it lacks (a message taken, a step queued), kept for the
+		// owner's retries. A step started now would act on them before
+		// they are durable, and a step whose start or outcome is then
+		// refused again would only be run again: the agent pauses until
+		// a commit succeeds, which wakes it (owner.go). Its working state
+		// is left as it is, since changing it would be one more write the
+		// store refuses.
+		return StepState{}, false
+	}
 	for {
 		if len(a.st.StepLock) > 0 {
 			a.setWorkingLocked(WorkingWaiting)

@@ -119,6 +119,10 @@ func (a *agent) guardStage(step *StepState, failure error) {
 	if a.pendingInLocked(step.TaskID, step.StageID) || a.waitsInLocked(step.TaskID, step.StageID) {
 		return
 	}
+	// The guard's step is what keeps the stage moving, and nobody could
+	// be told if the store refused it: kept through an outage rather than
+	// withdrawn (owner.go).
+	a.mu.keepLocked()
 	c := a.count(stageKey{step.TaskID, step.StageID})
 	reason := a.sys.text("stage_no_step_left", nil)
 	if failure != nil {

@@ -100,14 +100,20 @@ func (a *agent) setPaused(pause bool) (bool, error) {
 	return changed, nil
 }
 
-// taskPaused takes a task's pause or resume: on resume its waits in the
-// task move by held, the time the task was paused; the wait timer is
-// armed again either way.
-func (a *agent) taskPaused(taskID string, pause bool, held time.Duration) {
+// shiftWaits moves the agent's waits in a task being resumed by held, the
+// time the task was paused (pauseTask calls it before the task reads as
+// resumed).
+func (a *agent) shiftWaits(taskID string, held time.Duration) {
 	a.mu.Lock()
-	if !pause {
-		a.shiftWaitsLocked(taskID, held)
-	}
+	a.shiftWaitsLocked(taskID, held)
+	a.mu.Unlock()
+}
+
+// taskPaused takes a task's pause or resume: the wait timer is armed again
+// (a paused task's waits do not time out) and the loop looks again at what
+// it may run.
+func (a *agent) taskPaused() {
+	a.mu.Lock()
 	a.armTimerLocked()
 	a.mu.Unlock()
 	a.signal()

@@ -259,10 +259,19 @@ func (s *System) addParticipants(actorID string, human bool, taskID string, agen
 			}
 		}
 	}
+	// A share the store refused is withdrawn: the caller must learn it.
+	if err := t.mu.syncLocked(); err != nil {
+		t.mu.Unlock()
+		return nil, err
+	}
 	t.mu.Unlock()
 	var added []string
 	for _, id := range agents {
-		if s.joinTask(taskID, id) {
+		joined, err := s.joinTask(taskID, id)
+		if err != nil {
+			return nil, err
+		}
+		if joined {
 			added = append(added, id)
 		}
 	}
@@ -270,22 +279,28 @@ func (s *System) addParticipants(actorID string, human bool, taskID string, agen
 }
 
 // joinTask adds an agent to a task group and syncs its working memory (spec
-// §3.10). It reports whether the agent was new to the group.
-func (s *System) joinTask(taskID, agentID string) bool {
+// §3.10). It reports whether the agent was new to the group, and the
+// store's refusal of the new group (the agent is then not told: it is not
+// in the group the store holds).
+func (s *System) joinTask(taskID, agentID string) (bool, error) {
 	t, ok := s.task(taskID)
 	if !ok {
-		return false
+		return false, nil
 	}
 	t.mu.Lock()
 	if t.inGroupLocked(agentID) {
 		t.mu.Unlock()
-		return false
+		return false, nil
 	}
 	t.st.TaskGroup = append(t.st.TaskGroup, agentID)
 	t.changedLocked(Event{AgentID: agentID, Detail: "task_group"})
+	if err := t.mu.syncLocked(); err != nil {
+		t.mu.Unlock()
+		return false, err
+	}
 	t.mu.Unlock()
 	s.deliver(s.instruction("", taskID, "", agentID, "", &Instruction{UpdateWorkingMemory: &StageRef{TaskID: taskID}}))
-	return true
+	return true, nil
 }
 
 func (s *System) taskGroup(taskID string) []string {

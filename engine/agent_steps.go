@@ -159,8 +159,23 @@ func (a *agent) finishStepLocked(id, state string, result map[string]any) (*Step
 		s.FinishedAt = now
 		s.ExecuteResult = map[string]any{"error": "the step's outcome could not be stored: " + err.Error()}
 		a.changedLocked(Event{Kind: EventStepChanged, StepID: id, TaskID: s.TaskID, StageID: s.StageID, Detail: StateFailed})
+		// If the store refuses this too (an outage), the failed outcome
+		// is kept in memory, unannounced, and written by the owner's
+		// retries once the store is back (owner.go); the agent starts no
+		// step meanwhile. Withdrawn, it would leave the step as stored:
+		// "running" (a tool step's start is stored) or queued (an LLM
+		// step's is not), marked running again here with nobody to run
+		// it, and no one told (the liveness promise). Putting it back to
+		// run again instead would repeat a tool call that may not be safe
+		// to repeat: only a restart decides that, by the crash rules,
+		// which still apply to what the store holds if the process dies
+		// before a retry succeeds.
+		a.mu.keepLocked()
 		if err := a.mu.syncLocked(); err != nil {
-			return nil, false
+			a.sys.log.Error("store: a step's failed outcome refused too: kept until the store takes it", "agent", a.id, "step", id, "err", err)
+			if s = a.stepLocked(id); s == nil {
+				return nil, false
+			}
 		}
 	}
 	a.sys.trailStep(s)

@@ -23,7 +23,9 @@ func (s *System) AddOperator(name string) (string, error) {
 	}
 	// Operators added after start-up join the base task (Start puts the
 	// first one in it itself).
-	s.joinTask(s.baseTaskID, a.id)
+	if _, err := s.joinTask(s.baseTaskID, a.id); err != nil {
+		s.log.Error("store: the new operator's place in the base task refused", "agent", a.id, "err", err)
+	}
 	return a.id, nil
 }
 

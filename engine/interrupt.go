@@ -57,6 +57,11 @@ func (s *System) stopStep(operatorID, agentID, stepID, reason, instruction strin
 	runID, runTask := a.runningStep()
 	if runID != "" {
 		if err := s.MayOperate(operatorID, runTask); err != nil {
+			if !s.Visible(operatorID, runTask) {
+				// Another operator's task: its ID and owner are not the
+				// caller's to learn.
+				return "", errf(ErrForbidden, "agent_id %q: its running step belongs to a task you may not operate (a task is operated by its owner, operators it is shared with and admins)", agentID)
+			}
 			return "", err
 		}
 	}

@@ -3,6 +3,7 @@ package engine
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // How an owner's changes reach the store, the readers and the bus
@@ -30,7 +31,15 @@ import (
 // another write was in flight), taking the document back would silently
 // undo changes whose makers are not told (a released wait, a queued
 // step): they stay in memory, unannounced, and the next commit writes and
-// announces them; each maker is told of the refusal.
+// announces them; each maker is told of the refusal. A holder whose change
+// nobody could fail visibly (a message taken, a wait timed out, a step the
+// progress guard queued) marks it kept (keepLocked): it is never
+// withdrawn but kept the same way, since withdrawing it would lose it
+// until a restart, and an outage must pause the work, not destroy it
+// (the liveness promise). An owner that opts in (ops.retry: the agents)
+// then retries the commit with a bounded backoff until the store takes
+// one, and reports meanwhile that its last commit was refused
+// (refusedLocked), so its agent starts no step the store does not know of.
 //
 // Readers take the snapshot (read): they never wait for a write. Without a
 // store nothing is written; the snapshot is then made lazily, by the first
@@ -52,9 +61,21 @@ type ownerOps[T any] struct {
 	// announce publishes one event.
 	announce func(Event)
 	// wake, when set, is called after Unlock has committed, if a holder
-	// asked for it (wakeLocked).
+	// asked for it (wakeLocked), and after a commit succeeds that ends a
+	// run of refused ones.
 	wake func()
+	// retry has a refused commit retried with a bounded backoff until the
+	// store takes one (or the owner is closed).
+	retry bool
 }
+
+// The backoff of a refused commit's retries: from retryFirst, doubled up
+// to retryMax. A store outage is waited out at a few writes a minute at
+// most, and its end is noticed within retryMax.
+const (
+	retryFirst = 50 * time.Millisecond
+	retryMax   = 5 * time.Second
+)
 
 // lostSpan is a range of changes (after, upto] a refused write withdrew.
 type lostSpan struct {
@@ -77,9 +98,17 @@ type ownerMu[T any] struct {
 	held    uint64 // made when the current holder took the lock
 	durable uint64 // made when the store last held the state in memory
 	write   bool   // a change recorded since the last commit must be stored
+	keep    bool   // a change recorded since the last commit is never withdrawn
 	wakeup  bool   // call ops.wake after the lock is released
 	events  []Event
 	lost    []lostSpan
+	// failing is set while the last commit was refused; backoff is the
+	// wait before the next retry, retryTimer the retry scheduled, closed
+	// set once the owner stops (no retry is scheduled after that).
+	failing    bool
+	backoff    time.Duration
+	retryTimer *time.Timer
+	closed     bool
 
 	// snap is the state as the store holds it and the bus announced it;
 	// nil when the next reader must make it (no store, or nothing
@@ -94,6 +123,53 @@ func (m *ownerMu[T]) change(ev Event, persist bool) {
 	m.made++
 	m.write = m.write || persist
 	m.events = append(m.events, ev)
+}
+
+// keepLocked marks the changes recorded since the last commit as ones the
+// owner must not withdraw if the store refuses them: nobody could be told
+// of the refusal, so withdrawing would lose them (a message taken, a wait
+// released). They stay in memory, unannounced, until a commit succeeds.
+// The lock must be held.
+func (m *ownerMu[T]) keepLocked() { m.keep = true }
+
+// refusedLocked reports whether the owner's last commit was refused: its
+// memory may hold changes the store lacks. The lock must be held.
+func (m *ownerMu[T]) refusedLocked() bool { return m.failing }
+
+// closeLocked stops the retries of refused commits (the owner stops).
+// The lock must be held.
+func (m *ownerMu[T]) closeLocked() {
+	m.closed = true
+	if m.retryTimer != nil {
+		m.retryTimer.Stop()
+		m.retryTimer = nil
+	}
+}
+
+// refusedCommitLocked records a refused commit and, when the owner retries,
+// schedules the next try. The lock must be held.
+func (m *ownerMu[T]) refusedCommitLocked() {
+	m.failing = true
+	if !m.ops.retry || m.closed || m.retryTimer != nil {
+		return
+	}
+	m.backoff = min(max(2*m.backoff, retryFirst), retryMax)
+	m.retryTimer = time.AfterFunc(m.backoff, m.retryCommit)
+}
+
+// retryCommit commits again after a refused commit: what the store lacks
+// (changes kept in memory) is written, or, when the refused changes were
+// withdrawn, the document as it is, to learn whether the store is back.
+func (m *ownerMu[T]) retryCommit() {
+	m.Lock()
+	m.retryTimer = nil
+	if m.closed || !m.failing {
+		m.Mutex.Unlock()
+		return
+	}
+	m.change(Event{}, true) // nothing to announce: the write itself
+	m.keepLocked()
+	m.Unlock()
 }
 
 // Lock takes the owner's lock; the changes made until Unlock are one
@@ -122,6 +198,9 @@ func (m *ownerMu[T]) wakeLocked() { m.wakeup = true }
 func (m *ownerMu[T]) Unlock() {
 	from, v, pending, wake := m.held, m.made, m.made > m.settled, m.wakeup
 	m.wakeup = false
+	if !pending {
+		m.keep = false // nothing was changed: nothing to keep
+	}
 	m.Mutex.Unlock()
 	if pending {
 		_ = m.commit(from, v)
@@ -137,6 +216,7 @@ func (m *ownerMu[T]) Unlock() {
 func (m *ownerMu[T]) syncLocked() error {
 	from, v := m.held, m.made
 	if v == m.settled {
+		m.keep = false // nothing was changed: nothing to keep
 		return m.outcomeLocked(v)
 	}
 	m.Mutex.Unlock()
@@ -167,8 +247,8 @@ func (m *ownerMu[T]) commit(mine, v uint64) error {
 		m.Mutex.Unlock()
 		return err
 	}
-	from, upto, write, events := m.settled, m.made, m.write, m.events
-	m.write, m.events = false, nil
+	from, upto, write, keep, events := m.settled, m.made, m.write, m.keep, m.events
+	m.write, m.keep, m.events = false, false, nil
 	if m.ops.put == nil {
 		// No store: the next reader makes the snapshot.
 		m.settled, m.durable = upto, upto
@@ -193,9 +273,10 @@ func (m *ownerMu[T]) commit(mine, v uint64) error {
 	if err != nil {
 		m.ops.refused(err)
 		// Every change the store lacks is this holder's, and nothing
-		// was recorded since: they can be withdrawn alone.
+		// was recorded since: they can be withdrawn alone, unless the
+		// holder asked to keep them.
 		m.Mutex.Lock()
-		solo := m.durable >= mine && upto == v
+		solo := !keep && m.durable >= mine && upto == v
 		m.Mutex.Unlock()
 		var back *T
 		if solo && m.ops.readBack != nil {
@@ -218,14 +299,21 @@ func (m *ownerMu[T]) commit(mine, v uint64) error {
 		if len(m.lost) > maxLostSpans {
 			m.lost = m.lost[len(m.lost)-maxLostSpans:]
 		}
+		m.refusedCommitLocked()
 		m.Mutex.Unlock()
 		return err
 	}
 	m.Mutex.Lock()
 	m.settled, m.durable = upto, upto
+	recovered := m.failing
+	m.failing, m.backoff = false, 0
 	m.snap.Store(&doc)
 	m.Mutex.Unlock()
 	m.announce(events)
+	if recovered && m.ops.wake != nil {
+		// The owner's work was held while its commits were refused.
+		m.ops.wake()
+	}
 	return nil
 }
 

@@ -34,6 +34,15 @@ func (s *System) pauseTask(t *task, actorID string, human, pause bool) (*PauseTa
 		}
 	}
 	id := t.id()
+	// One pause or resume of the task at a time: the task's Paused (what
+	// supervision reads) and s.paused (what the agents' loops and wait
+	// timers read) change in the same order. Overlapping, a pause and a
+	// resume could leave the task stored as running but held in s.paused:
+	// no agent would start its steps, resume_task would find nothing to
+	// change, and supervision would count it busy — idle and unended,
+	// against the liveness promise.
+	t.pauseMu.Lock()
+	defer t.pauseMu.Unlock()
 	changed, held, group, err := t.setPaused(actorID, human, pause, s.now())
 	if err != nil || !changed {
 		if err != nil {
@@ -45,17 +54,25 @@ func (s *System) pauseTask(t *task, actorID string, human, pause bool) (*PauseTa
 	if pause {
 		detail = "paused"
 	}
+	var agents []*agent
+	for _, member := range group {
+		if a, ok := s.agent(member); ok && a.kind == KindLLM {
+			agents = append(agents, a)
+		}
+	}
 	if pause {
 		s.paused.Store(id, struct{}{})
 	} else {
+		// The waits' deadlines move while the task still reads as paused
+		// to the wait timers: a timer firing in between must not expire
+		// a wait of the resumed task on its old deadline.
+		for _, a := range agents {
+			a.shiftWaits(id, held)
+		}
 		s.paused.Delete(id)
 	}
-	for _, member := range group {
-		a, ok := s.agent(member)
-		if !ok || a.kind != KindLLM {
-			continue
-		}
-		a.taskPaused(id, pause, held)
+	for _, a := range agents {
+		a.taskPaused()
 	}
 	s.sup.touch(id) // the quiet clock starts again either way
 	s.log.Info("task "+detail, "task", id, "by", actorID)
@@ -90,6 +107,11 @@ func (s *System) pauseAgents(actorID string, human bool, ids []string, pause boo
 				continue
 			}
 			if err := s.MayOperate(actorID, ts.TaskID); err != nil {
+				if !s.Visible(actorID, ts.TaskID) {
+					// Another operator's task: its ID and owner are not
+					// the caller's to learn, here or anywhere else.
+					return nil, errf(ErrForbidden, "agents: agent %q also works on a task you may not operate (a task is operated by its owner, operators it is shared with and admins)", id)
+				}
 				return nil, errf(ErrForbidden, "agents: agent %q also works on task %s, which you may not operate: %v", id, ts.TaskID, err)
 			}
 		}

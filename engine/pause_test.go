@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -221,10 +222,18 @@ func TestControlsFollowOwnership(t *testing.T) {
 		<-started
 		_, err = b.sys.TaskInstruction(other, TaskInstruction{Action: ActionPauseTask, TaskID: id})
 		isErr(t, err, ErrForbidden, "owned by operator")
+		// The refusals of controls of an agent name no task of another
+		// operator, nor its owner: the caller may not see them.
 		_, err = b.sys.AgentInstruction(other, AgentInstruction{Action: ActionPauseAgent, Agents: StringList{alice}})
-		isErr(t, err, ErrForbidden, id)
+		isErr(t, err, ErrForbidden, "also works on a task you may not operate")
+		if strings.Contains(err.Error(), id) || strings.Contains(err.Error(), b.op()) {
+			t.Errorf("pause_agent's refusal names the other operator's task or owner: %v", err)
+		}
 		_, err = b.sys.Interrupt(other, alice, "", "stop")
-		isErr(t, err, ErrForbidden, "owned by operator")
+		isErr(t, err, ErrForbidden, "belongs to a task you may not operate")
+		if strings.Contains(err.Error(), id) || strings.Contains(err.Error(), b.op()) {
+			t.Errorf("interrupt's refusal names the other operator's task or owner: %v", err)
+		}
 		if b.task(id).Paused || b.agent(alice).Paused {
 			t.Error("a refused control changed something")
 		}
@@ -232,4 +241,63 @@ func TestControlsFollowOwnership(t *testing.T) {
 			t.Errorf("the owner's interrupt: %v", err)
 		}
 	})
+}
+
+// TestOverlappingPauseAndResumeAgree: a pause and a resume of a task that
+// overlap leave the task's Paused (what supervision reads) and s.paused
+// (what the agents' loops and wait timers read) agreeing. Were they
+// applied in different orders, the task could read as running while
+// s.paused holds it: no agent would start a step of it, resume_task would
+// change nothing, and supervision would count it busy — idle and
+// unended, and nobody told.
+func TestOverlappingPauseAndResumeAgree(t *testing.T) {
+	b := newTestbed(t, nil)
+	alice := b.newAgent("alice")
+	id := b.newTask("racy", alice)
+	b.settle()
+	tk, _ := b.sys.task(id)
+	op := b.op()
+	pause := func(p bool) {
+		action := ActionResumeTask
+		if p {
+			action = ActionPauseTask
+		}
+		_, _ = b.sys.TaskInstruction(op, TaskInstruction{Action: action, TaskID: id})
+	}
+	const rounds = 4000
+	for i := 0; i < rounds; i++ {
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); <-start; pause(true) }()
+		go func() { defer wg.Done(); <-start; pause(false) }()
+		close(start)
+		wg.Wait()
+		tk.mu.Lock()
+		taskPaused := tk.st.Paused
+		tk.mu.Unlock()
+		if inMap := b.sys.isPaused(id); inMap != taskPaused {
+			t.Errorf("round %d: task Paused=%v but s.paused says %v", i, taskPaused, inMap)
+			if taskPaused {
+				return // the other order: a "paused" task whose steps run
+			}
+			// The task reads as running; resume_task does nothing.
+			res, err := b.sys.TaskInstruction(op, TaskInstruction{Action: ActionResumeTask, TaskID: id})
+			if err == nil && res.PauseTask != nil && !res.PauseTask.Changed && b.sys.isPaused(id) {
+				t.Errorf("resume_task: changed=false, and the task stays held in s.paused")
+			}
+			ids := b.inject(alice, id, NoRelative, false, spec(SkillThink, "a step of the task"))
+			b.waitFor("alice to show paused", func() bool { return b.agent(alice).WorkingState == WorkingPaused })
+			st := b.task(id)
+			if !st.Paused && !b.stepDone(alice, ids[0]) && b.sys.busy(&st) {
+				t.Errorf("the task is not paused, alice holds its step %s unrun (working_state %s), and supervision counts the task busy: it never moves",
+					ids[0], b.agent(alice).WorkingState)
+			}
+			return
+		}
+		// Back to running for the next round.
+		if taskPaused {
+			pause(false)
+		}
+	}
 }

@@ -60,10 +60,14 @@ func (a *agent) receive(m Message) {
 			TextContent:   a.sys.text("process_text", data),
 		}}, released != nil, m.MessageID)
 	}
+	// The message is stored and delivered: nobody can be told if the
+	// agent's document is refused now. Withdrawn, the step it queued and
+	// its "received" record would be lost until a restart delivers the
+	// message again, and the work it carries would stop (an instruction
+	// to start a stage, a reply awaited). It is kept in memory instead and
+	// committed once the store takes writes again (owner.go).
+	a.mu.keepLocked()
 	a.mu.Unlock()
-	if released != nil && released.For != SystemSender {
-		a.sys.waits.remove(a.id, released.For)
-	}
 }
 
 // receivedKept is how many message IDs an agent remembers for deduplication:

@@ -33,6 +33,27 @@ func (g *waitGraph) add(from, to string) []string {
 	return nil
 }
 
+// reset makes from's edges those of its waits (an agent that took back
+// its stored document after a refused write: the waits it holds are no
+// longer those the graph was told of).
+func (g *waitGraph) reset(from string, waits []Wait) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.edges, from)
+	for _, w := range waits {
+		if w.For == SystemSender {
+			continue
+		}
+		if g.edges == nil {
+			g.edges = map[string]map[string]int{}
+		}
+		if g.edges[from] == nil {
+			g.edges[from] = map[string]int{}
+		}
+		g.edges[from][w.For]++
+	}
+}
+
 // remove forgets one wait of from on to.
 func (g *waitGraph) remove(from, to string) {
 	g.mu.Lock()
@@ -71,6 +92,13 @@ func (s *System) engageWaits(a *agent, m *Message) string {
 	var ws []Wait
 	var notes []string
 	settled := s.engagedOrAnswered(a, m.TaskID, m.Waiting)
+	// The graph learns of the waits under the agent's lock, with the
+	// waits themselves: a refused write that takes back the agent's
+	// stored document resets the agent's edges from its waits
+	// (restoreLocked), which must not drop an edge whose wait is still
+	// to be added. The graph's own lock is taken under no other.
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	for i, r := range m.Receiver {
 		if settled[m.Waiting[i]] {
 			continue
@@ -87,7 +115,7 @@ func (s *System) engageWaits(a *agent, m *Message) string {
 			MessageID: m.MessageID, Since: now, Deadline: now.Add(s.cfg.WaitTimeout),
 		})
 	}
-	a.addWaits(ws)
+	a.addWaitsLocked(ws)
 	return strings.Join(notes, "\n")
 }
 
@@ -147,6 +175,12 @@ func (a *agent) releaseWaitLocked(id string) (Wait, bool) {
 	}
 	w := a.st.Waits[i]
 	a.st.Waits = slices.Delete(a.st.Waits, i, i+1)
+	// The graph forgets the wait with the agent, under its lock, so a
+	// refused write that brings the wait back (restoreLocked) finds the
+	// graph as the waits are.
+	if w.For != SystemSender {
+		a.sys.waits.remove(a.id, w.For)
+	}
 	a.armTimerLocked()
 	a.mu.wakeLocked()
 	return w, true
@@ -217,11 +251,14 @@ func (a *agent) expireWaits() {
 	}
 	if len(expired) > 0 {
 		a.changedLocked(Event{Detail: "step_lock_timeout"})
+		// Nobody could be told if the store refused this: kept through
+		// an outage rather than withdrawn (owner.go), so the wait ends
+		// once the store is back.
+		a.mu.keepLocked()
 	}
 	a.armTimerLocked()
 	a.mu.Unlock()
 	for _, w := range expired {
-		a.sys.waits.remove(a.id, w.For)
 		a.sys.log.Info("wait timed out", "agent", a.id, "for", w.For, "waiting_id", w.WaitingID)
 	}
 }
@@ -253,13 +290,12 @@ func (a *agent) releaseWaits(match func(Wait) bool) {
 	}
 	if len(released) > 0 {
 		a.changedLocked(Event{Detail: "step_lock_released"})
+		// Whoever ended the awaited stage or task cannot be told that
+		// this agent's document was refused: kept through an outage
+		// rather than withdrawn (owner.go).
+		a.mu.keepLocked()
 	}
 	a.mu.Unlock()
-	for _, w := range released {
-		if w.For != SystemSender {
-			a.sys.waits.remove(a.id, w.For)
-		}
-	}
 }
 
 // lostReply is a wait whose reply can no longer come.
@@ -306,7 +342,6 @@ func (s *System) releaseLost(replier *agent, lost ...lostReply) {
 			continue
 		}
 		if w.replyLost(l, name) {
-			s.waits.remove(w.id, replier.id)
 			s.log.Info("wait released: the reply can no longer come", "agent", w.id, "for", replier.id, "waiting_id", l.waitingID, "reason", l.reason)
 		}
 	}
@@ -341,6 +376,9 @@ func (a *agent) replyLost(l lostReply, replier string) bool {
 			TextContent:   a.sys.text("reply_lost_text", data),
 		}}, true, "")
 		a.changedLocked(Event{TaskID: rw.TaskID, Detail: "step_lock_released"})
+		// The replier's step is over and cannot be told: kept through an
+		// outage rather than withdrawn (owner.go).
+		a.mu.keepLocked()
 	}
 	return released
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -304,6 +305,13 @@ type refuseTaskStore struct {
 	refuse func(*TaskState) bool
 }
 
+// refuseWhen sets which task documents are refused from now on.
+func (s *refuseTaskStore) refuseWhen(refuse func(*TaskState) bool) {
+	s.mu.Lock()
+	s.refuse = refuse
+	s.mu.Unlock()
+}
+
 func (s *refuseTaskStore) PutTask(ctx context.Context, t *TaskState) error {
 	s.mu.Lock()
 	refuse := s.refuse != nil && s.refuse(t)
@@ -325,9 +333,7 @@ func TestRefusedTaskWriteIsNotAnnounced(t *testing.T) {
 	alice := b.newAgent("alice")
 	id := b.newTask("report", alice)
 	b.settle()
-	st.mu.Lock()
-	st.refuse = func(ts *TaskState) bool { return ts.TaskID == id && ts.ExecutionState == StateFailed }
-	st.mu.Unlock()
+	st.refuseWhen(func(ts *TaskState) bool { return ts.TaskID == id && ts.ExecutionState == StateFailed })
 	sub := b.sys.Subscribe(1 << 12)
 	defer sub.Close()
 	before := b.sys.EventSeq()
@@ -355,9 +361,7 @@ func TestRefusedTaskWriteIsNotAnnounced(t *testing.T) {
 		}
 	}
 	// Once the store takes writes again, the same cancel succeeds.
-	st.mu.Lock()
-	st.refuse = nil
-	st.mu.Unlock()
+	st.refuseWhen(nil)
 	if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionCancelTask, TaskID: id, Summary: "stop"}); err != nil {
 		t.Fatalf("cancel_task after the store recovered: %v", err)
 	}
@@ -414,5 +418,148 @@ func TestBigMessageIsBoundedAtIngest(t *testing.T) {
 	}
 	if restored != seen {
 		t.Errorf("restored message differs from the one clients saw (%d vs %d bytes)", len(restored), len(seen))
+	}
+}
+
+// The task changes an operator or a manager makes (add_stage,
+// finish_stage, retry_stage, add_task_participant) are stored before
+// anyone is told: a refused one fails the call, and nobody is told of a
+// stage or a group the store does not hold.
+
+// TestRefusedAddStageIsNotDelivered: the store refuses the task document
+// that holds the new stage. The operator's add_stage fails (as cancel_task
+// does, TestRefusedTaskWriteIsNotAnnounced) and nobody is told to start a
+// stage the store does not hold.
+func TestRefusedAddStageIsNotDelivered(t *testing.T) {
+	st := &refuseTaskStore{MemoryStore: NewMemoryStore()}
+	b := newTestbed(t, func(c *Config) { c.Store = st })
+	alice := b.newAgent("alice")
+	id := b.newTask("report", alice)
+	b.settle()
+	st.refuseWhen(func(ts *TaskState) bool { return ts.TaskID == id && len(ts.StageList) > 0 })
+
+	res, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionAddStage, TaskID: id,
+		Stages: []StageSpec{{StageIntention: "collect", AgentAllocation: map[string]string{alice: "collect facts"}}}})
+	if err != nil {
+		if !strings.Contains(err.Error(), errStoreDown.Error()) {
+			t.Errorf("add_stage failed with %v, want the store's refusal", err)
+		}
+		b.settle()
+		if n := len(b.sc.callsOf("alice", SkillPlanning)); n != 0 {
+			t.Errorf("add_stage failed (%v) but alice ran %d planning steps", err, n)
+		}
+		return
+	}
+	stageID := res.AddStage.StageIDs[0]
+	b.settle()
+	stored, _ := st.Task(id)
+	seen := b.task(id)
+	t.Errorf("add_stage reported success (stage %s) though the store refused it: the task holds %d stages in memory and %d in the store; alice's steps in it: %d",
+		stageID, len(seen.StageList), len(stored.StageList),
+		len(b.steps(alice, func(s StepState) bool { return s.StageID == stageID })))
+}
+
+// TestRefusedFinishStageIsNotDelivered: the store refuses the task
+// document in which the first stage is finished. finish_stage fails, the
+// agents stay in the first stage, and once the store takes writes again a
+// repeated finish_stage starts the second stage with its agents told
+// (were the refused finish delivered, the second stage's start_stage,
+// carrying the same derived ID, would be taken as seen: the stage would
+// run with nobody working in it).
+func TestRefusedFinishStageIsNotDelivered(t *testing.T) {
+	st := &refuseTaskStore{MemoryStore: NewMemoryStore()}
+	b := newTestbed(t, func(c *Config) { c.Store = st })
+	task, stages, agents := twoStageTask(b)
+	b.waitFor("the first stage's summaries", func() bool { return summarised(b, task, stages[0]) })
+	b.settle()
+	st.refuseWhen(func(ts *TaskState) bool {
+		for _, sg := range ts.StageList {
+			if ts.TaskID == task && sg.StageID == stages[0] && sg.ExecutionState == StateFinished {
+				return true
+			}
+		}
+		return false
+	})
+
+	_, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionFinishStage, TaskID: task, StageID: stages[0]})
+	if err == nil {
+		t.Errorf("finish_stage reported success while the store refused it")
+	}
+	b.settle()
+	if got := b.stage(task, stages[0]).ExecutionState; got != StateRunning {
+		t.Fatalf("first stage %s, want it running (the refused finish withdrawn)", got)
+	}
+	for _, name := range []string{"one", "two"} {
+		for _, c := range b.sc.callsOf(name, SkillPlanning) {
+			if c.StageID == stages[1] {
+				t.Errorf("%s was told to start stage %s, which the task holds as %s", name, stages[1], b.stage(task, stages[1]).ExecutionState)
+			}
+		}
+	}
+	if t.Failed() {
+		return // the rest would wait for a stage its agents took as seen
+	}
+
+	// The store recovers; the operator finishes the first stage again.
+	st.refuseWhen(nil)
+	if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionFinishStage, TaskID: task, StageID: stages[0]}); err != nil {
+		t.Fatalf("finish_stage after the store recovered: %v", err)
+	}
+	b.waitFor("the second stage's summaries", func() bool { return summarised(b, task, stages[1]) })
+	sg := b.stage(task, stages[1])
+	if len(sg.CompletionSummary) < len(agents) {
+		t.Errorf("the second stage has %d of %d summaries", len(sg.CompletionSummary), len(agents))
+	}
+}
+
+// TestRefusedRetryStageIsNotDelivered: the store refuses the task document
+// that holds the retried stage. retry_stage fails, nobody is told to start
+// the new stage, and the old one still runs.
+func TestRefusedRetryStageIsNotDelivered(t *testing.T) {
+	st := &refuseTaskStore{MemoryStore: NewMemoryStore()}
+	b := newTestbed(t, func(c *Config) { c.Store = st })
+	task, stages, agents := twoStageTask(b)
+	b.waitFor("the first stage's summaries", func() bool { return summarised(b, task, stages[0]) })
+	b.settle()
+	st.refuseWhen(func(ts *TaskState) bool { return ts.TaskID == task && len(ts.StageList) > 2 })
+	res, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionRetryStage, TaskID: task, OldStageID: stages[0],
+		NewStageIntention: "again", NewAgentAllocation: map[string]string{agents[0]: "part one again"}})
+	if err == nil {
+		t.Fatalf("retry_stage reported success (new stage %s) while the store refused it", res.RetryStage.NewStage)
+	}
+	b.settle()
+	if got := b.stage(task, stages[0]).ExecutionState; got != StateRunning {
+		t.Errorf("first stage %s, want it running (the refused retry withdrawn)", got)
+	}
+	if n := len(b.task(task).StageList); n != 2 {
+		t.Errorf("the task holds %d stages, want 2", n)
+	}
+	for _, c := range b.sc.callsOf("one", SkillPlanning) {
+		if c.StageID != stages[0] {
+			t.Errorf("one was told to start stage %s, which the store does not hold", c.StageID)
+		}
+	}
+}
+
+// TestRefusedParticipantIsNotTold: the store refuses the task document
+// with the new participant. add_task_participant fails and the agent,
+// not in the group the store holds, is not told to join.
+func TestRefusedParticipantIsNotTold(t *testing.T) {
+	st := &refuseTaskStore{MemoryStore: NewMemoryStore()}
+	b := newTestbed(t, func(c *Config) { c.Store = st })
+	alice, bob := b.newAgent("alice"), b.newAgent("bob")
+	id := b.newTask("report", alice)
+	b.settle()
+	st.refuseWhen(func(ts *TaskState) bool { return ts.TaskID == id && slices.Contains(ts.TaskGroup, bob) })
+	res, err := b.sys.AgentInstruction(b.op(), AgentInstruction{Action: ActionAddTaskParticipant, TaskID: id, Agents: StringList{bob}})
+	if err == nil {
+		t.Errorf("add_task_participant reported success (%+v) while the store refused it", res)
+	}
+	b.settle()
+	if slices.Contains(b.task(id).TaskGroup, bob) {
+		t.Error("bob is in the task group though the store refused it")
+	}
+	if _, ok := b.agent(bob).WorkingMemory[id]; ok {
+		t.Error("bob was told to join the task: his working memory holds it")
 	}
 }

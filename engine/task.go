@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // task owns one TaskState: every mutation happens under mu (the single
@@ -14,6 +15,12 @@ type task struct {
 
 	mu ownerMu[TaskState]
 	st TaskState // guarded by mu
+
+	// pauseMu orders the task's pauses and resumes (pause.go): each is
+	// one step, the task's stored state, s.paused and its agents' wait
+	// deadlines together. It is taken before mu or any agent's lock, and
+	// held while pauseTask takes them one at a time.
+	pauseMu sync.Mutex
 }
 
 func newTaskOwner(s *System, st TaskState) *task {

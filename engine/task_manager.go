@@ -273,6 +273,13 @@ func (s *System) addStages(t *task, actorID string, human bool, specs []StageSpe
 	}
 	t.changedLocked(Event{Detail: "add_stage"})
 	msgs := t.startNextStageLocked()
+	// Stored before anyone is told: a stage the store refused (and the
+	// task took back) must not be started by its agents, whose work in it
+	// could never be reported; the caller fails visibly instead.
+	if err := t.mu.syncLocked(); err != nil {
+		t.mu.Unlock()
+		return nil, err
+	}
 	t.mu.Unlock()
 	s.deliver(msgs...)
 	return &AddStageResult{StageIDs: ids, TaskID: t.st.TaskID}, nil
@@ -311,6 +318,15 @@ func (s *System) finishStage(t *task, actorID string, human bool, stageID, by st
 	if result.NextStage == nil {
 		// No stage left: the manager judges the whole task (spec §2.1.1).
 		msgs = append(msgs, t.judgeLocked(stageID))
+	}
+	// Stored before anyone is told: were the refused finish delivered,
+	// the agents would drop a stage the task still runs and start one it
+	// holds as init, and a repeated finish_stage (same derived IDs) would
+	// then start nobody. The caller fails visibly instead, and no wait
+	// is released.
+	if err := t.mu.syncLocked(); err != nil {
+		t.mu.Unlock()
+		return nil, err
 	}
 	t.mu.Unlock()
 	// The stage's steps go first, then the waits on it: a released agent
@@ -383,6 +399,13 @@ func (s *System) retryStage(t *task, actorID string, human bool, ti TaskInstruct
 	}
 	// 3. the new stage starts.
 	msgs = append(msgs, t.startStageLocked(&t.st.StageList[at+1])...)
+	// Stored before anyone is told, as in finishStage: a refused retry
+	// is reported to the caller, nothing is delivered and no wait
+	// released.
+	if err := t.mu.syncLocked(); err != nil {
+		t.mu.Unlock()
+		return nil, err
+	}
 	t.mu.Unlock()
 	s.deliver(msgs...)
 	s.releaseWaits(func(w Wait) bool { return w.TaskID == t.st.TaskID && w.StageID == ti.OldStageID })
