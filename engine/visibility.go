@@ -254,7 +254,47 @@ func (s *System) filterAgent(viewerID string, st *AgentState, hidden []string) {
 			delete(st.WorkingMemory, id)
 		}
 	}
-	st.Waits = slices.DeleteFunc(st.Waits, func(w Wait) bool { return !seen(w.TaskID) })
+	// A wait for a reply from another operator is the agent's question to
+	// it, a private message: its waiting ID and message ID are that
+	// operator's to see, as is a wait for a private message of others.
+	var droppedWaits []string
+	st.Waits = slices.DeleteFunc(st.Waits, func(w Wait) bool {
+		drop := !seen(w.TaskID) || (w.For != viewerID && s.isHuman(w.For)) ||
+			(w.MessageID != "" && s.messageHidden(viewerID, w.TaskID, w.MessageID))
+		if drop {
+			droppedWaits = append(droppedWaits, w.WaitingID)
+		}
+		return drop
+	})
+	st.StepLock = slices.DeleteFunc(slices.Clone(st.StepLock), func(id string) bool { return slices.Contains(droppedWaits, id) })
+	// The IDs of the messages delivered to the agent are the engine's
+	// bookkeeping (a message delivered again is taken once), and among
+	// them are other operators' private messages.
+	st.Received = nil
+}
+
+// messageHidden reports whether messageID names a message of task taskID
+// that viewerID may not see. A message the task no longer holds (the base
+// task keeps a bounded conversation) cannot be told: it is not hidden.
+func (s *System) messageHidden(viewerID, taskID, messageID string) bool {
+	t, ok := s.task(taskID)
+	if !ok {
+		return false
+	}
+	var found *Message
+	t.mu.peek(func(ts *TaskState) {
+		// The newest first: events and waits are about recent messages.
+		for _, l := range [][]Message{ts.SharedConversationPool, ts.CommunicationQueue} {
+			for i := len(l) - 1; i >= 0; i-- {
+				if l[i].MessageID == messageID {
+					m := l[i]
+					found = &m
+					return
+				}
+			}
+		}
+	})
+	return found != nil && !s.MessageVisible(viewerID, found)
 }
 
 // carries reports whether a step's texts hold one of the hidden messages,
@@ -298,8 +338,216 @@ func carries(sp *StepState, hidden []string) bool {
 	return false
 }
 
-// EventVisible reports whether viewerID may see an event (one of a task it
-// may not see is left out).
+// EventVisible reports whether viewerID may see an event: one of a task it
+// may not see is left out, and so is one that names a private message of
+// others (its ID is theirs to see): a message an operator sent, a change of
+// an operator's HumanAgent by a message to it, a message delivered to one.
 func (s *System) EventVisible(viewerID string, ev Event) bool {
-	return ev.TaskID == "" || s.Visible(viewerID, ev.TaskID)
+	if ev.TaskID != "" && !s.Visible(viewerID, ev.TaskID) {
+		return false
+	}
+	if ev.MessageID == "" || !s.restricted(viewerID) {
+		return true
+	}
+	if ev.AgentID != "" && ev.AgentID != viewerID && s.isHuman(ev.AgentID) {
+		return false
+	}
+	return ev.TaskID == "" || !s.messageHidden(viewerID, ev.TaskID, ev.MessageID)
+}
+
+// TrailEntriesFor returns the entries of es (one task's, as a trail reader
+// returns them) that viewerID may see; the caller has checked that the task
+// is visible. The messages hidden from viewerID are those of the tasks it
+// sees (hiddenContents) and the message entries of es it may not see: a
+// task's conversation keeps a bounded history, the trail all of it.
+//
+// The rule is TrailEntryVisible's, and a step goes as a whole: when one of
+// its entries is left out, so are the others (its LLM call's answer or its
+// end state may not quote the hidden message, yet tell what it said).
+func (s *System) TrailEntriesFor(viewerID string, es []TrailEntry) []TrailEntry {
+	if !s.restricted(viewerID) {
+		return slices.Clone(es)
+	}
+	hidden := s.hiddenContents(viewerID)
+	for i := range es {
+		if m := es[i].Message; m != nil && strings.TrimSpace(m.Text.Text) != "" && !s.trailMessageVisible(viewerID, m) {
+			hidden = append(hidden, m.Text.Text)
+		}
+	}
+	h := newHiddenTexts(hidden)
+	droppedSteps := map[string]bool{}
+	keep := make([]bool, len(es))
+	for i := range es {
+		keep[i] = s.trailEntryVisible(viewerID, &es[i], h)
+		if id := es[i].StepID; !keep[i] && id != "" && es[i].Message == nil {
+			droppedSteps[id] = true
+		}
+	}
+	out := make([]TrailEntry, 0, len(es))
+	for i := range es {
+		if keep[i] && (es[i].Message != nil || !droppedSteps[es[i].StepID]) {
+			out = append(out, es[i])
+		}
+	}
+	return out
+}
+
+// TrailEntryVisible reports whether viewerID may see a trail entry of a task
+// it may see, hidden being the texts of the messages it may not see (the
+// texts of the task's private messages of others). It applies the rule of
+// messages and steps to the trail:
+//
+//   - a message or instruction entry is seen as its message is
+//     (MessageVisible), and an instruction that quotes a hidden message is
+//     left out;
+//   - an entry of another operator (its actions and steps) is that
+//     operator's own;
+//   - an LLM call, tool call or step whose bodies hold a hidden message is
+//     left out (a manager's prompt quotes the message it digests, its answer
+//     the reply it writes), as is a step that replies to another operator
+//     (filterAgent's rule for step lists).
+func (s *System) TrailEntryVisible(viewerID string, e *TrailEntry, hidden []string) bool {
+	if !s.restricted(viewerID) {
+		return true
+	}
+	return s.trailEntryVisible(viewerID, e, newHiddenTexts(hidden))
+}
+
+func (s *System) trailEntryVisible(viewerID string, e *TrailEntry, h *hiddenTexts) bool {
+	if m := e.Message; m != nil {
+		if !s.trailMessageVisible(viewerID, m) {
+			return false
+		}
+		// A message seen by the viewer is its own to read, whatever it
+		// says (as in the task's conversation); an instruction of the
+		// engine may quote a message it may not see.
+		return m.Instruction == nil || !h.inAny(m.Text.Text)
+	}
+	if e.AgentID == viewerID {
+		return true
+	}
+	if s.isHuman(e.AgentID) {
+		return false // an operator's actions and steps are its own (spec §7.1)
+	}
+	if st := e.Step; st != nil && st.ReplyTo != "" && st.ReplyTo != viewerID && s.isHuman(st.ReplyTo) {
+		return false
+	}
+	if h.empty() {
+		return true
+	}
+	if st := e.Step; st != nil && carries(st, h.texts) {
+		return false
+	}
+	if l := e.LLM; l != nil {
+		for i := range l.Request {
+			if h.inAny(l.Request[i].Content.Text) {
+				return false
+			}
+		}
+		if h.inAny(l.Answer.Text) || (l.Parsed != nil && h.inAny(l.Parsed.Text)) || h.inAny(l.ParseError) || h.inAny(l.Error) {
+			return false
+		}
+	}
+	if t := e.Tool; t != nil {
+		if h.inAny(t.Arguments.Text) || h.inAny(t.Result.Text) || h.inAny(t.Error) || h.quotes(t.Arguments.Text) {
+			return false
+		}
+		if len(t.Approval) > 0 {
+			b, err := json.Marshal(t.Approval)
+			if err != nil || h.inAny(string(b)) {
+				return false // what it holds cannot be told: hidden, to be safe
+			}
+		}
+	}
+	if a := e.Action; a != nil && (h.inAny(a.Input.Text) || h.inAny(a.Result.Text) || h.inAny(a.Error)) {
+		return false
+	}
+	return !h.inAny(e.Note)
+}
+
+// trailMessageVisible is MessageVisible for a trail's record of a message.
+func (s *System) trailMessageVisible(viewerID string, m *TrailMessage) bool {
+	return s.MessageVisible(viewerID, &Message{SenderID: m.SenderID, Receiver: m.Receiver})
+}
+
+// hiddenTexts are hidden messages' texts in both forms they appear in in
+// another text: as written (a prompt), and escaped as a JSON string (a parsed
+// answer, a tool call's arguments). Each form is computed once per read, not
+// once per entry.
+type hiddenTexts struct {
+	texts   []string
+	needles []string
+}
+
+func newHiddenTexts(hidden []string) *hiddenTexts {
+	h := &hiddenTexts{}
+	seen := map[string]bool{}
+	add := func(s string) {
+		if !seen[s] {
+			seen[s] = true
+			h.needles = append(h.needles, s)
+		}
+	}
+	for _, t := range hidden {
+		if strings.TrimSpace(t) == "" || seen[t] {
+			continue
+		}
+		h.texts = append(h.texts, t)
+		add(t)
+		// t as it appears inside JSON, as encoding/json writes it (HTML
+		// characters escaped) and as an LLM writes it (not escaped).
+		b, _ := json.Marshal(t)
+		add(unquote(string(b)))
+		add(jsonInner(t))
+	}
+	return h
+}
+
+// jsonInner is s encoded as a JSON string without its quotes and without
+// escaping HTML characters.
+func jsonInner(s string) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	return unquote(strings.TrimSuffix(b.String(), "\n"))
+}
+
+// unquote drops the quotes around an encoded JSON string (only those: a
+// string ending in a quote encodes to one ending in \").
+func unquote(q string) string {
+	if len(q) >= 2 {
+		return q[1 : len(q)-1]
+	}
+	return q
+}
+
+func (h *hiddenTexts) empty() bool { return len(h.needles) == 0 }
+
+// inAny reports whether text holds a hidden message.
+func (h *hiddenTexts) inAny(text string) bool {
+	if text == "" {
+		return false
+	}
+	for _, n := range h.needles {
+		if strings.Contains(text, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// quotes reports whether a hidden message quotes args, a tool call's JSON
+// arguments (a risk-gate approval question to an operator shows them).
+// Arguments too short to tell apart ({} and the like) quote nothing.
+func (h *hiddenTexts) quotes(args string) bool {
+	if len(args) <= len("{}") || args == "null" {
+		return false
+	}
+	for _, t := range h.texts {
+		if strings.Contains(t, args) {
+			return true
+		}
+	}
+	return false
 }

@@ -31,11 +31,18 @@ const (
 	kindAgent = "agent"
 )
 
-// visibleTo is the hook that decides which tasks (kindTask, by task ID; their
-// stages go with them) and agents (kindAgent, by agent ID) operator may be
-// offered as completions. Today every operator sees every task and agent, as
-// in ask_info and the resources; per-operator visibility goes here.
-func (s *Server) visibleTo(operator, kind, id string) bool { return true }
+// visibleTo decides which tasks (kindTask, by task ID; their stages go with
+// them) and agents (kindAgent, by agent ID) operator may be offered as
+// completions. A task follows the engine's rule (a completion that offered
+// another operator's task would name it, and matching its name would confirm
+// words of it); every agent is offered, as mas://agents/{agent_id} is
+// readable by every operator (filtered to what it may see).
+func (s *Server) visibleTo(operator, kind, id string) bool {
+	if kind == kindTask {
+		return s.sys.Visible(operator, id)
+	}
+	return true
+}
 
 func (s *Server) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
 	p := req.Params
@@ -61,14 +68,14 @@ func (s *Server) resourceCandidates(op, tmpl, arg string, args map[string]string
 	var out []candidate
 	switch arg {
 	case "task_id":
-		for _, t := range s.sys.Tasks() {
+		for _, t := range s.sys.TasksFor(op) {
 			if s.visibleTo(op, kindTask, t.TaskID) {
 				out = append(out, candidate{t.TaskID, t.TaskName})
 			}
 		}
 	case "stage_id":
 		task := args["task_id"]
-		for _, t := range s.sys.Tasks() {
+		for _, t := range s.sys.TasksFor(op) {
 			if (task != "" && t.TaskID != task) || !s.visibleTo(op, kindTask, t.TaskID) {
 				continue
 			}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -58,6 +59,23 @@ func (c *inputCheck) text(field, v string) {
 	}
 }
 
+// jsonValue checks a JSON value given whole (a tool call's arguments): the
+// size of its encoding, bounded as free text is (it goes into prompts and
+// messages alike).
+func (c *inputCheck) jsonValue(field string, v any) {
+	if c.err != nil || v == nil {
+		return
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		c.err = fmt.Errorf("%s: not JSON: %v", field, err)
+		return
+	}
+	if len(b) > c.l.TextBytes {
+		c.err = fmt.Errorf("%s: %d bytes of JSON, more than the limit of %d (%s)", field, len(b), c.l.TextBytes, keyTextBytes)
+	}
+}
+
 func (c *inputCheck) list(field string, n int) {
 	if c.err == nil && n > c.l.ListItems {
 		c.err = fmt.Errorf("%s: %d items, more than the limit of %d (%s)", field, n, c.l.ListItems, keyListItems)
@@ -101,7 +119,25 @@ func (in AnswerApprovalIn) check(l *Limits) error {
 	c := inputCheck{l: l}
 	c.name("message_id", in.MessageID)
 	c.text("note", in.Note)
+	c.jsonValue("arguments", in.Arguments)
 	return c.err
+}
+
+// elicitAnswer checks an answer to an operator's question given as an
+// elicitation result (inputResponses of wait_for_updates and tasks/update),
+// field naming it: it stands for send_message's content (reply) or
+// answer_approval's note and arguments (the form's whole content), and is
+// held to their limits.
+func (c *inputCheck) elicitAnswer(field string, r *mcp.ElicitResult) {
+	if r == nil {
+		return
+	}
+	for _, k := range []string{"reply", "note"} {
+		if v, ok := r.Content[k].(string); ok {
+			c.text(field+"."+k, v)
+		}
+	}
+	c.jsonValue(field+".content", r.Content)
 }
 
 func (in AskInfoIn) check(l *Limits) error {

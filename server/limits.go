@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // Limits bound what clients may hold open and send, so that no client (and
@@ -28,6 +30,9 @@ type Limits struct {
 	// SSEStreams bounds the open legacy SSE streams (GET /sse), in total
 	// and per operator. Default 256 and 16.
 	SSEStreams, SSEStreamsPerOperator int
+	// SubscriptionsPerSession bounds the resources one MCP session (or one
+	// subscriptions/listen stream) is subscribed to at once. Default 256.
+	SubscriptionsPerSession int
 	// BodyTimeout bounds the time to receive a request's body once its
 	// headers arrived. Default 30s.
 	BodyTimeout time.Duration
@@ -68,6 +73,7 @@ const (
 	keyEventStreamsOp   = "limits.event_streams_per_operator"
 	keySSEStreams       = "limits.sse_streams"
 	keySSEStreamsOp     = "limits.sse_streams_per_operator"
+	keySubsPerSession   = "limits.subscriptions_per_session"
 	keyBodyTimeout      = "limits.body_timeout"
 	keyNameBytes        = "limits.name_bytes"
 	keyTextBytes        = "limits.text_bytes"
@@ -86,6 +92,7 @@ func (l *Limits) check() error {
 		{&l.Sessions, 256, keySessions}, {&l.SessionsPerOperator, 32, keySessionsPerOp},
 		{&l.EventStreams, 256, keyEventStreams}, {&l.EventStreamsPerOperator, 16, keyEventStreamsOp},
 		{&l.SSEStreams, 256, keySSEStreams}, {&l.SSEStreamsPerOperator, 16, keySSEStreamsOp},
+		{&l.SubscriptionsPerSession, 256, keySubsPerSession},
 		{&l.MonitorSessionsPerOperator, 32, "limits.monitor_sessions_per_operator"},
 		{&l.PasswordFailures, 5, "limits.password_failures"},
 		{&l.NameBytes, 256, keyNameBytes}, {&l.TextBytes, 32 << 10, keyTextBytes}, {&l.ListItems, 64, keyListItems},
@@ -351,3 +358,67 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 }
 
 func (b *deadlineBody) Close() error { return b.body.Close() }
+
+// sessionSubs counts each MCP session's resource subscriptions. The SDK
+// keeps them without a bound (and for URIs of anything): a session could
+// make the server hold, and scan on every change, any number of them. A
+// session the SDK closed is forgotten lazily, as mcpSessions does, since the
+// SDK tells no one.
+type sessionSubs struct {
+	max int
+
+	mu     sync.Mutex
+	bySess map[*mcp.ServerSession]map[string]bool // guarded by mu
+}
+
+// add records ss's subscription to uri, or says why not: ss holds max
+// already. A URI subscribed to again counts once, as the SDK keeps it once.
+func (c *sessionSubs) add(s *Server, ss *mcp.ServerSession, uri string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bySess == nil {
+		c.bySess = map[*mcp.ServerSession]map[string]bool{}
+	}
+	subs := c.bySess[ss]
+	if subs[uri] {
+		return nil
+	}
+	if len(subs) >= c.max {
+		c.forgetClosedLocked(s)
+		if subs = c.bySess[ss]; len(subs) >= c.max {
+			return fmt.Errorf("uri %q: this session is subscribed to %d resources, the most one session may be (%s): unsubscribe from one first", uri, c.max, keySubsPerSession)
+		}
+	}
+	if subs == nil {
+		subs = map[string]bool{}
+		c.bySess[ss] = subs
+	}
+	subs[uri] = true
+	return nil
+}
+
+// remove forgets ss's subscription to uri.
+func (c *sessionSubs) remove(ss *mcp.ServerSession, uri string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if subs := c.bySess[ss]; subs != nil {
+		delete(subs, uri)
+		if len(subs) == 0 {
+			delete(c.bySess, ss)
+		}
+	}
+}
+
+// forgetClosedLocked drops the sessions the SDK no longer lists. mu must
+// be held.
+func (c *sessionSubs) forgetClosedLocked(s *Server) {
+	open := map[*mcp.ServerSession]bool{}
+	for ss := range s.mcp.Sessions() {
+		open[ss] = true
+	}
+	for ss := range c.bySess {
+		if !open[ss] {
+			delete(c.bySess, ss)
+		}
+	}
+}

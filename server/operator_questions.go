@@ -71,12 +71,28 @@ func (s *Server) inputRequests(qs []engine.InboxEntry) mcp.InputRequestMap {
 // with the elicitation results keyed by their message IDs, in key order,
 // and returns what went wrong with each answer that failed (the others
 // are applied).
+//
+// The answers are bounded like the tool inputs they stand for: more of them
+// than a list may hold are refused together, an answer over a limit alone.
 func (s *Server) answerQuestions(op, taskID string, responses mcp.InputResponseMap) []string {
+	l := &s.cfg.Limits
+	all := inputCheck{l: l}
+	if all.list("inputResponses", len(responses)); all.err != nil {
+		return []string{all.err.Error() + "; none was applied"}
+	}
 	var problems []string
 	for _, key := range slices.Sorted(maps.Keys(responses)) {
+		field := fmt.Sprintf("inputResponses[%q]", key)
 		r, ok := responses[key].(*mcp.ElicitResult)
 		if !ok {
-			problems = append(problems, fmt.Sprintf("inputResponses[%q]: want an elicitation result (action, content)", key))
+			problems = append(problems, field+": want an elicitation result (action, content)")
+			continue
+		}
+		c := inputCheck{l: l}
+		c.name(field+" key", key)
+		c.elicitAnswer(field, r)
+		if c.err != nil {
+			problems = append(problems, c.err.Error())
 			continue
 		}
 		if err := s.answerQuestion(op, taskID, key, r); err != nil {

@@ -62,6 +62,7 @@ type Server struct {
 	// Caps of what clients hold open, and add_task's quotas (limits.go).
 	mcpSessions        *mcpSessions
 	eventCaps, sseCaps *streamCaps
+	subs               sessionSubs
 	quota              *taskQuota
 
 	ctx    context.Context
@@ -121,6 +122,7 @@ func New(cfg Config) (*Server, error) {
 		caps: newStreamCaps("MCP sessions", l.Sessions, l.SessionsPerOperator, keySessions, keySessionsPerOp)}
 	s.eventCaps = newStreamCaps("/api/events streams", l.EventStreams, l.EventStreamsPerOperator, keyEventStreams, keyEventStreamsOp)
 	s.sseCaps = newStreamCaps("SSE streams", l.SSEStreams, l.SSEStreamsPerOperator, keySSEStreams, keySSEStreamsOp)
+	s.subs.max = l.SubscriptionsPerSession
 	s.quota = newTaskQuota(l, s.sys)
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: cfg.Name, Title: "mas-mcp multi-agent system", Version: cfg.Version},
 		&mcp.ServerOptions{
@@ -131,7 +133,7 @@ func New(cfg Config) (*Server, error) {
 			Logger:             slog.New(minLevel{cfg.Logger.Handler(), slog.LevelWarn}).With("component", "mcp-sdk"),
 			SubscribeHandler:   s.subscribe,
 			CompletionHandler:  s.complete,
-			UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
+			UnsubscribeHandler: s.unsubscribe,
 			Capabilities: &mcp.ServerCapabilities{
 				Logging:   &mcp.LoggingCapabilities{},
 				Resources: &mcp.ResourceCapabilities{ListChanged: true, Subscribe: true},

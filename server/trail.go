@@ -179,6 +179,8 @@ func (s *Server) stepRecord(reader, taskID, stepID string) (*StepRecord, error) 
 	}); err != nil {
 		return nil, err
 	}
+	// The record is built from the entries reader may see only: the step's
+	// recorded state among them, as the rule leaves a step out as a whole.
 	rec.Entries = append(rec.Entries, s.visibleEntries(reader, all)...)
 	for i := range rec.Entries {
 		if st := rec.Entries[i].Step; st != nil {
@@ -191,6 +193,12 @@ func (s *Server) stepRecord(reader, taskID, stepID string) (*StepRecord, error) 
 	}
 	if agentID != "" && s.hiddenAgent(reader, agentID) {
 		return nil, fmt.Errorf("step %s: %w: an operator's steps can be read only by that operator", stepID, engine.ErrNotFound)
+	}
+	if len(all) > 0 && len(rec.Entries) == 0 {
+		// Every entry was left out: the step carries what reader may not
+		// see, so its live state (which the engine filters by the texts
+		// the task still holds) is not shown either.
+		return nil, fmt.Errorf("step_id %q: %w: the trail of task %s holds no such step", stepID, engine.ErrNotFound, taskID)
 	}
 	if a, ok := s.sys.AgentFor(reader, agentID); ok {
 		for i := range a.AgentStep.StepList {
@@ -212,20 +220,13 @@ func (s *Server) hiddenAgent(reader, agentID string) bool {
 	return ok && b.Kind == engine.KindHuman && agentID != reader
 }
 
-// visibleEntries drops what reader may not see.
+// visibleEntries drops what reader may not see: the engine's rule
+// (engine.System.TrailEntriesFor) leaves out other operators' private
+// messages, their actions and steps, and the LLM calls, tool calls, steps and
+// instructions that quote a private message of others (a manager's prompt
+// holds the message it digests).
 func (s *Server) visibleEntries(reader string, es []engine.TrailEntry) []engine.TrailEntry {
-	out := make([]engine.TrailEntry, 0, len(es))
-	for _, e := range es {
-		if m := e.Message; m != nil {
-			if !s.sys.MessageVisible(reader, &engine.Message{SenderID: m.SenderID, Receiver: m.Receiver}) {
-				continue
-			}
-		} else if s.hiddenAgent(reader, e.AgentID) {
-			continue
-		}
-		out = append(out, e)
-	}
-	return out
+	return s.sys.TrailEntriesFor(reader, es)
 }
 
 // --- get_trail

@@ -234,12 +234,23 @@ func (u *updates) since(viewer string, cursor uint64, taskID, agentID string) (e
 	return evs, latest, lost, u.changed
 }
 
-// subscribe accepts subscriptions to our URIs only.
+// subscribe accepts subscriptions to our URIs only, to resources the
+// caller may read, and at most limits.subscriptions_per_session of them
+// per session.
 func (s *Server) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
 	if _, err := parseURI(req.Params.URI); err != nil {
 		return err
 	}
-	return s.checkSubscribe(req.Params.URI, s.operator(ctx, req.Extra))
+	if err := s.checkSubscribe(req.Params.URI, s.operator(ctx, req.Extra)); err != nil {
+		return err
+	}
+	return s.subs.add(s, req.Session, req.Params.URI)
+}
+
+// unsubscribe forgets a subscription (the SDK drops its own).
+func (s *Server) unsubscribe(_ context.Context, req *mcp.UnsubscribeRequest) error {
+	s.subs.remove(req.Session, req.Params.URI)
+	return nil
 }
 
 // maxWaitSeconds is the longest wait_for_updates may wait.

@@ -87,12 +87,14 @@ func TestUpdatesCoalesce(t *testing.T) {
 	}})
 	sys := e.stack.Sys
 	op, base := sys.OperatorID(), sys.BaseTaskID()
-	conv, inbox := "mas://tasks/"+base+"/conversation", "mas://operators/"+bea+"/inbox"
+	// The client's operator follows its own inbox (only its own may be
+	// subscribed to): bea writes to it.
+	conv, inbox := "mas://tasks/"+base+"/conversation", "mas://operators/"+op+"/inbox"
 	e.subscribe(conv, inbox)
 	send := func(i int) {
 		t.Helper()
 		// Operator to operator: no LLM agent reacts, only these changes.
-		if _, err := sys.HumanSend(op, engine.HumanMessage{TaskID: base, Receiver: []string{bea}, Content: fmt.Sprintf("note %d", i)}); err != nil {
+		if _, err := sys.HumanSend(bea, engine.HumanMessage{TaskID: base, Receiver: []string{op}, Content: fmt.Sprintf("note %d", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}

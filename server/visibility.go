@@ -43,13 +43,18 @@ func uriTask(uri string) (string, bool) {
 	return parts[1], true
 }
 
-// checkSubscribe refuses a subscription to a task the operator may not see
-// (its resources/updated notifications would tell when it changes).
+// checkSubscribe refuses a subscription to a resource the operator may not
+// read: its resources/updated notifications would tell when the resource
+// changes (another operator's task, inbox or steps). The rule is the one
+// resources/read applies, so the document is built once, as the operator
+// would read it. A URI that names no resource is refused alike: the session
+// would keep a subscription that can never fire.
 func (s *Server) checkSubscribe(uri, op string) error {
 	if id, ok := uriTask(uri); ok && !s.sys.Visible(op, id) {
 		return &resourceError{uri: uri, problem: fmt.Sprintf("no such task visible to operator %s (a task is seen by its owner, operators it is shared with and admins)", op), notFound: true}
 	}
-	return nil
+	_, err := s.document(uri, op)
+	return err
 }
 
 // sessionOperator is the operator a session acts as: the operator whose

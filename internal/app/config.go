@@ -172,6 +172,7 @@ type LimitsConfig struct {
 	EventStreamsPerOperator    int           `yaml:"event_streams_per_operator"`
 	SSEStreams                 int           `yaml:"sse_streams"`
 	SSEStreamsPerOperator      int           `yaml:"sse_streams_per_operator"`
+	SubscriptionsPerSession    int           `yaml:"subscriptions_per_session"`
 	BodyTimeout                time.Duration `yaml:"body_timeout"`
 	MonitorSessionTTL          time.Duration `yaml:"monitor_session_ttl"`
 	MonitorSessionsPerOperator int           `yaml:"monitor_sessions_per_operator"`
@@ -191,8 +192,9 @@ func (l LimitsConfig) server() server.Limits {
 		Sessions: l.Sessions, SessionsPerOperator: l.SessionsPerOperator,
 		EventStreams: l.EventStreams, EventStreamsPerOperator: l.EventStreamsPerOperator,
 		SSEStreams: l.SSEStreams, SSEStreamsPerOperator: l.SSEStreamsPerOperator,
-		BodyTimeout:       l.BodyTimeout,
-		MonitorSessionTTL: l.MonitorSessionTTL, MonitorSessionsPerOperator: l.MonitorSessionsPerOperator,
+		SubscriptionsPerSession: l.SubscriptionsPerSession,
+		BodyTimeout:             l.BodyTimeout,
+		MonitorSessionTTL:       l.MonitorSessionTTL, MonitorSessionsPerOperator: l.MonitorSessionsPerOperator,
 		PasswordFailures: l.PasswordFailures, PasswordBackoff: l.PasswordBackoff, PasswordBackoffMax: l.PasswordBackoffMax,
 		NameBytes: l.NameBytes, TextBytes: l.TextBytes, ListItems: l.ListItems,
 		RunningTasksPerOperator: l.RunningTasksPerOperator, TasksPerMinute: l.TasksPerMinute,

@@ -1,0 +1,68 @@
+package server_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mas-mcp/mas-mcp/server"
+)
+
+// TestSubscribeOtherOperatorsResourcesRefused: bea may not read ann's inbox
+// nor ann's steps (mas://agents/{ann}/steps), so she may not subscribe to
+// them either (their resources/updated notifications would tell her when
+// agents write to ann, or ann acts). Ann may subscribe to her own.
+func TestSubscribeOtherOperatorsResourcesRefused(t *testing.T) {
+	e, ann, _, url := newTwoOperatorEnv(t)
+	annPeer := e.httpPeer(url, tokenAnn, "2025-11-25")
+	bea := e.httpPeer(url, tokenBea, "2025-11-25")
+	inbox, steps := "mas://operators/"+ann+"/inbox", "mas://agents/"+ann+"/steps"
+	annPeer.subscribe(inbox, steps)
+	for _, uri := range []string{inbox, steps} {
+		err := bea.client.Subscribe(context.Background(), &mcp.SubscribeParams{URI: uri})
+		if err != nil {
+			if !strings.Contains(err.Error(), "only by that operator") {
+				t.Errorf("bea's subscription to %s is refused with %q, want the rule named", uri, err)
+			}
+			continue
+		}
+		t.Errorf("bea subscribed to ann's %s", uri)
+		var added server.AddTaskOut
+		annPeer.call("add_task", map[string]any{"task_name": "r", "task_intention": "Research a topic and write a report."}, &added)
+		if bea.await(func() bool { return len(bea.noticesOf(uri)) > 0 }, 20*time.Second) {
+			t.Errorf("bea was notified %d time(s) of changes to ann's %s", len(bea.noticesOf(uri)), uri)
+		}
+	}
+}
+
+// TestListenSubscriptionChecksOperator: over protocol 2026-07-28
+// (subscriptions/listen) the subscribe handler checks the subscription as
+// the caller's operator: ann may subscribe to her own task and is notified
+// of it; bea may not subscribe to it.
+func TestListenSubscriptionChecksOperator(t *testing.T) {
+	e, _, _, url := newTwoOperatorEnv(t)
+	ann := e.httpPeer(url, tokenAnn, "2026-07-28")
+	bea := e.httpPeer(url, tokenBea, "2026-07-28")
+	var added server.AddTaskOut
+	ann.call("add_task", map[string]any{"task_name": "r", "task_intention": "Research a topic and write a report."}, &added)
+	uri := added.ResourceURI
+	if err := ann.client.Subscribe(context.Background(), &mcp.SubscribeParams{URI: uri}); err != nil {
+		t.Fatalf("ann subscribes to her own task: %v", err)
+	}
+	// Over 2026-07-28 the client subscribes on its subscriptions/listen
+	// stream: a refusal ends that stream, and Subscribe need not report it.
+	errB := bea.client.Subscribe(context.Background(), &mcp.SubscribeParams{URI: uri})
+	t.Logf("bea's subscription: %v", errB)
+	// The scripted team works on ann's task until its question to ann; each
+	// change is notified to every subscriber of the task at once, so bea
+	// would have been told by the time ann was.
+	if !ann.await(func() bool { return len(ann.noticesOf(uri)) > 0 }, 20*time.Second) {
+		t.Errorf("ann, subscribed over 2026-07-28 to her own task, got no resources/updated")
+	}
+	if n := len(bea.noticesOf(uri)); n > 0 {
+		t.Errorf("bea got %d resources/updated of ann's task", n)
+	}
+}
