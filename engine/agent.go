@@ -276,14 +276,45 @@ func (a *agent) popLocked() (StepState, bool) {
 		ev := Event{Kind: EventStepChanged, StepID: step.StepID, TaskID: step.TaskID, StageID: step.StageID, Detail: StateRunning}
 		if step.Type == StepTool {
 			// Durable before the call: after a crash, a tool step found
-			// running is not repeated unless it is safe to.
+			// running is not repeated unless it is safe to. A start the
+			// store refuses is not run: the call would be made with the
+			// store not knowing of it, and a crash would then repeat it.
+			// The step waits for the store instead (the agent starts no
+			// step until one of its commits succeeds).
 			a.changedLocked(ev)
+			id := step.StepID
+			if err := a.mu.syncLocked(); err != nil {
+				a.sys.log.Error("store: a tool step's start refused: the call waits for the store", "agent", a.id, "step", id, "err", err)
+				a.notStartedLocked(id)
+				return StepState{}, false
+			}
+			// The lock was released during the write: the step is
+			// looked up again.
+			if step = a.stepLocked(id); step == nil || a.running != id {
+				return StepState{}, false
+			}
 		} else {
 			// An LLM step found "init" after a crash just runs (again):
 			// no write needed before it starts.
 			a.announceLocked(ev)
 		}
 		return step.clone(), true
+	}
+}
+
+// notStartedLocked puts back a step whose start was refused: queued first,
+// to run once the store takes writes, as the store holds it.
+func (a *agent) notStartedLocked(id string) {
+	if a.running == id {
+		a.running, a.runningKey = "", stageKey{}
+	}
+	s := a.stepLocked(id)
+	if s == nil || s.ExecutionState != StateRunning {
+		return
+	}
+	s.ExecutionState, s.StartedAt = StateInit, time.Time{}
+	if !slices.Contains(a.st.AgentStep.TodoList, id) {
+		a.st.AgentStep.TodoList = slices.Insert(a.st.AgentStep.TodoList, 0, id)
 	}
 }
 

@@ -274,3 +274,80 @@ func TestStoreOutageKeepsADeliveredInstruction(t *testing.T) {
 		t.Errorf("the task was failed by supervision: %q", tk.TaskSummary)
 	}
 }
+
+// refuseStartStore refuses the writes of an agent's document that show a
+// given step running, a few times.
+type refuseStartStore struct {
+	*MemoryStore
+	step    atomic.Value // the step ID whose start is refused
+	refused atomic.Int32
+	times   int32
+}
+
+func (s *refuseStartStore) PutAgent(ctx context.Context, a *AgentState) error {
+	id, _ := s.step.Load().(string)
+	for i := range a.AgentStep.StepList {
+		if st := &a.AgentStep.StepList[i]; id != "" && st.StepID == id && st.ExecutionState == StateRunning && s.refused.Load() < s.times {
+			s.refused.Add(1)
+			return errStoreDown
+		}
+	}
+	return s.MemoryStore.PutAgent(ctx, a)
+}
+
+// TestRefusedToolStartIsNotRun: a tool step's start is stored before the
+// call (a crash then does not repeat an unsafe call). When the store
+// refuses that write, the call is not made: the step waits, queued, for
+// the store, and runs once (with its start stored) when the store takes
+// writes again.
+func TestRefusedToolStartIsNotRun(t *testing.T) {
+	st := &refuseStartStore{MemoryStore: NewMemoryStore(), times: 2}
+	var calls atomic.Int32
+	unstored := make(chan string, 4)
+	var agentID string
+	tool := ExecutorFunc(func(ctx context.Context, in *ExecInput) *Output {
+		calls.Add(1)
+		got, err := st.MemoryStore.ReadAgent(ctx, agentID)
+		if err != nil {
+			unstored <- err.Error()
+		} else {
+			for _, s := range got.AgentStep.StepList {
+				if s.StepID == in.Step.StepID && s.ExecutionState != StateRunning {
+					unstored <- "the store holds the step as " + s.ExecutionState
+				}
+			}
+		}
+		return &Output{Result: map[string]any{"called": true}}
+	})
+	b := newTestbed(t, func(c *Config) {
+		c.Store = st
+		c.Tools = toolCatalog{"search": "web"}
+		c.Tool = tool
+	})
+	id, err := b.sys.CreateAgent(AgentConfig{Name: "tooled", Role: "r", Skills: []string{SkillInstructionGeneration}, Tools: []string{"search"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentID = id
+	b.join(b.sys.BaseTaskID(), id)
+	b.sc.onAgent("tooled", SkillInstructionGeneration, func(_ context.Context, in *ExecInput) *Output {
+		st.step.Store(in.Step.TargetStepID) // its start is refused, twice
+		return &Output{ToolInstruction: &ToolInstruction{StepID: in.Step.TargetStepID, Instruction: &ToolCall{ToolName: "lookup"}}}
+	})
+	ids := b.inject(id, b.sys.BaseTaskID(), b.sys.BaseStageID(), false,
+		spec(SkillInstructionGeneration, "prepare"), StepSpec{StepIntention: "call", Type: StepTool, Executor: "search"})
+	b.waitFor("the tool step", func() bool { return b.stepDone(id, ids[1]) })
+	if n := st.refused.Load(); n == 0 {
+		t.Fatal("no start of the tool step was refused: the test did not test")
+	}
+	close(unstored)
+	for why := range unstored {
+		t.Errorf("the tool was called while its step's start was not stored: %s", why)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the tool was called %d times, want once", n)
+	}
+	if s, _ := b.step(id, ids[1]); s.ExecutionState != StateFinished {
+		t.Errorf("the tool step is %s (%v), want finished", s.ExecutionState, s.ExecuteResult)
+	}
+}

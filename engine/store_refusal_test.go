@@ -563,3 +563,28 @@ func TestRefusedParticipantIsNotTold(t *testing.T) {
 		t.Error("bob was told to join the task: his working memory holds it")
 	}
 }
+
+// TestRefusedShareFails: the store refuses the task document that shares
+// the task with another operator. share_task fails, and that operator
+// may not see the task (nothing was said it could).
+func TestRefusedShareFails(t *testing.T) {
+	st := &refuseTaskStore{MemoryStore: NewMemoryStore()}
+	b := newTestbed(t, func(c *Config) { c.Store = st })
+	alice := b.newAgent("alice")
+	id := b.newTask("report", alice)
+	other, err := b.sys.AddOperator("other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.settle()
+	st.refuseWhen(func(ts *TaskState) bool { return ts.TaskID == id && slices.Contains(ts.SharedWith, other) })
+	if out, err := b.sys.ShareTask(b.op(), id, other); err == nil {
+		t.Fatalf("share_task reported success (%v) while the store refused it", out)
+	}
+	if b.sys.Visible(other, id) {
+		t.Error("the other operator sees the task whose share the store refused")
+	}
+	if got := b.task(id); slices.Contains(got.SharedWith, other) || slices.Contains(got.TaskGroup, other) {
+		t.Errorf("after the refused share: shared_with %v, group %v", got.SharedWith, got.TaskGroup)
+	}
+}

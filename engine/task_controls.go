@@ -59,7 +59,9 @@ func (t *task) share(operatorID string) error {
 		return errf(ErrInvalid, "task_id %q: the base task is every operator's already", t.st.TaskID)
 	}
 	t.shareLocked(operatorID)
-	return nil
+	// A share the store refused is withdrawn: the caller must learn it,
+	// not tell the operator it may now see the task.
+	return t.mu.syncLocked()
 }
 
 // sharedWith is the operators the task is shared with.

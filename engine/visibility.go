@@ -131,7 +131,9 @@ func (s *System) ShareTask(actorID, taskID, operatorID string) (map[string]any, 
 	if err := t.share(operatorID); err != nil {
 		return nil, err
 	}
-	s.joinTask(taskID, operatorID)
+	if _, err := s.joinTask(taskID, operatorID); err != nil {
+		return nil, err
+	}
 	return map[string]any{"task_id": taskID, "shared_with": t.sharedWith()}, nil
 }
 
