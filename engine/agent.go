@@ -69,6 +69,10 @@ func newAgentOwner(s *System, st AgentState) *agent {
 	}
 	if store := s.cfg.Store; store != nil {
 		a.mu.ops.put = func(doc *AgentState) error { return store.PutAgent(s.storeCtx, doc) }
+		// The document is bounded as it is copied to be written, once per
+		// commit (a commit may hold many changes; sizing it walks every
+		// step, a thousand for a manager of a hundred tasks).
+		a.mu.ops.bound = a.boundLocked
 		// A refused commit is retried until the store takes one: changes
 		// kept in memory through an outage (a message taken, a wait
 		// released) must reach the store, and the agent's loop, held
@@ -125,9 +129,6 @@ func (a *agent) announceLocked(ev Event) {
 // (mu.keepLocked, owner.go).
 func (a *agent) changedLocked(ev Event) {
 	a.st.UpdatedAt = a.sys.now()
-	if a.sys.cfg.Store != nil {
-		a.boundLocked()
-	}
 	a.mu.change(a.event(ev), true)
 }
 

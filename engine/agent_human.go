@@ -37,9 +37,7 @@ func (a *agent) receiveHuman(m Message) {
 			ref := in.FinishStage
 			notify("human_stage_finished", map[string]any{"TaskID": ref.TaskID, "StageID": ref.StageID, "State": m.Message})
 			a.removeStepsLocked(func(s *StepState) bool { return s.TaskID == ref.TaskID && s.StageID == ref.StageID })
-			if wm := a.st.WorkingMemory[ref.TaskID]; wm != nil {
-				delete(wm, ref.StageID)
-			}
+			a.forgetStageLocked(ref.TaskID, ref.StageID)
 		case in.FinishTask != nil:
 			id := in.FinishTask.TaskID
 			notify("human_task_finished", map[string]any{"TaskID": id, "TaskName": ended.TaskName, "State": ended.ExecutionState, "Summary": ended.TaskSummary})

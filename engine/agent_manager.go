@@ -181,9 +181,6 @@ func (s *System) enroll(a *agent, run bool) error {
 	// refuses does not exist. Announced once it can be looked up.
 	a.mu.Lock()
 	a.st.UpdatedAt = s.now()
-	if s.cfg.Store != nil {
-		a.boundLocked()
-	}
 	a.mu.change(Event{}, true)
 	err := a.mu.syncLocked()
 	a.mu.Unlock()

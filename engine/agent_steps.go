@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"strconv"
 )
@@ -99,11 +100,25 @@ func (a *agent) rememberLocked(taskID, stageID string, stepIDs ...string) {
 	if stageID == "" {
 		return
 	}
-	list := wm[taskID][stageID]
+	// A task's stages and their step lists are replaced, never changed in
+	// place: the committed copies share them (AgentState.commitCopy).
+	stages := maps.Clone(wm[taskID])
+	list := slices.Clip(stages[stageID]) // appending copies it
 	if list == nil {
 		list = []string{}
 	}
-	wm[taskID][stageID] = append(list, stepIDs...)
+	stages[stageID] = append(list, stepIDs...)
+	wm[taskID] = stages
+}
+
+// forgetStageLocked drops a stage from the agent's working memory (a
+// copy of the task's stages replaces them, as in rememberLocked).
+func (a *agent) forgetStageLocked(taskID, stageID string) {
+	if stages := a.st.WorkingMemory[taskID]; stages != nil {
+		stages = maps.Clone(stages)
+		delete(stages, stageID)
+		a.st.WorkingMemory[taskID] = stages
+	}
 }
 
 // removeStepsLocked deletes the steps matching drop from the step list and
@@ -216,8 +231,12 @@ func (a *agent) pruneBaseLocked() {
 		}
 		return false
 	})
-	for stage, ids := range a.st.WorkingMemory[a.sys.baseTaskID] {
-		a.st.WorkingMemory[a.sys.baseTaskID][stage] = slices.DeleteFunc(ids, func(id string) bool { return dropped[id] })
+	if stages := a.st.WorkingMemory[a.sys.baseTaskID]; stages != nil {
+		kept := make(map[string][]string, len(stages)) // replaced, as in rememberLocked
+		for stage, ids := range stages {
+			kept[stage] = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return dropped[id] })
+		}
+		a.st.WorkingMemory[a.sys.baseTaskID] = kept
 	}
 }
 

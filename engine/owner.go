@@ -50,6 +50,9 @@ import (
 type ownerOps[T any] struct {
 	// copy returns a deep copy of the state, for the store and the readers.
 	copy func() T
+	// bound, when set, keeps the state within its bounds before a commit
+	// copies it to be written (what it shortens goes with that write).
+	bound func()
 	// put writes a document; nil means there is no store.
 	put func(*T) error
 	// readBack reads the document the store holds (nil: none can be read).
@@ -256,6 +259,9 @@ func (m *ownerMu[T]) commit(mine, v uint64) error {
 		m.Mutex.Unlock()
 		m.announce(events)
 		return nil
+	}
+	if write && m.ops.bound != nil {
+		m.ops.bound()
 	}
 	doc := m.ops.copy()
 	if !write {

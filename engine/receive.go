@@ -149,9 +149,7 @@ func (a *agent) instructionLocked(m Message, ts *TaskState) {
 		a.removeStepsLocked(func(s *StepState) bool {
 			return s.TaskID == ref.TaskID && s.StageID == ref.StageID && !keep(s)
 		})
-		if wm := a.st.WorkingMemory[ref.TaskID]; wm != nil {
-			delete(wm, ref.StageID)
-		}
+		a.forgetStageLocked(ref.TaskID, ref.StageID)
 		delete(a.counts, stageKey{ref.TaskID, ref.StageID})
 		a.changedLocked(Event{TaskID: ref.TaskID, StageID: ref.StageID, Detail: "finish_stage"})
 	case in.FinishTask != nil:

@@ -199,7 +199,9 @@ type AgentState struct {
 	// HumanConfig exists only on HumanAgents; it never holds a password.
 	HumanConfig *HumanConfig `json:"human_config,omitempty"`
 	// WorkingMemory is {task_id: {stage_id: [step_id…]}}: the agent's
-	// unfinished tasks, stages and steps (spec §2.4.1).
+	// unfinished tasks, stages and steps (spec §2.4.1). A task's map of
+	// stages and their lists are replaced, never changed in place
+	// (commitCopy shares them).
 	WorkingMemory map[string]map[string][]string `json:"working_memory"`
 	// PersistentMemory is {"%Y%m%dT%H%M%S" timestamp: markdown} (spec §9.3).
 	PersistentMemory map[string]string `json:"persistent_memory"`
@@ -317,11 +319,13 @@ func (a *AgentState) clone() AgentState { return a.copyState(false) }
 
 // commitCopy is the copy an agent's commit writes and publishes as the
 // readers' snapshot: deep but for its ended steps' result and instruction
-// maps, which it shares with the live state. They are never changed in
-// place (bounds.go replaces them), and readers get deep copies of the
-// snapshot (clone), so sharing them is safe; it makes a commit of an agent
-// with hundreds of ended steps (a manager of many tasks) cost in proportion
-// to the rest.
+// maps, its working memory's tasks and the IDs it received, which it shares
+// with the live state. They are never changed in place (bounds.go replaces
+// an ended step's maps, rememberLocked a task's stages; received IDs are
+// only appended or replaced), and readers get deep copies of the snapshot
+// (clone), so sharing them is safe; it makes a commit of an agent with
+// hundreds of ended steps and tasks (a manager of many tasks) cost in
+// proportion to the rest.
 func (a *AgentState) commitCopy() AgentState { return a.copyState(true) }
 
 func (a *AgentState) copyState(shareEnded bool) AgentState {
@@ -335,13 +339,23 @@ func (a *AgentState) copyState(shareEnded bool) AgentState {
 		h := *a.HumanConfig
 		c.HumanConfig = &h
 	}
-	c.WorkingMemory = make(map[string]map[string][]string, len(a.WorkingMemory))
-	for t, stages := range a.WorkingMemory {
-		m := make(map[string][]string, len(stages))
-		for st, ids := range stages {
-			m[st] = slices.Clone(ids)
+	if shareEnded {
+		// A task's stages are replaced, never changed in place
+		// (rememberLocked): the commit copy shares them, as it does
+		// ended steps, and the IDs received, which only grow at the end
+		// or are replaced when trimmed (seenLocked).
+		c.WorkingMemory = maps.Clone(a.WorkingMemory)
+		c.Received = slices.Clip(a.Received)
+	} else {
+		c.WorkingMemory = make(map[string]map[string][]string, len(a.WorkingMemory))
+		for t, stages := range a.WorkingMemory {
+			m := make(map[string][]string, len(stages))
+			for st, ids := range stages {
+				m[st] = slices.Clone(ids)
+			}
+			c.WorkingMemory[t] = m
 		}
-		c.WorkingMemory[t] = m
+		c.Received = slices.Clone(a.Received)
 	}
 	c.PersistentMemory = maps.Clone(a.PersistentMemory)
 	c.AgentStep.TodoList = slices.Clone(a.AgentStep.TodoList)
@@ -358,7 +372,6 @@ func (a *AgentState) copyState(shareEnded bool) AgentState {
 	c.Tools = slices.Clone(a.Tools)
 	c.Skills = slices.Clone(a.Skills)
 	c.Waits = slices.Clone(a.Waits)
-	c.Received = slices.Clone(a.Received)
 	c.BudgetDay = clonePtr(a.BudgetDay)
 	if a.ConversationPool != nil {
 		p := ConversationPool{
