@@ -72,6 +72,57 @@ type agentSteps struct {
 	chunks map[string]int      // chunk key → steps written in it
 	loaded map[string]struct{} // set by Load: chunk keys a head refers to
 	base   *base               // the base of the agent's lists, if any (lists.go)
+	// enc keeps the encodings of the head's waiting and ended steps from
+	// one write to the next (encodeHead).
+	enc map[string]encodedStep
+}
+
+// encodedStep is a step's encoding, with what tells whether it is still
+// the step's.
+type encodedStep struct {
+	loc stepLoc
+	b   []byte
+}
+
+// encodeHead encodes an agent's head. Its steps go apart from the agent,
+// in head_steps (schema 3): a manager keeps up to waitingBytes of queued
+// notices in its head, which do not change from one write to the next,
+// and encoding them again at every change cost more than all the rest.
+// A waiting or ended step's encoding is kept while it is unchanged (the
+// test chunks use, stepLoc.unchanged); the running one is encoded anew.
+func (as *agentSteps) encodeHead(e *envelope) ([]byte, error) {
+	head := *e.Agent
+	steps := head.AgentStep.StepList
+	head.AgentStep.StepList = nil
+	cold := *e
+	cold.Agent = &head
+	b, err := json.Marshal(cold)
+	if err != nil || steps == nil {
+		return b, err
+	}
+	kept := make(map[string]encodedStep, len(steps))
+	out := append(b[:len(b)-1:len(b)-1], `,"head_steps":[`...) // b ends with the envelope's '}'
+	for i := range steps {
+		st := &steps[i]
+		if i > 0 {
+			out = append(out, ',')
+		}
+		if enc, ok := as.enc[st.StepID]; ok && enc.loc.unchanged(st) {
+			out = append(out, enc.b...)
+			kept[st.StepID] = enc
+			continue
+		}
+		sb, err := json.Marshal(st)
+		if err != nil {
+			return nil, fmt.Errorf("step %s: %w", st.StepID, err)
+		}
+		out = append(out, sb...)
+		if ended(st) || waiting(st) {
+			kept[st.StepID] = encodedStep{loc: locOf("", st), b: sb}
+		}
+	}
+	as.enc = kept
+	return append(out, "]}"...), nil
 }
 
 // stepLoc is where a chunked step is, and what it was when written there,
@@ -277,7 +328,11 @@ func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
 	if len(refer) > 0 {
 		e.Chunks = slices.Sorted(maps.Keys(refer))
 	}
-	if err := s.put(ctx, s.kvA, "agent "+a.AgentID, a.AgentID, e); err != nil {
+	b, err := as.encodeHead(&e)
+	if err != nil {
+		return fmt.Errorf("store: agent %s: %w", a.AgentID, err)
+	}
+	if err := s.putEncoded(ctx, s.kvA, "agent "+a.AgentID, a.AgentID, b); err != nil {
 		return err
 	}
 
@@ -414,6 +469,9 @@ func chunkNumber(key string) (int, bool) {
 // assemble rebuilds an agent's step list from its head and chunks; seen,
 // when not nil, records the chunks read and the steps they hold.
 func (s *Store) assemble(ctx context.Context, e *envelope, seen *agentSteps) error {
+	if e.HeadSteps != nil {
+		e.Agent.AgentStep.StepList, e.HeadSteps = e.HeadSteps, nil
+	}
 	if len(e.Chunks) == 0 {
 		return nil
 	}

@@ -85,3 +85,46 @@ func putCopy(t *testing.T, s *Store) func(engine.AgentState) {
 		}
 	}
 }
+
+// TestHeadStepsEncodedOnce: the steps an agent's head keeps are written
+// apart from the agent (head_steps); a waiting or ended one is encoded
+// once and its encoding used again while it is unchanged, and any change
+// (a same-length text edit, a new result map) is written as it is now.
+func TestHeadStepsEncodedOnce(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	defer s.Close()
+	put := putCopy(t, s)
+	a := agentWithSteps(2, 3) // e0, e1 ended, p0…p2 waiting: all in the head
+	put(a)
+	as := s.stepsOf("a1")
+	as.mu.Lock()
+	first, ok := as.enc["p1"]
+	as.mu.Unlock()
+	if !ok {
+		t.Fatal("the waiting step's encoding was not kept")
+	}
+	put(a)
+	as.mu.Lock()
+	again := as.enc["p1"]
+	as.mu.Unlock()
+	if &again.b[0] != &first.b[0] {
+		t.Error("the unchanged waiting step was encoded again")
+	}
+
+	a.AgentStep.StepList[3].TextContent = "abc"
+	put(a)
+	a.AgentStep.StepList[3].TextContent = "xyz" // the same length
+	a.AgentStep.StepList[0].ExecuteResult = map[string]any{"think": "replaced"}
+	put(a)
+	read, err := s.ReadAgent(ctx, "a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	same(t, "read back", read, a)
+	head, _, loaded, _ := stored(t, s)
+	if len(head) != len(a.AgentStep.StepList) {
+		t.Errorf("%d steps in the head, want %d", len(head), len(a.AgentStep.StepList))
+	}
+	same(t, "loaded", loaded, a)
+}

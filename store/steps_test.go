@@ -68,7 +68,11 @@ func stored(t *testing.T, s *Store) (head []engine.StepState, chunks []string, l
 	if read, err = s.ReadAgent(ctx, "a1"); err != nil {
 		t.Fatal(err)
 	}
-	return e.Agent.AgentStep.StepList, chunks, img.Agents[0], read
+	head = e.Agent.AgentStep.StepList
+	if e.HeadSteps != nil { // schema 3: the head's steps apart from the agent
+		head = e.HeadSteps
+	}
+	return head, chunks, img.Agents[0], read
 }
 
 // same compares two agents as JSON (what the store promises).

@@ -40,7 +40,8 @@ import (
 // chunks of their own (steps.go);
 // 3: an agent's lists (working memory, received message IDs, to-do list,
 // step order) may be in a base chunk, the head holding how they differ
-// (lists.go);
+// (lists.go); the steps of an agent's head are in head_steps, apart from
+// the agent (encodeHead);
 // documents of schemas 1 and 2 are read as they are.
 const SchemaVersion = 3
 
@@ -477,6 +478,9 @@ type envelope struct {
 	// key (one of Chunks) and how the lists differ from it.
 	Base  string      `json:"base,omitempty"`
 	Lists *listsDelta `json:"lists,omitempty"`
+	// HeadSteps are the steps an agent's head holds, written apart from
+	// the agent (encodeHead); read back into its step list by assemble.
+	HeadSteps []engine.StepState `json:"head_steps,omitempty"`
 }
 
 func decode(b []byte, what string) (*envelope, error) {

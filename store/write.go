@@ -51,8 +51,13 @@ func (s *Store) put(ctx context.Context, kv jetstream.KeyValue, what, key string
 	if err != nil {
 		return fmt.Errorf("store: %s: %w", what, err)
 	}
+	return s.putEncoded(ctx, kv, what, key, b)
+}
+
+// putEncoded is put of a document already encoded.
+func (s *Store) putEncoded(ctx context.Context, kv jetstream.KeyValue, what, key string, b []byte) error {
 	k := kv.Bucket() + "/" + key
-	err = retry(ctx, func() error {
+	err := retry(ctx, func() error {
 		s.mu.Lock()
 		rev, known := s.revs[k]
 		s.mu.Unlock()
