@@ -12,6 +12,32 @@ func (s *Server) Held() (sessions, events, sse, monitorSessions, throttled int) 
 	return sessions, events, sse, s.sessions.count(), s.throttle.size()
 }
 
+// LongRequests says how many long-lived requests of protocol 2026-07-28
+// (subscriptions/listen streams, wait_for_updates and tasks/result waits)
+// the server holds, in total and of op.
+func (s *Server) LongRequests(op string) (total, byOp int) { return s.longCaps.held(op) }
+
+// AwaitLongRequests waits until op holds n long-lived requests (a request
+// holds its place from before its handler runs until it returned).
+func (s *Server) AwaitLongRequests(op string, n int) {
+	c := s.longCaps
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.byOp[op] != n {
+		c.changed.Wait()
+	}
+}
+
+// SubscribedSessions says how many MCP sessions are subscribed to at
+// least one resource: for protocol 2026-07-28, the subscriptions/listen
+// streams open with resource subscriptions (the SDK subscribes a stream's
+// session before acknowledging it, and unsubscribes it when it ends).
+func (s *Server) SubscribedSessions() int {
+	s.subs.mu.Lock()
+	defer s.subs.mu.Unlock()
+	return len(s.subs.bySess)
+}
+
 // The tests validate every tool output against its tool's output schema
 // (the server does not, on each call: toolcall.go); the benchmarks turn it
 // off with CheckToolOutputs(false).

@@ -116,17 +116,31 @@ func (s *Server) Handler() http.Handler {
 	stateless := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{
 		Stateless: true, JSONResponse: true, MaxRequestBodyBytes: cfg.MaxBodyBytes, DisableLocalhostProtection: true,
 	})
+	// The long-lived requests of 2026-07-28 (longRequest) go to a stateless
+	// handler that ends them when their client goes away (the SDK does so
+	// for subscriptions/listen in any case; here wait_for_updates and
+	// tasks/result too), so that their place under the long-request caps
+	// is free again at once (limitLongRequests). Only they: other calls
+	// run to their end whether or not the client waits for the answer.
+	longPolls := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{
+		Stateless: true, JSONResponse: true, MaxRequestBodyBytes: cfg.MaxBodyBytes, DisableLocalhostProtection: true,
+		PropagateRequestCancellation: true,
+	})
 	sse := newSSEHandler(s.mcp, cfg.MaxBodyBytes)
 
 	streamable := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if v := r.Header.Get("Mcp-Protocol-Version"); v >= statelessFrom {
+			if longRequest(r) != "" {
+				longPolls.ServeHTTP(w, r)
+				return
+			}
 			stateless.ServeHTTP(w, r)
 			return
 		}
 		stateful.ServeHTTP(w, r)
 	})
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", s.guard(s.limitSessions(s.taskAugmented(streamable))))
+	mux.Handle("/mcp", s.guard(s.limitSessions(s.limitLongRequests(s.taskAugmented(streamable)))))
 	mux.Handle("/sse", s.guard(s.limitStreams(s.sseCaps, false, sse)))
 	// The web monitor: its API checks tokens or bound sessions itself.
 	mux.Handle("/api/", s.perimeter(s.apiHandler()))

@@ -3,6 +3,8 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -72,11 +74,16 @@ func TestInputResponsesBounded(t *testing.T) {
 }
 
 // TestListenStreamsCapped: every long-lived stream an operator can hold
-// open is capped (sessions, /api/events, /sse), so the subscriptions/listen
-// streams of protocol 2026-07-28 should be too: with every cap at 2, one
-// operator should not hold 20 of them open.
+// open is capped (sessions, /api/events, /sse), and so are the
+// subscriptions/listen streams of protocol 2026-07-28, stateless and so
+// outside the session caps (limits.long_requests_per_operator, shared with
+// long polls: TestLongRequestCaps). With every cap at 2, twenty go-sdk
+// clients of one operator, each subscribing, hold 2 listen streams open,
+// not 40 (go-sdk opens one at connect, for list changes, and one per
+// subscribed URI; it takes a refused one silently, so each client still
+// connects). The streams held work; a refused one is told why; once one
+// ends, another opens.
 func TestListenStreamsCapped(t *testing.T) {
-	t.Skip("not fixed yet: subscriptions/listen streams and wait_for_updates long polls of protocol 2026-07-28 are not counted per operator (a cap needs a receiving middleware holding a streamCaps slot for the request's life, and the test's peers must tolerate a refused listen at connect)")
 	var ann string
 	e := newEnvWith(t, envOptions{Config: func(c *server.Config) {
 		var err error
@@ -87,10 +94,17 @@ func TestListenStreamsCapped(t *testing.T) {
 		c.Limits.Sessions, c.Limits.SessionsPerOperator = 2, 2
 		c.Limits.SSEStreams, c.Limits.SSEStreamsPerOperator = 2, 2
 		c.Limits.EventStreams, c.Limits.EventStreamsPerOperator = 2, 2
+		c.Limits.LongRequests, c.Limits.LongRequestsPerOperator = 4, 2
 		c.Coalesce = time.Millisecond
 	}})
 	ts := httptest.NewServer(e.srv.Handler())
 	t.Cleanup(ts.Close)
+	held := func() int {
+		_, n := e.srv.LongRequests(ann)
+		return n
+	}
+	// A client's Connect and Subscribe return once the server answered
+	// their listen request (admitted, or refused): no wait is needed.
 	const n = 20
 	var peers []*peer
 	for range n {
@@ -98,17 +112,50 @@ func TestListenStreamsCapped(t *testing.T) {
 		p.subscribe("mas://tasks")
 		peers = append(peers, p)
 	}
+	// The first client holds both places (its connect's stream and its
+	// subscription's): one stream is subscribed to mas://tasks, not 20.
+	if got := e.srv.SubscribedSessions(); got != 1 {
+		t.Fatalf("%d subscriptions/listen streams of one operator are subscribed to mas://tasks, want 1 (a share of 2, the first client's two)", got)
+	}
+	if got := held(); got != 2 {
+		t.Fatalf("one operator holds %d subscriptions/listen streams open with a share of 2", got)
+	}
 	var added server.AddTaskOut
 	peers[0].call("add_task", map[string]any{"task_name": "r", "task_intention": "Research a topic and write a report."}, &added)
-	held := 0
-	for _, p := range peers {
-		if p.await(func() bool { return len(p.noticesOf("mas://tasks")) > 0 }, 10*time.Second) {
-			held++
-		}
+	peers[0].waitUntil("a notification of mas://tasks on a stream held", func() bool { return len(peers[0].noticesOf("mas://tasks")) > 0 })
+
+	// The refusal, as a client reading the answer sees it.
+	body := `{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{"notifications":{"resourceSubscriptions":["mas://tasks"]},` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}`
+	req, _ := http.NewRequest(http.MethodPost, ts.URL+"/mcp", strings.NewReader(body))
+	for k, v := range map[string]string{"Authorization": "Bearer " + tokenAnn, "Content-Type": "application/json",
+		"Accept": "application/json, text/event-stream", "Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "subscriptions/listen"} {
+		req.Header.Set(k, v)
 	}
-	if held > 2 {
-		t.Errorf("one operator holds %d subscriptions/listen streams open, past every per-operator cap (2)", held)
+	resp, err := ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
 	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	refused(t, "a third listen stream", reply{status: resp.StatusCode, header: resp.Header, body: string(b)},
+		http.StatusTooManyRequests, "operator "+ann, "limits.long_requests_per_operator")
+
+	// One ends (its handler returns once the client closed it): another
+	// client's subscription, refused before, is admitted and works.
+	if err := peers[0].client.Unsubscribe(context.Background(), &mcp.UnsubscribeParams{URI: "mas://tasks"}); err != nil {
+		t.Fatal(err)
+	}
+	awaitLong(t, e.srv, ann, 1)
+	if err := peers[1].client.Unsubscribe(context.Background(), &mcp.UnsubscribeParams{URI: "mas://tasks"}); err != nil {
+		t.Fatal(err) // forgets the refused one (nothing is open)
+	}
+	peers[1].subscribe("mas://tasks")
+	if got, subscribed := held(), e.srv.SubscribedSessions(); got != 2 || subscribed != 1 {
+		t.Fatalf("after one stream ended and another client subscribed: %d held, %d subscribed; want 2 and 1", got, subscribed)
+	}
+	peers[0].call("add_task", map[string]any{"task_name": "r2", "task_intention": "Research another topic."}, nil)
+	peers[1].waitUntil("a notification of mas://tasks on the stream admitted after one ended", func() bool { return len(peers[1].noticesOf("mas://tasks")) > 0 })
 }
 
 // TestSubscriptionsPerSessionCapped: one session may not subscribe to URIs

@@ -30,6 +30,22 @@ type Limits struct {
 	// SSEStreams bounds the open legacy SSE streams (GET /sse), in total
 	// and per operator. Default 256 and 16.
 	SSEStreams, SSEStreamsPerOperator int
+	// LongRequests bounds the long-lived requests of protocol 2026-07-28
+	// (stateless, so not bounded by Sessions) open at once, in total and
+	// per operator: subscriptions/listen streams (open until the client
+	// ends them), wait_for_updates long polls (up to 300 s) and tasks/result
+	// waits (until the task ends). Default 512 and 64.
+	//
+	// One pair covers all three rather than one pair each: they hold the
+	// same things (a connection, a goroutine, an SDK session) for as long
+	// as the client likes, and the mix depends on the client (go-sdk opens
+	// one listen stream per subscribed URI, others long-poll), so one share
+	// bounds what an operator holds whatever its clients do, and there is
+	// one key to raise. The per-operator default leaves room for a client
+	// following each of its running tasks (limits.running_tasks_per_operator)
+	// with a stream per URI, and a second client; the total is eight such
+	// shares, as for sessions.
+	LongRequests, LongRequestsPerOperator int
 	// SubscriptionsPerSession bounds the resources one MCP session (or one
 	// subscriptions/listen stream) is subscribed to at once. Default 256.
 	SubscriptionsPerSession int
@@ -73,6 +89,8 @@ const (
 	keyEventStreamsOp   = "limits.event_streams_per_operator"
 	keySSEStreams       = "limits.sse_streams"
 	keySSEStreamsOp     = "limits.sse_streams_per_operator"
+	keyLongRequests     = "limits.long_requests"
+	keyLongRequestsOp   = "limits.long_requests_per_operator"
 	keySubsPerSession   = "limits.subscriptions_per_session"
 	keyBodyTimeout      = "limits.body_timeout"
 	keyNameBytes        = "limits.name_bytes"
@@ -92,6 +110,7 @@ func (l *Limits) check() error {
 		{&l.Sessions, 256, keySessions}, {&l.SessionsPerOperator, 32, keySessionsPerOp},
 		{&l.EventStreams, 256, keyEventStreams}, {&l.EventStreamsPerOperator, 16, keyEventStreamsOp},
 		{&l.SSEStreams, 256, keySSEStreams}, {&l.SSEStreamsPerOperator, 16, keySSEStreamsOp},
+		{&l.LongRequests, 512, keyLongRequests}, {&l.LongRequestsPerOperator, 64, keyLongRequestsOp},
 		{&l.SubscriptionsPerSession, 256, keySubsPerSession},
 		{&l.MonitorSessionsPerOperator, 32, "limits.monitor_sessions_per_operator"},
 		{&l.PasswordFailures, 5, "limits.password_failures"},
@@ -161,13 +180,16 @@ type streamCaps struct {
 	total, perOp    int
 	totalKey, opKey string
 
-	mu   sync.Mutex
-	n    int            // held, guarded by mu
-	byOp map[string]int // held per operator, guarded by mu; no zero entries
+	mu      sync.Mutex
+	n       int            // held, guarded by mu
+	byOp    map[string]int // held per operator, guarded by mu; no zero entries
+	changed *sync.Cond     // broadcast when n changes (for waits: tests)
 }
 
 func newStreamCaps(what string, total, perOp int, totalKey, opKey string) *streamCaps {
-	return &streamCaps{what: what, total: total, perOp: perOp, totalKey: totalKey, opKey: opKey, byOp: map[string]int{}}
+	c := &streamCaps{what: what, total: total, perOp: perOp, totalKey: totalKey, opKey: opKey, byOp: map[string]int{}}
+	c.changed = sync.NewCond(&c.mu)
+	return c
 }
 
 // acquire takes one for op, or says why not. release gives it back; it is
@@ -180,6 +202,7 @@ func (c *streamCaps) acquire(op string) (release func(), err *capError) {
 	}
 	c.n++
 	c.byOp[op]++
+	c.changed.Broadcast()
 	return func() { c.release(op) }, nil
 }
 
@@ -204,6 +227,7 @@ func (c *streamCaps) release(op string) {
 	if c.byOp[op]--; c.byOp[op] <= 0 {
 		delete(c.byOp, op)
 	}
+	c.changed.Broadcast()
 }
 
 // held is how many are held, in total and by op (for tests and logs).
@@ -232,6 +256,53 @@ func (s *Server) limitStreams(c *streamCaps, asJSON bool, next http.Handler) htt
 		if err != nil {
 			s.log.Warn("stream refused", "what", c.what, "operator", op, "status", err.status)
 			err.write(w, asJSON)
+			return
+		}
+		defer release()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// longRequest names what a request of protocol 2026-07-28 (statelessFrom)
+// to /mcp holds open for long, "" for the short ones. Such a request names
+// its method, and a tools/call its tool, in its headers, which the SDK
+// checks against the body (a mismatch is refused, 400), and it cannot be a
+// batch: the headers are the request's. Requests of older protocols are
+// within a stateful session (limitSessions).
+func longRequest(r *http.Request) string {
+	if r.Method != http.MethodPost || r.Header.Get("Mcp-Protocol-Version") < statelessFrom {
+		return ""
+	}
+	switch r.Header.Get("Mcp-Method") {
+	case "subscriptions/listen":
+		return "subscriptions/listen stream"
+	case "tasks/result":
+		return "tasks/result wait"
+	case "tools/call":
+		if r.Header.Get("Mcp-Name") == "wait_for_updates" {
+			return "wait_for_updates long poll"
+		}
+	}
+	return ""
+}
+
+// limitLongRequests holds one of the long-request caps for the life of
+// each long-lived request of protocol 2026-07-28 (longRequest): until its
+// handler returns, which it does when the request ends or the client goes
+// away (the stateless handlers end a listen stream's, and Handler routes
+// long polls to one that ends theirs, once the client is gone).
+func (s *Server) limitLongRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		what := longRequest(r)
+		if what == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		op := s.operator(r.Context(), nil)
+		release, err := s.longCaps.acquire(op)
+		if err != nil {
+			s.log.Warn("long-lived request refused", "what", what, "operator", op, "status", err.status)
+			err.write(w, false)
 			return
 		}
 		defer release()

@@ -1,7 +1,12 @@
 package server_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -145,8 +150,9 @@ func (c *capsEnv) serverSession(id string) interface{ Wait() error } {
 func (c *capsEnv) baseline() {
 	c.t.Helper()
 	s, e, sse, _, _ := c.srv.Held()
-	if s != 0 || e != 0 || sse != 0 {
-		c.t.Errorf("held after everything closed: %d sessions, %d event streams, %d SSE streams; want none", s, e, sse)
+	long, _ := c.srv.LongRequests("")
+	if s != 0 || e != 0 || sse != 0 || long != 0 {
+		c.t.Errorf("held after everything closed: %d sessions, %d event streams, %d SSE streams, %d long-lived requests; want none", s, e, sse, long)
 	}
 }
 
@@ -282,4 +288,189 @@ func TestBodyTimeout(t *testing.T) {
 	if diff := cmp.Diff(true, out.TimedOut); diff != "" {
 		t.Errorf("wait_for_updates after the body arrived: timed_out (-want +got):\n%s", diff)
 	}
+}
+
+// statelessRequest is a POST /mcp of protocol 2026-07-28 calling method
+// (for a tools/call, the tool named in params) with the operator's token.
+func (c *capsEnv) statelessRequest(ctx context.Context, token, method string, params map[string]any) *http.Request {
+	c.t.Helper()
+	params["_meta"] = map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "caps", "version": "1"},
+		"io.modelcontextprotocol/clientCapabilities": map[string]any{}}
+	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.url+"/mcp", bytes.NewReader(body))
+	for k, v := range map[string]string{"Authorization": "Bearer " + token, "Content-Type": "application/json",
+		"Accept": "application/json, text/event-stream", "Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": method} {
+		req.Header.Set(k, v)
+	}
+	if name, ok := params["name"].(string); ok && method == "tools/call" {
+		req.Header.Set("Mcp-Name", name)
+	}
+	return req
+}
+
+// doStateless sends a request of protocol 2026-07-28 and reads its whole
+// answer (not for listen streams, nor long polls that are to wait).
+func (c *capsEnv) doStateless(token, method string, params map[string]any) reply {
+	c.t.Helper()
+	resp, err := c.hc.Do(c.statelessRequest(context.Background(), token, method, params))
+	if err != nil {
+		c.t.Fatalf("%s: %v", method, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	<-c.done
+	return reply{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+// openListen opens a subscriptions/listen stream (protocol 2026-07-28) to
+// mas://tasks. Admitted, it returns once the server acknowledged the
+// subscription, and stop closes the stream and waits until its handler
+// returned; refused, stop is nil and the refusal is read whole.
+func (c *capsEnv) openListen(token string) (stop func(), r reply) {
+	c.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	resp, err := c.hc.Do(c.statelessRequest(ctx, token, "subscriptions/listen",
+		map[string]any{"notifications": map[string]any{"resourceSubscriptions": []string{"mas://tasks"}}}))
+	if err != nil {
+		cancel()
+		c.t.Fatalf("subscriptions/listen: %v", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		<-c.done
+		return nil, reply{status: resp.StatusCode, header: resp.Header, body: string(b)}
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			resp.Body.Close()
+			<-c.done // the handler returned: its place is free
+		})
+	}
+	c.t.Cleanup(stop)
+	for rd := bufio.NewReader(resp.Body); ; {
+		line, err := rd.ReadString('\n')
+		if strings.Contains(line, "notifications/subscriptions/acknowledged") {
+			break
+		}
+		if err != nil {
+			c.t.Fatalf("subscriptions/listen: the stream ended before its acknowledgement: %v", err)
+		}
+	}
+	return stop, reply{status: resp.StatusCode, header: resp.Header}
+}
+
+// listen opens a listen stream that must be admitted and returns its stop.
+func (c *capsEnv) listen(token string) (stop func()) {
+	c.t.Helper()
+	stop, r := c.openListen(token)
+	if stop == nil {
+		c.t.Fatalf("subscriptions/listen: status %d: %s", r.status, r.body)
+	}
+	return stop
+}
+
+// startPoll starts a wait_for_updates long poll (protocol 2026-07-28) of
+// 300 s, on the base task (nothing changes it here); stop cancels it (the
+// client goes away) and waits until its handler returned.
+func (c *capsEnv) startPoll(token string) (stop func()) {
+	c.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req := c.statelessRequest(ctx, token, "tools/call", map[string]any{"name": "wait_for_updates",
+		"arguments": map[string]any{"timeout_seconds": 300, "task_id": c.stack.Sys.BaseTaskID()}})
+	ended := make(chan error, 1)
+	go func() {
+		resp, err := c.hc.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			err = fmt.Errorf("answered with status %d before it was cancelled", resp.StatusCode)
+		}
+		ended <- err
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-ended; !errors.Is(err, context.Canceled) {
+				c.t.Errorf("wait_for_updates: %v", err)
+			}
+			select {
+			case <-c.done: // the handler returned: its place is free
+			case <-time.After(20 * time.Second): // a hang, not a performance bound
+				_ = c.srv.Close() // ends the wait, so that the test can end
+				c.t.Fatal("wait_for_updates: its handler still waits after its client went away")
+			}
+		})
+	}
+	c.t.Cleanup(stop)
+	return stop
+}
+
+// awaitLong waits until op holds n long-lived requests of srv, failing
+// after a generous bound (for a hang, not a performance assertion).
+func awaitLong(t *testing.T, srv *server.Server, op string, n int) {
+	t.Helper()
+	held := make(chan struct{})
+	go func() {
+		srv.AwaitLongRequests(op, n)
+		close(held)
+	}()
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		_, got := srv.LongRequests(op)
+		t.Fatalf("timed out waiting for %s to hold %d long-lived requests (holds %d)", op, n, got)
+	}
+}
+
+// TestLongRequestCaps: the long-lived requests of protocol 2026-07-28
+// (stateless, outside the session caps) are capped together per operator
+// (429) and in total (503), with Retry-After and the key named: listen
+// streams, wait_for_updates long polls and tasks/result waits; short
+// requests pass at the cap; a place is free again once its request ends,
+// or its client goes away (a long poll of 300 s too).
+func TestLongRequestCaps(t *testing.T) {
+	c := newCapsEnv(t, func(cfg *server.Config) {
+		cfg.Limits.LongRequests, cfg.Limits.LongRequestsPerOperator = 3, 2
+	})
+	a1 := c.listen(tokenAnn)
+	a2 := c.listen(tokenAnn)
+	_, r := c.openListen(tokenAnn)
+	refused(t, "ann's third listen stream", r, http.StatusTooManyRequests, "operator "+c.ann, "limits.long_requests_per_operator")
+	refused(t, "ann's long poll at her share", c.doStateless(tokenAnn, "tools/call", map[string]any{"name": "wait_for_updates",
+		"arguments": map[string]any{"timeout_seconds": 1}}), http.StatusTooManyRequests, "limits.long_requests_per_operator")
+	refused(t, "ann's tasks/result at her share", c.doStateless(tokenAnn, "tasks/result", map[string]any{"taskId": c.stack.Sys.BaseTaskID()}),
+		http.StatusTooManyRequests, "limits.long_requests_per_operator")
+	if r := c.doStateless(tokenAnn, "tools/call", map[string]any{"name": "get_inbox", "arguments": map[string]any{}}); r.status != http.StatusOK || !strings.Contains(r.body, `"result"`) {
+		t.Errorf("get_inbox at the cap: status %d: %s", r.status, r.body)
+	}
+	b1 := c.listen(tokenBea)
+	_, r = c.openListen(tokenBea)
+	refused(t, "a fourth listen stream", r, http.StatusServiceUnavailable, "limits.long_requests")
+	a1()
+	b2 := c.listen(tokenBea)
+	for _, stop := range []func(){a2, b1, b2} {
+		stop()
+	}
+	c.baseline()
+
+	// Long polls hold their place while they wait, and free it when
+	// their client goes away, long before their 300 s.
+	p1, p2 := c.startPoll(tokenAnn), c.startPoll(tokenAnn)
+	awaitLong(t, c.srv, c.ann, 2)
+	_, r = c.openListen(tokenAnn)
+	refused(t, "ann's listen stream beside two long polls", r, http.StatusTooManyRequests, "limits.long_requests_per_operator")
+	p1()
+	a3 := c.listen(tokenAnn)
+	p2()
+	a3()
+	c.baseline()
 }

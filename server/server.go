@@ -62,6 +62,7 @@ type Server struct {
 	// Caps of what clients hold open, and add_task's quotas (limits.go).
 	mcpSessions        *mcpSessions
 	eventCaps, sseCaps *streamCaps
+	longCaps           *streamCaps // long-lived requests of protocol 2026-07-28
 	subs               sessionSubs
 	quota              *taskQuota
 
@@ -122,6 +123,8 @@ func New(cfg Config) (*Server, error) {
 		caps: newStreamCaps("MCP sessions", l.Sessions, l.SessionsPerOperator, keySessions, keySessionsPerOp)}
 	s.eventCaps = newStreamCaps("/api/events streams", l.EventStreams, l.EventStreamsPerOperator, keyEventStreams, keyEventStreamsOp)
 	s.sseCaps = newStreamCaps("SSE streams", l.SSEStreams, l.SSEStreamsPerOperator, keySSEStreams, keySSEStreamsOp)
+	s.longCaps = newStreamCaps("long-lived requests (subscriptions/listen streams, wait_for_updates and tasks/result waits)",
+		l.LongRequests, l.LongRequestsPerOperator, keyLongRequests, keyLongRequestsOp)
 	s.subs.max = l.SubscriptionsPerSession
 	s.quota = newTaskQuota(l, s.sys)
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: cfg.Name, Title: "mas-mcp multi-agent system", Version: cfg.Version},

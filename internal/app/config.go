@@ -172,6 +172,8 @@ type LimitsConfig struct {
 	EventStreamsPerOperator    int           `yaml:"event_streams_per_operator"`
 	SSEStreams                 int           `yaml:"sse_streams"`
 	SSEStreamsPerOperator      int           `yaml:"sse_streams_per_operator"`
+	LongRequests               int           `yaml:"long_requests"`
+	LongRequestsPerOperator    int           `yaml:"long_requests_per_operator"`
 	SubscriptionsPerSession    int           `yaml:"subscriptions_per_session"`
 	BodyTimeout                time.Duration `yaml:"body_timeout"`
 	MonitorSessionTTL          time.Duration `yaml:"monitor_session_ttl"`
@@ -192,6 +194,7 @@ func (l LimitsConfig) server() server.Limits {
 		Sessions: l.Sessions, SessionsPerOperator: l.SessionsPerOperator,
 		EventStreams: l.EventStreams, EventStreamsPerOperator: l.EventStreamsPerOperator,
 		SSEStreams: l.SSEStreams, SSEStreamsPerOperator: l.SSEStreamsPerOperator,
+		LongRequests: l.LongRequests, LongRequestsPerOperator: l.LongRequestsPerOperator,
 		SubscriptionsPerSession: l.SubscriptionsPerSession,
 		BodyTimeout:             l.BodyTimeout,
 		MonitorSessionTTL:       l.MonitorSessionTTL, MonitorSessionsPerOperator: l.MonitorSessionsPerOperator,
