@@ -119,6 +119,17 @@ func (a *agent) guardStage(step *StepState, failure error) {
 	if a.pendingInLocked(step.TaskID, step.StageID) || a.waitsInLocked(step.TaskID, step.StageID) {
 		return
 	}
+	if !a.stageStartedLocked(step.TaskID, step.StageID) {
+		// The agent has not taken the stage's start_stage instruction
+		// yet: a peer's message of the stage came first (the task sends
+		// the instructions one agent at a time, each written before the
+		// next). Its plan is still to come. A reflection now would have
+		// it summarise, and submit its completion, before it read its
+		// goal, and the stage could end with its part never done. The
+		// instruction always comes (a restart sends it again), and its
+		// planning step keeps the stage moving.
+		return
+	}
 	// The guard's step is what keeps the stage moving, and nobody could
 	// be told if the store refused it: kept through an outage rather than
 	// withdrawn (owner.go).
@@ -133,4 +144,16 @@ func (a *agent) guardStage(step *StepState, failure error) {
 		return
 	}
 	a.addStepsLocked(step.TaskID, step.StageID, []StepSpec{a.sys.reflectionSpec(reason)}, false, "")
+}
+
+// stageStartedLocked reports whether the agent took the start_stage
+// instruction of a stage: the planning step it queues is among its steps
+// (a stage's steps stay until it ends). a.mu must be held.
+func (a *agent) stageStartedLocked(taskID, stageID string) bool {
+	for i := range a.st.AgentStep.StepList {
+		if s := &a.st.AgentStep.StepList[i]; s.TaskID == taskID && s.StageID == stageID && s.Executor == SkillPlanning {
+			return true
+		}
+	}
+	return false
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -303,5 +304,97 @@ func TestStringListNull(t *testing.T) {
 	}
 	if len(q.AgentID) != 0 {
 		t.Errorf("StringList.UnmarshalJSON turns null into %q (a list with one empty ID), so agent_id/receiver/agents: null is reported as an unknown ID \"\" instead of an empty field", []string(q.AgentID))
+	}
+}
+
+// heldMessageStore holds back one message's write until release is closed.
+type heldMessageStore struct {
+	*MemoryStore
+	hold    func(*Message) bool
+	held    chan struct{} // closed once the message is held
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *heldMessageStore) PutMessage(ctx context.Context, m *Message) error {
+	if s.hold(m) {
+		s.once.Do(func() { close(s.held) })
+		<-s.release
+	}
+	return s.MemoryStore.PutMessage(ctx, m)
+}
+
+// TestGuardWaitsForTheStagesStart: the task tells a stage's agents to start
+// one at a time, so a peer's message of the stage may reach an agent before
+// its own start_stage. The progress guard must not push that agent to
+// reflect and summarise a stage it has not started (it would submit its
+// completion before reading its goal, and the stage could end with its part
+// never done): it waits for the start, and the agent then plans and
+// completes its part.
+func TestGuardWaitsForTheStagesStart(t *testing.T) {
+	var late string
+	st := &heldMessageStore{MemoryStore: NewMemoryStore(), held: make(chan struct{}), release: make(chan struct{})}
+	st.hold = func(m *Message) bool {
+		return m.Instruction != nil && m.Instruction.StartStage != nil && len(m.Receiver) == 1 && m.Receiver[0] == late
+	}
+	b := newTestbed(t, func(c *Config) { c.Store = st })
+	x, y := b.newAgent("x"), b.newAgent("y")
+	// The instructions go out in the order of the agents' IDs: the later
+	// one's is held, the earlier one starts and writes to it.
+	early := min(x, y)
+	late = max(x, y)
+	earlyName := map[string]string{x: "x", y: "y"}[early]
+	task := b.newTask("report", x, y)
+	b.sc.onAgent(earlyName, SkillPlanning, func(context.Context, *ExecInput) *Output {
+		return &Output{AddSteps: []StepSpec{spec(SkillSendMessage, "tell the other")}}
+	})
+	b.sc.onText("tell the other", func(_ context.Context, in *ExecInput) *Output {
+		return &Output{SendMessage: &OutgoingMessage{Receiver: StringList{late}, Message: "a note on our stage", StageRelative: in.Step.StageID}}
+	})
+	added := make(chan []string, 1)
+	go func() {
+		res, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionAddStage, TaskID: task,
+			Stages: []StageSpec{{StageIntention: "work", AgentAllocation: map[string]string{x: "part x", y: "part y"}}}})
+		if err != nil {
+			t.Error(err)
+			added <- nil
+			return
+		}
+		added <- res.AddStage.StageIDs
+	}()
+	<-st.held
+	b.waitFor("the note processed by the agent not started", func() bool {
+		for _, s := range b.agent(late).AgentStep.StepList {
+			if s.TaskID == task && s.Executor == SkillProcessMessage && s.ExecutionState == StateFinished {
+				return true
+			}
+		}
+		return false
+	})
+	b.settle()
+	for _, s := range b.agent(late).AgentStep.StepList {
+		if s.TaskID == task && (s.Executor == SkillReflection || s.Executor == SkillSummary) {
+			t.Errorf("the agent not started in the stage was given a %s step", s.Executor)
+		}
+	}
+	for _, stg := range b.task(task).StageList {
+		if _, done := stg.CompletionSummary[late]; done {
+			t.Errorf("the agent not started in the stage submitted its completion: %q", stg.CompletionSummary[late])
+		}
+	}
+	close(st.release)
+	stages := <-added
+	if stages == nil {
+		return
+	}
+	b.waitFor("both completions", func() bool { return len(b.stage(task, stages[0]).CompletionSummary) == 2 })
+	var planned bool
+	for _, c := range b.sc.since(0) {
+		if c.StageID == stages[0] && c.Skill == SkillPlanning && c.Agent == map[string]string{x: "x", y: "y"}[late] {
+			planned = true
+		}
+	}
+	if !planned {
+		t.Error("the late agent completed its part without planning it")
 	}
 }
