@@ -210,6 +210,13 @@ func (c *capsEnv) openStream(path, token string) (stop func(), r reply) {
 		cancel()
 		c.t.Fatalf("GET %s: %v", path, err)
 	}
+	return c.held(resp, cancel)
+}
+
+// held is what a long-lived request's response gives: admitted (200), a
+// stop that closes it and waits until its handler returned; refused, no
+// stop and the refusal read whole.
+func (c *capsEnv) held(resp *http.Response, cancel context.CancelFunc) (stop func(), r reply) {
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
@@ -339,22 +346,9 @@ func (c *capsEnv) openListen(token string) (stop func(), r reply) {
 		cancel()
 		c.t.Fatalf("subscriptions/listen: %v", err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		cancel()
-		<-c.done
-		return nil, reply{status: resp.StatusCode, header: resp.Header, body: string(b)}
+	if stop, r = c.held(resp, cancel); stop == nil {
+		return nil, r
 	}
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			resp.Body.Close()
-			<-c.done // the handler returned: its place is free
-		})
-	}
-	c.t.Cleanup(stop)
 	for rd := bufio.NewReader(resp.Body); ; {
 		line, err := rd.ReadString('\n')
 		if strings.Contains(line, "notifications/subscriptions/acknowledged") {
