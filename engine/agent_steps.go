@@ -100,10 +100,13 @@ func (a *agent) rememberLocked(taskID, stageID string, stepIDs ...string) {
 	if stageID == "" {
 		return
 	}
-	// A task's stages and their step lists are replaced, never changed in
-	// place: the committed copies share them (AgentState.commitCopy).
+	// A task's map of stages is replaced, never changed in place, and a
+	// stage's list only grows at its end or is replaced: the committed
+	// copies share them (AgentState.commitCopy), each seeing its own
+	// length of a list (an append writes past the end of what they see,
+	// or into a new array).
 	stages := maps.Clone(wm[taskID])
-	list := slices.Clip(stages[stageID]) // appending copies it
+	list := stages[stageID]
 	if list == nil {
 		list = []string{}
 	}

@@ -200,8 +200,8 @@ type AgentState struct {
 	HumanConfig *HumanConfig `json:"human_config,omitempty"`
 	// WorkingMemory is {task_id: {stage_id: [step_id…]}}: the agent's
 	// unfinished tasks, stages and steps (spec §2.4.1). A task's map of
-	// stages and their lists are replaced, never changed in place
-	// (commitCopy shares them).
+	// stages is replaced, never changed in place, and a stage's list only
+	// grows at its end or is replaced (commitCopy shares them).
 	WorkingMemory map[string]map[string][]string `json:"working_memory"`
 	// PersistentMemory is {"%Y%m%dT%H%M%S" timestamp: markdown} (spec §9.3).
 	PersistentMemory map[string]string `json:"persistent_memory"`
