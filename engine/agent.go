@@ -60,6 +60,7 @@ func newAgentOwner(s *System, st AgentState) *agent {
 	}
 	a.mu.ops = ownerOps[AgentState]{
 		copy:     a.st.commitCopy,
+		clone:    (*AgentState).clone,
 		restore:  a.restoreLocked,
 		announce: s.publish,
 		wake:     a.signal,

@@ -183,6 +183,11 @@ func (s *System) enroll(a *agent, run bool) error {
 	a.st.UpdatedAt = s.now()
 	a.mu.change(Event{}, true)
 	err := a.mu.syncLocked()
+	if err != nil {
+		// The agent does not exist: nothing may write it later (its
+		// retries stop with it).
+		a.mu.closeLocked()
+	}
 	a.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("agent %s: %w", a.id, err)

@@ -50,6 +50,9 @@ import (
 type ownerOps[T any] struct {
 	// copy returns a deep copy of the state, for the store and the readers.
 	copy func() T
+	// clone deep-copies a snapshot (to take it back after a refused write
+	// when the store cannot be read either).
+	clone func(*T) T
 	// bound, when set, keeps the state within its bounds before a commit
 	// copies it to be written (what it shortens goes with that write).
 	bound func()
@@ -288,6 +291,18 @@ func (m *ownerMu[T]) commit(mine, v uint64) error {
 		if solo && m.ops.readBack != nil {
 			if got, rerr := m.ops.readBack(); rerr == nil {
 				back = &got
+			}
+		}
+		if solo && back == nil && m.ops.clone != nil {
+			// The store cannot be read either (an outage): what it holds
+			// is the snapshot of the last commit it took (or the state as
+			// created or restored). Withdrawn from there, the change is
+			// gone as its maker is told, not kept to be written later
+			// without it (a stage stored as started that nobody was told
+			// to start).
+			if p := m.snap.Load(); p != nil {
+				c := m.ops.clone(p)
+				back = &c
 			}
 		}
 		m.Mutex.Lock()

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"testing/synctest"
+	"time"
 )
 
 // refusingStore is a MemoryStore whose PutMessage fails for the messages
@@ -587,4 +589,112 @@ func TestRefusedShareFails(t *testing.T) {
 	if got := b.task(id); slices.Contains(got.SharedWith, other) || slices.Contains(got.TaskGroup, other) {
 		t.Errorf("after the refused share: shared_with %v, group %v", got.SharedWith, got.TaskGroup)
 	}
+}
+
+// unreadableTaskStore refuses the task documents refuse matches and, while
+// it does, every read of a task back (an outage: reads fail as writes do).
+type unreadableTaskStore struct {
+	refuseTaskStore
+}
+
+func (s *unreadableTaskStore) ReadTask(ctx context.Context, id string) (TaskState, error) {
+	s.mu.Lock()
+	down := s.refuse != nil
+	s.mu.Unlock()
+	if down {
+		return TaskState{}, errStoreDown
+	}
+	return s.MemoryStore.ReadTask(ctx, id)
+}
+
+// TestRefusedAddStageDuringAnOutage: the store refuses the task document
+// with the new stage and cannot be read either. add_stage fails, and the
+// refused stage is gone, not kept to be stored by the task's next commit
+// without anyone told to start it: once the store is back, the next
+// add_stage's stage is the one that starts.
+func TestRefusedAddStageDuringAnOutage(t *testing.T) {
+	st := &unreadableTaskStore{refuseTaskStore{MemoryStore: NewMemoryStore()}}
+	b := newTestbed(t, func(c *Config) { c.Store = st })
+	alice := b.newAgent("alice")
+	id := b.newTask("report", alice)
+	b.settle()
+	st.refuseWhen(func(ts *TaskState) bool { return ts.TaskID == id && len(ts.StageList) > 0 })
+	if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionAddStage, TaskID: id,
+		Stages: []StageSpec{{StageIntention: "refused", AgentAllocation: map[string]string{alice: "x"}}}}); err == nil {
+		t.Fatal("add_stage reported success while the store refused it")
+	}
+	if n := len(b.task(id).StageList); n != 0 {
+		t.Fatalf("the task holds %d stages after the refused add_stage, want 0", n)
+	}
+	st.refuseWhen(nil)
+	stages := b.addStages(id, StageSpec{StageIntention: "collect", AgentAllocation: map[string]string{alice: "collect facts"}})
+	b.waitFor("alice to plan the stage", func() bool {
+		for _, c := range b.sc.since(0) {
+			if c.Agent == "alice" && c.Skill == SkillPlanning && c.StageID == stages[0] {
+				return true
+			}
+		}
+		return false
+	})
+	got, err := st.MemoryStore.ReadTask(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.StageList) != 1 || got.StageList[0].StageID != stages[0] {
+		t.Errorf("the store holds stages %+v, want only %s", got.StageList, stages[0])
+	}
+}
+
+// refuseAgentsStore refuses every agent document while down is set, and
+// counts the writes it refused.
+type refuseAgentsStore struct {
+	*MemoryStore
+	down    atomic.Bool
+	refused atomic.Int32
+}
+
+func (s *refuseAgentsStore) PutAgent(ctx context.Context, a *AgentState) error {
+	if s.down.Load() {
+		s.refused.Add(1)
+		return errStoreDown
+	}
+	return s.MemoryStore.PutAgent(ctx, a)
+}
+
+func (s *refuseAgentsStore) ReadAgent(ctx context.Context, id string) (AgentState, error) {
+	if s.down.Load() {
+		return AgentState{}, errStoreDown
+	}
+	return s.MemoryStore.ReadAgent(ctx, id)
+}
+
+// TestRefusedAgentCreationLeavesNoGhost: creating an agent while the store
+// refuses fails, and nothing writes that agent later (no retry of a
+// commit of an agent that does not exist).
+func TestRefusedAgentCreationLeavesNoGhost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &refuseAgentsStore{MemoryStore: NewMemoryStore()}
+		b := bubbleBed(t, func(c *Config) { c.Store = st })
+		b.settle()
+		st.down.Store(true)
+		if _, err := b.sys.CreateAgent(AgentConfig{Template: "researcher", Name: "ghost"}); err == nil {
+			t.Fatal("CreateAgent succeeded while the store refused it")
+		}
+		tried := st.refused.Load()
+		time.Sleep(time.Minute) // fake time: every retry there would be has come
+		synctest.Wait()
+		if n := st.refused.Load(); n != tried {
+			t.Errorf("%d writes tried after the refused creation", n-tried)
+		}
+		st.down.Store(false)
+		img, err := st.MemoryStore.Image()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range img.Agents {
+			if a.Name == "ghost" {
+				t.Error("the refused agent is in the store")
+			}
+		}
+	})
 }

@@ -26,6 +26,7 @@ type task struct {
 func newTaskOwner(s *System, st TaskState) *task {
 	t := &task{sys: s, st: st}
 	t.mu.ops = ownerOps[TaskState]{
+		clone:    (*TaskState).clone,
 		copy:     t.docLocked,
 		restore:  t.restoreLocked,
 		announce: s.publish,
