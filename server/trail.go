@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -200,7 +201,16 @@ func (s *Server) stepRecord(reader, taskID, stepID string) (*StepRecord, error) 
 		// the task still holds) is not shown either.
 		return nil, fmt.Errorf("step_id %q: %w: the trail of task %s holds no such step", stepID, engine.ErrNotFound, taskID)
 	}
-	if a, ok := s.sys.AgentFor(reader, agentID); ok {
+	// A step whose own entries were left out (its message entries may
+	// remain) is not shown live either: the live filter knows only the
+	// texts the task still holds, the trail all of them.
+	stepHidden := false
+	for i := range all {
+		if all[i].Message == nil && !slices.ContainsFunc(rec.Entries, func(e engine.TrailEntry) bool { return e.Seq == all[i].Seq }) {
+			stepHidden = true
+		}
+	}
+	if a, ok := s.sys.AgentFor(reader, agentID); ok && !stepHidden {
 		for i := range a.AgentStep.StepList {
 			if st := a.AgentStep.StepList[i]; st.StepID == stepID {
 				rec.Step = &st
