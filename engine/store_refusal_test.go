@@ -11,8 +11,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"testing/synctest"
-	"time"
 )
 
 // refusingStore is a MemoryStore whose PutMessage fails for the messages
@@ -669,32 +667,37 @@ func (s *refuseAgentsStore) ReadAgent(ctx context.Context, id string) (AgentStat
 }
 
 // TestRefusedAgentCreationLeavesNoGhost: creating an agent while the store
-// refuses fails, and nothing writes that agent later (no retry of a
-// commit of an agent that does not exist).
+// refuses fails, and nothing writes that agent later: the refused agent
+// schedules no retry of its commit (it does not exist), and the store does
+// not hold it.
 func TestRefusedAgentCreationLeavesNoGhost(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		st := &refuseAgentsStore{MemoryStore: NewMemoryStore()}
-		b := bubbleBed(t, func(c *Config) { c.Store = st })
-		b.settle()
-		st.down.Store(true)
-		if _, err := b.sys.CreateAgent(AgentConfig{Template: "researcher", Name: "ghost"}); err == nil {
-			t.Fatal("CreateAgent succeeded while the store refused it")
+	st := &refuseAgentsStore{MemoryStore: NewMemoryStore()}
+	b := newTestbed(t, func(c *Config) { c.Store = st })
+	b.settle()
+	st.down.Store(true)
+	if _, err := b.sys.CreateAgent(AgentConfig{Template: "researcher", Name: "ghost"}); err == nil {
+		t.Fatal("CreateAgent succeeded while the store refused it")
+	}
+	// The same creation, with the agent at hand to look at its owner.
+	a := newAgentOwner(b.sys, AgentState{AgentID: newID(), Name: "ghost2", Kind: KindLLM,
+		WorkingMemory: map[string]map[string][]string{}, PersistentMemory: map[string]string{}})
+	if err := b.sys.enroll(a, false); err == nil {
+		t.Fatal("enroll succeeded while the store refused it")
+	}
+	a.mu.Mutex.Lock()
+	retry, closed := a.mu.retryTimer, a.mu.closed
+	a.mu.Mutex.Unlock()
+	if retry != nil || !closed {
+		t.Errorf("the refused agent's owner: retry scheduled %v, closed %v; want no retry and closed", retry != nil, closed)
+	}
+	st.down.Store(false)
+	img, err := st.MemoryStore.Image()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ag := range img.Agents {
+		if strings.HasPrefix(ag.Name, "ghost") {
+			t.Errorf("the refused agent %s is in the store", ag.Name)
 		}
-		tried := st.refused.Load()
-		time.Sleep(time.Minute) // fake time: every retry there would be has come
-		synctest.Wait()
-		if n := st.refused.Load(); n != tried {
-			t.Errorf("%d writes tried after the refused creation", n-tried)
-		}
-		st.down.Store(false)
-		img, err := st.MemoryStore.Image()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, a := range img.Agents {
-			if a.Name == "ghost" {
-				t.Error("the refused agent is in the store")
-			}
-		}
-	})
+	}
 }
