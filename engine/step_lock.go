@@ -23,6 +23,12 @@ func (g *waitGraph) add(from, to string) []string {
 	if path := g.pathLocked(to, from, map[string]bool{}); path != nil {
 		return append([]string{from}, path...)
 	}
+	g.edgeLocked(from, to)
+	return nil
+}
+
+// edgeLocked records one wait of from on to. g.mu must be held.
+func (g *waitGraph) edgeLocked(from, to string) {
 	if g.edges == nil {
 		g.edges = map[string]map[string]int{}
 	}
@@ -30,7 +36,6 @@ func (g *waitGraph) add(from, to string) []string {
 		g.edges[from] = map[string]int{}
 	}
 	g.edges[from][to]++
-	return nil
 }
 
 // reset makes from's edges those of its waits (an agent that took back
@@ -41,16 +46,9 @@ func (g *waitGraph) reset(from string, waits []Wait) {
 	defer g.mu.Unlock()
 	delete(g.edges, from)
 	for _, w := range waits {
-		if w.For == SystemSender {
-			continue
+		if w.For != SystemSender {
+			g.edgeLocked(from, w.For)
 		}
-		if g.edges == nil {
-			g.edges = map[string]map[string]int{}
-		}
-		if g.edges[from] == nil {
-			g.edges[from] = map[string]int{}
-		}
-		g.edges[from][w.For]++
 	}
 }
 

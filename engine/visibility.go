@@ -363,7 +363,7 @@ func (s *System) EventVisible(viewerID string, ev Event) bool {
 // sees (hiddenContents) and the message entries of es it may not see: a
 // task's conversation keeps a bounded history, the trail all of it.
 //
-// The rule is TrailEntryVisible's, and a step goes as a whole: when one of
+// The rule is trailEntryVisible's, and a step goes as a whole: when one of
 // its entries is left out, so are the others (its LLM call's answer or its
 // end state may not quote the hidden message, yet tell what it said).
 func (s *System) TrailEntriesFor(viewerID string, es []TrailEntry) []TrailEntry {
@@ -394,9 +394,9 @@ func (s *System) TrailEntriesFor(viewerID string, es []TrailEntry) []TrailEntry 
 	return out
 }
 
-// TrailEntryVisible reports whether viewerID may see a trail entry of a task
-// it may see, hidden being the texts of the messages it may not see (the
-// texts of the task's private messages of others). It applies the rule of
+// trailEntryVisible reports whether viewerID may see a trail entry of a task
+// it may see, h holding the texts of the messages it may not see (the texts
+// of the task's private messages of others). It applies the rule of
 // messages and steps to the trail:
 //
 //   - a message or instruction entry is seen as its message is
@@ -408,13 +408,6 @@ func (s *System) TrailEntriesFor(viewerID string, es []TrailEntry) []TrailEntry 
 //     left out (a manager's prompt quotes the message it digests, its answer
 //     the reply it writes), as is a step that replies to another operator
 //     (filterAgent's rule for step lists).
-func (s *System) TrailEntryVisible(viewerID string, e *TrailEntry, hidden []string) bool {
-	if !s.restricted(viewerID) {
-		return true
-	}
-	return s.trailEntryVisible(viewerID, e, newHiddenTexts(hidden))
-}
-
 func (s *System) trailEntryVisible(viewerID string, e *TrailEntry, h *hiddenTexts) bool {
 	if m := e.Message; m != nil {
 		if !s.trailMessageVisible(viewerID, m) {

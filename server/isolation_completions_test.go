@@ -14,9 +14,8 @@ import (
 // offer bea the ID of ann's task (nor its stages), nor confirm words of its
 // name or stage intentions when typed; ann is offered them.
 func TestCompletionsHideOtherOperatorsTasks(t *testing.T) {
-	e, _, _, url := newTwoOperatorEnv(t)
-	ann := e.httpPeer(url, tokenAnn, "2025-11-25")
-	bea := e.httpPeer(url, tokenBea, "2025-11-25")
+	o := newOperators(t, "2025-11-25")
+	e, ann, bea := o.env, o.annPeer, o.beaPC
 	var added server.AddTaskOut
 	ann.call("add_task", map[string]any{"task_name": "ann secret merger plan", "task_intention": "Research a topic and write a report."}, &added)
 	e.stack.WaitFor("ann's task staffed with stages", func() bool { return len(e.stack.Task(added.TaskID).StageList) > 0 })

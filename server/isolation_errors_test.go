@@ -10,9 +10,8 @@ import (
 // TestPauseAgentRefusalHidesOtherOperatorsTask: a refused pause_agent must
 // not tell bea the ID of ann's task (she could not find it anywhere else).
 func TestPauseAgentRefusalHidesOtherOperatorsTask(t *testing.T) {
-	e, _, _, url := newTwoOperatorEnv(t)
-	ann := e.httpPeer(url, tokenAnn, "2025-11-25")
-	bea := e.httpPeer(url, tokenBea, "2025-11-25")
+	o := newOperators(t, "2025-11-25")
+	e, ann, bea := o.env, o.annPeer, o.beaPC
 	sys := e.stack.Sys
 	var added server.AddTaskOut
 	ann.call("add_task", map[string]any{"task_name": "ann's", "task_intention": "Research a topic and write a report."}, &added)

@@ -16,9 +16,8 @@ import (
 // them either (their resources/updated notifications would tell her when
 // agents write to ann, or ann acts). Ann may subscribe to her own.
 func TestSubscribeOtherOperatorsResourcesRefused(t *testing.T) {
-	e, ann, _, url := newTwoOperatorEnv(t)
-	annPeer := e.httpPeer(url, tokenAnn, "2025-11-25")
-	bea := e.httpPeer(url, tokenBea, "2025-11-25")
+	o := newOperators(t, "2025-11-25")
+	ann, annPeer, bea := o.ann, o.annPeer, o.beaPC
 	inbox, steps := "mas://operators/"+ann+"/inbox", "mas://agents/"+ann+"/steps"
 	annPeer.subscribe(inbox, steps)
 	for _, uri := range []string{inbox, steps} {
@@ -43,9 +42,8 @@ func TestSubscribeOtherOperatorsResourcesRefused(t *testing.T) {
 // the caller's operator: ann may subscribe to her own task and is notified
 // of it; bea may not subscribe to it.
 func TestListenSubscriptionChecksOperator(t *testing.T) {
-	e, _, _, url := newTwoOperatorEnv(t)
-	ann := e.httpPeer(url, tokenAnn, "2026-07-28")
-	bea := e.httpPeer(url, tokenBea, "2026-07-28")
+	o := newOperators(t, "2026-07-28")
+	ann, bea := o.annPeer, o.beaPC
 	var added server.AddTaskOut
 	ann.call("add_task", map[string]any{"task_name": "r", "task_intention": "Research a topic and write a report."}, &added)
 	uri := added.ResourceURI

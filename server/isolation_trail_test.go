@@ -15,9 +15,8 @@ import (
 // not inside the manager's LLM call that digested it (its prompt), nor in
 // step entries quoting it.
 func TestTrailHidesPrivateMessagesInLLMCalls(t *testing.T) {
-	e, ann, _, url := newTwoOperatorEnv(t)
-	annPeer := e.httpPeer(url, tokenAnn, "2025-11-25")
-	bea := e.httpPeer(url, tokenBea, "2025-11-25")
+	o := newOperators(t, "2025-11-25")
+	e, ann, annPeer, bea := o.env, o.ann, o.annPeer, o.beaPC
 	sys := e.stack.Sys
 	const secret = "ANN-PRIVATE-7311 the acquisition target is Initech"
 	annPeer.call("send_message", map[string]any{"task_id": sys.BaseTaskID(), "receiver": []string{sys.ManagerID()}, "content": secret, "need_reply": false}, nil)
@@ -81,9 +80,8 @@ func kindsHolding(es []engine.TrailEntry, s string) []string {
 // wait_for_updates' events of the base task. Ann still sees the events of
 // her own message.
 func TestPrivateMessageIDsHidden(t *testing.T) {
-	e, _, _, url := newTwoOperatorEnv(t)
-	annPeer := e.httpPeer(url, tokenAnn, "2025-11-25")
-	bea := e.httpPeer(url, tokenBea, "2025-11-25")
+	o := newOperators(t, "2025-11-25")
+	e, annPeer, bea := o.env, o.annPeer, o.beaPC
 	sys := e.stack.Sys
 	var sent server.SendMessageOut
 	annPeer.call("send_message", map[string]any{"task_id": sys.BaseTaskID(), "receiver": []string{sys.ManagerID()}, "content": "ANN-PRIVATE-4410", "need_reply": false}, &sent)

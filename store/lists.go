@@ -227,7 +227,7 @@ func runsOf(cur, base []string, index map[string]int) (idRuns, int) {
 			out[n-1].to++
 			continue
 		}
-		if p, ok := index[id]; ok && base[p] == id {
+		if p, ok := index[id]; ok {
 			out = append(out, idRun{from: p, to: p + 1})
 			size += 12
 			continue
