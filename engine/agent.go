@@ -43,6 +43,9 @@ type agent struct {
 	// ended caches the estimated stored size of ended steps, which do not
 	// change but when boundLocked shortens them (bounds.go).
 	ended map[string]endedStep
+	// viewSteps is the array the running step's view lists its steps in,
+	// reused by the next step's view (viewLocked). Guarded by mu.
+	viewSteps []StepState
 	// answering holds the IDs of the questions a HumanAgent's answer is
 	// being stored for (humanSend, without the lock): no second answer
 	// takes them meanwhile. Not part of the state.
@@ -333,19 +336,18 @@ func (a *agent) viewLocked(step *StepState) AgentState {
 	view := a.st.clone()
 	a.st.AgentStep.StepList, a.st.WorkingMemory, a.st.Received = all, wm, received
 	if stages, ok := wm[step.TaskID]; ok {
-		mine := make(map[string][]string, len(stages))
-		for stage, ids := range stages {
-			mine[stage] = slices.Clone(ids)
-		}
-		view.WorkingMemory[step.TaskID] = mine
+		// Shared: a task's map of stages is replaced, never changed in
+		// place, and a stage's list only grows past what a copy sees
+		// (rememberLocked).
+		view.WorkingMemory[step.TaskID] = stages
 	}
-	n := 0
-	for i := range all {
-		if all[i].TaskID == step.TaskID && all[i].StageID == step.StageID {
-			n++
-		}
-	}
-	view.AgentStep.StepList = make([]StepState, 0, n)
+	// The steps go into the array the previous step's view used: that
+	// view is dead once its step returned (ExecInput.Agent), and a stage
+	// of a hundred steps would otherwise allocate tens of kilobytes per
+	// step, each allocation bringing the next garbage collection closer
+	// (the collector is where the steps' and hops' slowest percent
+	// comes from).
+	list := a.viewSteps[:0]
 	for i := range all {
 		st := &all[i]
 		if st.TaskID != step.TaskID || st.StageID != step.StageID {
@@ -356,11 +358,15 @@ func (a *agent) viewLocked(step *StepState) AgentState {
 			// executors only read their view: shared, not copied, so a
 			// step costs in proportion to what changed, not to the
 			// stage's history.
-			view.AgentStep.StepList = append(view.AgentStep.StepList, *st)
+			list = append(list, *st)
 			continue
 		}
-		view.AgentStep.StepList = append(view.AgentStep.StepList, st.clone())
+		list = append(list, st.clone())
 	}
+	// What the array held past this view is let go of.
+	clear(list[len(list):cap(list)])
+	a.viewSteps = list
+	view.AgentStep.StepList = slices.Clip(list)
 	return view
 }
 

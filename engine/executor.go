@@ -27,7 +27,9 @@ type ExecInput struct {
 	// received message IDs (the engine's bookkeeping). The ended steps
 	// share their result and tool call maps with the agent (the engine
 	// replaces those maps, never changes them in place); the rest is
-	// copied deeply.
+	// copied deeply. The step list is valid until Execute returns: the
+	// next step's view reuses its array, so an executor that keeps steps
+	// for later copies them.
 	Agent AgentState
 	// Step is a copy of the step, already marked running.
 	Step StepState

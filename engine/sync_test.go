@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -136,7 +138,11 @@ func TestExecutorView(t *testing.T) {
 	b.join(b.sys.BaseTaskID(), w)
 	seen := make(chan ExecInput, 1)
 	b.sc.onText("look", func(_ context.Context, in *ExecInput) *Output {
-		seen <- *in
+		// The step list is the executor's until it returns (the next
+		// step's view reuses its array): kept, it is copied.
+		kept := *in
+		kept.Agent.AgentStep.StepList = slices.Clone(in.Agent.AgentStep.StepList)
+		seen <- kept
 		return &Output{}
 	})
 	base := b.inject(w, b.sys.BaseTaskID(), b.sys.BaseStageID(), false, spec(SkillThink, "base work"))[0]
@@ -396,5 +402,51 @@ func TestGuardWaitsForTheStagesStart(t *testing.T) {
 	}
 	if !planned {
 		t.Error("the late agent completed its part without planning it")
+	}
+}
+
+// TestViewCostsNoMoreForALongerStage: the executor's view of a step lists
+// its stage's steps in an array reused from step to step, so a stage with
+// many ended steps costs no more allocations per step than a short one
+// (each allocation brings the next collection closer, and the collector
+// is where the slowest steps come from). Views taken one after another
+// each list their own stage's steps.
+func TestViewCostsNoMoreForALongerStage(t *testing.T) {
+	b := newTestbed(t, nil)
+	w := b.newAgent("w")
+	short, long := b.newTask("short", w), b.newTask("long", w)
+	run := func(task string, n int) []string {
+		var specs []StepSpec
+		for i := range n {
+			specs = append(specs, spec(SkillThink, fmt.Sprintf("%s %d", task, i)))
+		}
+		ids := b.inject(w, task, NoRelative, false, specs...)
+		b.waitFor("the steps", func() bool { return b.stepDone(w, ids[len(ids)-1]) })
+		return ids
+	}
+	shortIDs, longIDs := run(short, 2), run(long, 200)
+	b.settle()
+	a, _ := b.sys.agent(w)
+	view := func(task string) AgentState {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.viewLocked(&StepState{TaskID: task, StageID: NoRelative})
+	}
+	allocs := func(task string) float64 { return testing.AllocsPerRun(50, func() { view(task) }) }
+	if s, l := allocs(short), allocs(long); l > s {
+		t.Errorf("a view allocates %v times for a stage of 200 steps, %v for one of 2: it should not grow with the stage", l, s)
+	}
+	ids := func(v AgentState) []string {
+		var out []string
+		for _, st := range v.AgentStep.StepList {
+			out = append(out, st.StepID)
+		}
+		return out
+	}
+	if got := ids(view(long)); !slices.Equal(got, longIDs) {
+		t.Errorf("long stage's view lists %d steps, want its %d", len(got), len(longIDs))
+	}
+	if got := ids(view(short)); !slices.Equal(got, shortIDs) {
+		t.Errorf("short stage's view after the long one lists %v, want %v", got, shortIDs)
 	}
 }

@@ -57,14 +57,14 @@ const DefaultPromptBudget = 16000
 // least a quarter of the budget, folding its older steps to fit
 // (foldHistory, writeToolHistory).
 func (r *runner) render(in *engine.ExecInput) (system, user string) {
-	system = r.systemMessage()
+	system = r.system
 
-	fixed := map[section]string{}
+	fixed := make(map[section]string, len(r.sk.sections))
 	var memory string
-	variable := map[section]string{}
+	variable := make(map[section]string, len(r.sk.sections))
 	for _, sec := range r.sk.sections {
 		var b strings.Builder
-		if st := r.staticSection(sec); st != "" {
+		if st, ok := r.static[sec]; ok {
 			fixed[sec] = st
 		}
 		switch sec {
@@ -94,7 +94,16 @@ func (r *runner) render(in *engine.ExecInput) (system, user string) {
 		variable[secHistory] = b.String()
 	}
 
+	// One allocation for the prompt: its parts are known.
+	size := len(memory) + 2*len(variable) + len(fixed)
+	for _, part := range fixed {
+		size += len(part)
+	}
+	for _, v := range variable {
+		size += len(v)
+	}
 	var b strings.Builder
+	b.Grow(size)
 	for _, sec := range []section{secRole, secStep, secMCP, secMemory} {
 		if part, ok := fixed[sec]; ok {
 			if b.Len() > 0 {
@@ -222,13 +231,14 @@ func stageGoal(in *engine.ExecInput) string {
 // stageSteps returns the agent's steps in the current step's task and stage,
 // in execution order (spec §5.6: stages never mix, §10.3).
 func stageSteps(in *engine.ExecInput) []engine.StepState {
-	var out []engine.StepState
-	for _, s := range in.Agent.AgentStep.StepList {
-		if s.TaskID == in.Step.TaskID && s.StageID == in.Step.StageID {
-			out = append(out, s)
-		}
+	all := in.Agent.AgentStep.StepList
+	other := func(s engine.StepState) bool { return s.TaskID != in.Step.TaskID || s.StageID != in.Step.StageID }
+	if !slices.ContainsFunc(all, other) {
+		// The engine's view holds the stage's steps only: read, not
+		// copied (the callers do not change them).
+		return all
 	}
-	return out
+	return slices.DeleteFunc(slices.Clone(all), other)
 }
 
 // writeHistory writes this stage's other steps (spec §5.6) in at most
@@ -303,15 +313,21 @@ const (
 // folded, a note says how to read a folded step's full result.
 func (r *runner) foldHistory(done []engine.StepState, budget int) string {
 	p := r.cfg.Prompts
-	wholeText := func(s engine.StepState) string {
-		var sb strings.Builder
-		writeHistoryStep(&sb, s, true)
-		return sb.String()
-	}
 	n := len(done)
+	// Each step's whole text is rendered once: it is measured, then
+	// written.
+	whole := make([]string, n)
+	wholeText := func(i int) string {
+		if whole[i] == "" {
+			var sb strings.Builder
+			writeHistoryStep(&sb, done[i], true)
+			whole[i] = sb.String()
+		}
+		return whole[i]
+	}
 	used, wholeFrom := 0, n
 	for i := n - 1; i >= 0; i-- {
-		c := utf8.RuneCountInString(wholeText(done[i]))
+		c := utf8.RuneCountInString(wholeText(i))
 		if i < n-1 && used+c > budget {
 			break
 		}
@@ -319,14 +335,14 @@ func (r *runner) foldHistory(done []engine.StepState, budget int) string {
 	}
 	if wholeFrom == 0 {
 		var b strings.Builder
-		for _, s := range done {
-			b.WriteString(wholeText(s))
+		for i := range done {
+			b.WriteString(wholeText(i))
 		}
 		return b.String()
 	}
 	roundUp := func(i, block int) int { return (i + block - 1) / block * block }
 	for i := wholeFrom; i < min(roundUp(wholeFrom, wholeBlock), n-1); i++ {
-		used -= utf8.RuneCountInString(wholeText(done[i]))
+		used -= utf8.RuneCountInString(wholeText(i))
 	}
 	wholeFrom = min(roundUp(wholeFrom, wholeBlock), n-1)
 	oldest := wholeFrom
@@ -357,7 +373,7 @@ func (r *runner) foldHistory(done []engine.StepState, budget int) string {
 		if i < wholeFrom {
 			b.WriteString(foldedStep(done[i]))
 		} else {
-			b.WriteString(wholeText(done[i]))
+			b.WriteString(wholeText(i))
 		}
 	}
 	return b.String()

@@ -77,7 +77,14 @@ func Executors(cfg Config) (map[string]engine.Executor, error) {
 		if _, ok := cfg.Prompts.Skill(sk.name); !ok {
 			return nil, fmt.Errorf("skills: prompt set %q has no skill %q", cfg.Prompts.Lang(), sk.name)
 		}
-		out[sk.name] = &runner{cfg: cfg, sk: sk, guides: guides, budget: budget}
+		r := &runner{cfg: cfg, sk: sk, guides: guides, budget: budget}
+		r.system, r.static = r.systemMessage(), map[section]string{}
+		for _, sec := range sk.sections {
+			if st := r.staticSection(sec); st != "" {
+				r.static[sec] = st
+			}
+		}
+		out[sk.name] = r
 	}
 	for _, n := range engine.SkillNames {
 		if out[n] == nil {
@@ -105,6 +112,11 @@ type runner struct {
 	guides map[string]string
 	// budget is the variable sections' character budget (Config.PromptBudget).
 	budget int
+	// system and static are the system message and the static sections,
+	// the same in every call (the prompt set does not change): rendered
+	// once, not at every step.
+	system string
+	static map[section]string
 }
 
 // Execute implements engine.Executor.
