@@ -82,7 +82,7 @@ func TestTrailAcceptance(t *testing.T) {
 	// At rest first (the manager has read the stage's end): no LLM call is
 	// cut short by finish_task, so every call the trail holds reached the
 	// fake LLM. (A call cut short is in the trail too, with its error.)
-	s.WaitFor("rest", func() bool { return atRest(sys) })
+	s.WaitFor("rest", func() bool { return teststack.AtRest(sys) })
 	if _, err := sys.TaskInstruction(sys.OperatorID(), engine.TaskInstruction{Action: engine.ActionFinishTask, TaskID: task, Summary: "done"}); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestTrailAcceptance(t *testing.T) {
 		}
 		return true
 	})
-	s.WaitFor("rest after finish_task", func() bool { return atRest(sys) })
+	s.WaitFor("rest after finish_task", func() bool { return teststack.AtRest(sys) })
 	base := sys.BaseTaskID()
 	before := wholeTrail(t, tr, task, base)
 	checkTrail(t, s.LLM.Calls(), before, calls, toolSteps, file)
@@ -216,26 +216,4 @@ func checkTrail(t *testing.T, llmCalls []fakellm.Call, entries []engine.TrailEnt
 	}) {
 		t.Errorf("the operator's finish_task is not in the trail")
 	}
-}
-
-// atRest reports whether no LLM agent can run a step: none is working or
-// running a step, and each with steps to do is blocked on its step lock.
-func atRest(sys *engine.System) bool {
-	for _, a := range sys.Agents() {
-		if a.Kind != engine.KindLLM {
-			continue
-		}
-		if a.WorkingState == engine.WorkingWorking {
-			return false
-		}
-		for _, st := range a.AgentStep.StepList {
-			if st.ExecutionState == engine.StateRunning {
-				return false
-			}
-		}
-		if len(a.AgentStep.TodoList) > 0 && len(a.StepLock) == 0 {
-			return false
-		}
-	}
-	return true
 }

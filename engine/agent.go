@@ -43,6 +43,10 @@ type agent struct {
 	// ended caches the estimated stored size of ended steps, which do not
 	// change but when boundLocked shortens them (bounds.go).
 	ended map[string]endedStep
+	// reporting is closed once the task of the agent's last step has
+	// stored its report (storeReport); nil when none is on its way. Only
+	// the agent's loop uses it.
+	reporting chan struct{}
 	// viewSteps is the array the running step's view lists its steps in,
 	// reused by the next step's view (viewLocked). Guarded by mu.
 	viewSteps []StepState
@@ -368,6 +372,15 @@ func (a *agent) viewLocked(step *StepState) AgentState {
 	a.viewSteps = list
 	view.AgentStep.StepList = slices.Clip(list)
 	return view
+}
+
+// awaitReport waits until the task of the agent's last step has stored its
+// report: one report at a time is on its way.
+func (a *agent) awaitReport() {
+	if a.reporting != nil {
+		<-a.reporting
+		a.reporting = nil
+	}
 }
 
 func (a *agent) setWorkingLocked(ws string) {

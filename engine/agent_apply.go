@@ -96,13 +96,20 @@ func (a *agent) tally(step *StepState, failure error) (summaryGaveUp bool, role 
 	return summaryGaveUp, a.st.Role
 }
 
-// finishStep marks the step done and returns the wait it leaves without a
-// reply, if any.
-func (a *agent) finishStep(step *StepState, state string, result map[string]any) []lostReply {
+// finishStep marks the step done, with the report report makes for its
+// task (finishStepLocked), and returns the wait it leaves without a reply,
+// if any, and the report stored with the step's end (nil when the step was
+// gone).
+func (a *agent) finishStep(step *StepState, state string, result map[string]any, report func(*StepState) *StepReport) ([]lostReply, *StepReport) {
+	var last *StepReport
+	made := func(s *StepState) *StepReport {
+		last = report(s)
+		return last
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.finishStepLocked(step.StepID, state, result)
-	return a.replyLostLocked(step, result)
+	a.finishStepLocked(step.StepID, state, result, made)
+	return a.replyLostLocked(step, result), last
 }
 
 // guardStage is the agent's side of keepMoving: a reflection (or, past the

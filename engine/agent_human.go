@@ -200,7 +200,7 @@ func (a *agent) recordDoneLocked(taskID, stageID string, spec StepSpec, result m
 		return ""
 	}
 	a.st.AgentStep.TodoList = slices.DeleteFunc(a.st.AgentStep.TodoList, func(id string) bool { return id == ids[0] })
-	a.finishStepLocked(ids[0], StateFinished, result)
+	a.finishStepLocked(ids[0], StateFinished, result, nil)
 	return ids[0]
 }
 

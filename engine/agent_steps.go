@@ -149,8 +149,11 @@ func (a *agent) removeStepsLocked(drop func(*StepState) bool) int {
 }
 
 // finishStepLocked records a step's outcome. It returns false when the step
-// is gone (cleaned up by a finish_stage/finish_task while it ran).
-func (a *agent) finishStepLocked(id, state string, result map[string]any) (*StepState, bool) {
+// is gone (cleaned up by a finish_stage/finish_task while it ran). report,
+// when set, makes the report the step's task is to take from the step as
+// it ended: it is stored with the step's end, in the same write
+// (docs/engine.md "A step's end").
+func (a *agent) finishStepLocked(id, state string, result map[string]any, report func(*StepState) *StepReport) (*StepState, bool) {
 	s := a.stepLocked(id)
 	if s == nil {
 		return nil, false
@@ -166,6 +169,7 @@ func (a *agent) finishStepLocked(id, state string, result map[string]any) (*Step
 		merged[k] = v
 	}
 	s.ExecuteResult, _ = a.sys.clipValue(jsonShaped(merged), a.sys.cfg.MaxTextChars).(map[string]any)
+	a.outboxLocked(report, s)
 	a.changedLocked(Event{Kind: EventStepChanged, StepID: id, TaskID: s.TaskID, StageID: s.StageID, Detail: state})
 	if err := a.mu.syncLocked(); err != nil {
 		// The outcome was refused (and taken back): the step fails
@@ -176,6 +180,7 @@ func (a *agent) finishStepLocked(id, state string, result map[string]any) (*Step
 		s.ExecutionState = StateFailed
 		s.FinishedAt = now
 		s.ExecuteResult = map[string]any{"error": "the step's outcome could not be stored: " + err.Error()}
+		a.outboxLocked(report, s)
 		a.changedLocked(Event{Kind: EventStepChanged, StepID: id, TaskID: s.TaskID, StageID: s.StageID, Detail: StateFailed})
 		// If the store refuses this too (an outage), the failed outcome
 		// is kept in memory, unannounced, and written by the owner's
@@ -202,6 +207,29 @@ func (a *agent) finishStepLocked(id, state string, result map[string]any) (*Step
 		s = a.stepLocked(id)
 	}
 	return s, s != nil
+}
+
+// outboxLocked puts the report made from a step as it ends with the
+// agent's reports, in place of one made before for the same step (whose
+// write the store refused). a.mu is held.
+func (a *agent) outboxLocked(report func(*StepState) *StepReport, s *StepState) {
+	if report == nil {
+		return
+	}
+	r := report(s)
+	if r == nil {
+		return
+	}
+	a.st.Reports = slices.DeleteFunc(a.st.Reports, func(o StepReport) bool { return o.StepID == r.StepID })
+	a.st.Reports = append(a.st.Reports, *r)
+}
+
+// reportStored drops a report its task has stored: the agent's next write
+// goes without it (none is made for this alone).
+func (a *agent) reportStored(stepID string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.st.Reports = slices.DeleteFunc(a.st.Reports, func(r StepReport) bool { return r.StepID == stepID })
 }
 
 // baseHistory is how many finished steps of the base task an agent keeps.

@@ -268,7 +268,7 @@ func (s *System) queryStage(askerID, taskID, id string) (StageState, error) {
 	if strings.TrimSpace(id) == "" {
 		return StageState{}, errf(ErrInvalid, "stage_id: is empty")
 	}
-	st, ok := t.stageOf(id)
+	st, ok := t.storedStage(id)
 	if !ok {
 		return StageState{}, errf(ErrNotFound, "stage_id %q: no such stage in task %s", id, t.id())
 	}

@@ -262,7 +262,7 @@ func TestBaseTaskHistoryIsBounded(t *testing.T) {
 	const entries = 2*baseLogLimit + 5
 	for i := range entries {
 		bt.record(Message{TaskID: base, MessageID: fmt.Sprint("m", i)})
-		bt.report(stepReport{StageID: baseStage, AgentID: w, SharedInfo: fmt.Sprint("i", i)})
+		bt.report(StepReport{StageID: baseStage, AgentID: w, SharedInfo: fmt.Sprint("i", i)})
 	}
 	ts := b.task(base)
 	pool, info := ts.SharedConversationPool, ts.SharedInfoPool

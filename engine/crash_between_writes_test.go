@@ -17,6 +17,11 @@ type freezeStore struct {
 	*MemoryStore
 	freezeAgent   func(*AgentState) bool
 	freezeMessage func(*Message) bool
+	// freezeTask, and after, freeze the store right after the task
+	// document it matches, or, with after, the agent document
+	// freezeAgent matches, is taken: a crash right after that write.
+	freezeTask func(*TaskState) bool
+	after      bool
 
 	mu     sync.Mutex
 	frozen bool
@@ -25,7 +30,8 @@ type freezeStore struct {
 
 func newFreezeStore() *freezeStore {
 	return &freezeStore{MemoryStore: NewMemoryStore(), froze: make(chan struct{}),
-		freezeAgent: func(*AgentState) bool { return false }, freezeMessage: func(*Message) bool { return false }}
+		freezeAgent: func(*AgentState) bool { return false }, freezeMessage: func(*Message) bool { return false },
+		freezeTask: func(*TaskState) bool { return false }}
 }
 
 // freezeAt sets what freezes the store (nil: nothing of that kind).
@@ -56,16 +62,21 @@ func (f *freezeStore) PutTask(ctx context.Context, t *TaskState) error {
 	if !f.take(false) {
 		return nil
 	}
-	return f.MemoryStore.PutTask(ctx, t)
+	err := f.MemoryStore.PutTask(ctx, t)
+	f.take(f.freezeTask(t))
+	return err
 }
 
 func (f *freezeStore) PutAgent(ctx context.Context, a *AgentState) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.take(f.freezeAgent(a)) {
+	match := f.freezeAgent(a)
+	if !f.take(match && !f.after) {
 		return nil
 	}
-	return f.MemoryStore.PutAgent(ctx, a)
+	err := f.MemoryStore.PutAgent(ctx, a)
+	f.take(match && f.after)
+	return err
 }
 
 func (f *freezeStore) PutMessage(ctx context.Context, m *Message) error {
@@ -310,5 +321,82 @@ func TestRestoreSendsLostStartTask(t *testing.T) {
 		if _, ok := b.agent(id).WorkingMemory[task]; !ok {
 			t.Errorf("agent %s's working memory lacks the task", id)
 		}
+	}
+}
+
+// summaryReport reports whether a stored agent document holds, with its
+// step reports, the completion of its summary step.
+func summaryReport(a *AgentState) bool {
+	return slices.ContainsFunc(a.Reports, func(r StepReport) bool { return r.Completion != nil })
+}
+
+// TestCrashAfterAStepsEndBeforeItsTaskLearnsIt: a step's end is stored with
+// the report its task takes from it, and the task stores the report next.
+// A crash between the two writes (here after the summary's end, before its
+// task stored the completion) loses nothing: the restart gives the task
+// the report, the stage completes, and the manager is told.
+func TestCrashAfterAStepsEndBeforeItsTaskLearnsIt(t *testing.T) {
+	b, store, restart := newFreezeBed(t)
+	store.after = true
+	store.freezeAt(summaryReport, nil)
+	alice := b.newAgent("alice")
+	id := b.newTask("report", alice)
+	b.addStages(id, StageSpec{StageIntention: "collect", AgentAllocation: map[string]string{alice: "collect facts"}})
+	b2, img := restart()
+	for _, ts := range img.Tasks {
+		if ts.TaskID == id && ts.StageList[0].CompletionSummary[alice] != "" {
+			t.Fatal("the stored task has the completion: the crash came after the task's write, not before")
+		}
+	}
+	b2.waitFor("the restored task to take the stored completion", func() bool {
+		st := b2.task(id).StageList[0]
+		return st.CompletionSummary[alice] == "done by alice" && st.EveryAgentState[alice] == AgentFinished
+	})
+	b2.waitFor("the manager to be told the stage completed", func() bool {
+		mgr := b2.agent(b2.mgr())
+		return slices.Contains(mgr.Received, derivedID(b2.task(id).StageList[0].StageID, "complete"))
+	})
+}
+
+// TestReplayedReportIsTakenOnce: a crash after the task stored a report,
+// before the agent's document dropped it, leaves the report in both; the
+// restart does not give it to the task a second time.
+func TestReplayedReportIsTakenOnce(t *testing.T) {
+	b, store, restart := newFreezeBed(t)
+	store.freezeTask = func(ts *TaskState) bool {
+		st := ts.StageList
+		return len(st) > 0 && st[0].CompletionSummary != nil && st[0].CompletionSummary[b.agentNamed("alice")] != ""
+	}
+	alice := b.newAgent("alice")
+	b.sc.onAgent("alice", SkillSummary, func(context.Context, *ExecInput) *Output {
+		done := "done"
+		return &Output{Completion: &done, Usage: Usage{TotalTokens: 7, Calls: 1}}
+	})
+	id := b.newTask("report", alice)
+	b.addStages(id, StageSpec{StageIntention: "collect", AgentAllocation: map[string]string{alice: "collect facts"}})
+	b2, img := restart()
+	var step string
+	for _, a := range img.Agents {
+		for _, r := range a.Reports {
+			if a.AgentID == alice && r.Completion != nil {
+				step = r.StepID
+			}
+		}
+	}
+	if step == "" {
+		t.Fatal("the stored agent has no report of its summary: the crash came after it was dropped")
+	}
+	b2.settle()
+	n := 0
+	for _, si := range b2.task(id).SharedInfoPool {
+		if si.StepID == step {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("the summary's report is in the task %d times, want once", n)
+	}
+	if u := b2.task(id).Usage; u.TotalTokens != 7 || u.Calls != 1 {
+		t.Errorf("task usage %+v, want the summary's 7 tokens in 1 call, counted once", u)
 	}
 }

@@ -200,21 +200,29 @@ func (m *ownerMu[T]) TryLock() bool {
 // that costs a park and a wake-up per hand-over, the message hop's tail.
 func (m *ownerMu[T]) wakeLocked() { m.wakeup = true }
 
-// Unlock releases the lock and commits what was changed under it.
+// Unlock releases the lock and commits what was changed under it. A
+// holder that changed nothing does not wait for the commits of others in
+// flight (a reader of the live state: each maker commits its own).
 func (m *ownerMu[T]) Unlock() {
-	from, v, pending, wake := m.held, m.made, m.made > m.settled, m.wakeup
+	from, v, mine, wake := m.held, m.made, m.made > m.held, m.wakeup
 	m.wakeup = false
-	if !pending {
+	if m.made == m.settled {
 		m.keep = false // nothing was changed: nothing to keep
 	}
 	m.Mutex.Unlock()
-	if pending {
+	if mine {
 		_ = m.commit(from, v)
 	}
 	if wake && m.ops.wake != nil {
 		m.ops.wake()
 	}
 }
+
+// unlockUncommitted releases the lock without committing the changes made
+// under it: the holder commits them later (syncLocked after Lock), so that
+// what it does in between, another owner's write, runs at the same time as
+// this owner's. Another holder's commit meanwhile takes them along.
+func (m *ownerMu[T]) unlockUncommitted() { m.Mutex.Unlock() }
 
 // syncLocked commits the changes recorded so far and returns the store's
 // refusal of them, if any. The lock is released during the write and held

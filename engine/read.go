@@ -18,7 +18,7 @@ func (s *System) Stage(taskID, stageID string) (StageState, bool) {
 	if !ok {
 		return StageState{}, false
 	}
-	return t.stageOf(stageID)
+	return t.storedStage(stageID)
 }
 
 // Tasks returns snapshots of every task, in creation order.
@@ -68,3 +68,8 @@ func (s *System) AgentBriefs() []AgentBrief {
 	}
 	return out
 }
+
+// ReportsOnTheirWay is how many finished steps' reports their tasks are
+// still storing: a MAS whose agents are all at rest is at rest once this is
+// 0 too (the tasks' last changes are then stored and announced).
+func (s *System) ReportsOnTheirWay() int64 { return s.reportsOnTheirWay.Load() }

@@ -97,6 +97,13 @@ func (s *System) StartFrom(img *Image) error {
 		}
 		restored = append(restored, a)
 	}
+	// Reports stored with their steps' ends that the tasks lack: a crash
+	// came between the agent's write and the task's. The tasks take them
+	// before anything runs; the notices they imply (a completed stage's)
+	// are sent with the others below.
+	for _, a := range restored {
+		s.replayReports(a)
+	}
 	// Every agent is enrolled before any loop runs: a re-run step may
 	// message an agent restored after its own.
 	for _, a := range restored {
@@ -158,6 +165,25 @@ func (s *System) StartFrom(img *Image) error {
 	s.log.Info("mas restored", "tasks", len(img.Tasks), "agents", len(img.Agents),
 		"messages", len(img.Messages), "redelivered", redelivered, "recreated", len(missing), "base_task", s.baseTaskID)
 	return nil
+}
+
+// replayReports gives each report an agent stored with a step's end to its
+// task, which takes it unless it has it already; those a task stored are
+// dropped from the agent's (its next write goes without them).
+func (s *System) replayReports(a *agent) {
+	kept := a.st.Reports[:0]
+	for _, r := range a.st.Reports {
+		t, ok := s.task(r.TaskID)
+		if !ok {
+			continue // the task is gone: nobody to tell
+		}
+		if err := t.replay(r); err != nil {
+			s.log.Error("store: restore: a step's report refused by its task: kept for the next start", "task", r.TaskID, "step", r.StepID, "err", err)
+			kept = append(kept, r)
+		}
+	}
+	clear(a.st.Reports[len(kept):])
+	a.st.Reports = kept
 }
 
 // dedupMessages keeps the first of messages with the same ID.

@@ -233,10 +233,14 @@ type AgentState struct {
 	Paused bool `json:"paused,omitempty"`
 	// Received lists the IDs of the newest messages delivered to the agent,
 	// so a message delivered again (after a restart) is taken once.
-	Received  []string  `json:"received_messages,omitempty"`
-	Usage     Usage     `json:"usage"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Received []string `json:"received_messages,omitempty"`
+	// Reports are the outcomes of the agent's last steps, stored with the
+	// step's end until the step's task has stored them too: a restart
+	// gives the task those it lacks (docs/engine.md "A step's end").
+	Reports   []StepReport `json:"step_reports,omitempty"`
+	Usage     Usage        `json:"usage"`
+	CreatedAt time.Time    `json:"created_at"`
+	UpdatedAt time.Time    `json:"updated_at"`
 
 	// BudgetDay is a HumanAgent's raise of its daily token budget
 	// (budget_tokens.go).
@@ -369,6 +373,7 @@ func (a *AgentState) copyState(shareEnded bool) AgentState {
 		c.AgentStep.StepList[i] = st.clone()
 	}
 	c.StepLock = slices.Clone(a.StepLock)
+	c.Reports = slices.Clone(a.Reports) // a report's Completion is never changed in place
 	c.Tools = slices.Clone(a.Tools)
 	c.Skills = slices.Clone(a.Skills)
 	c.Waits = slices.Clone(a.Waits)

@@ -105,6 +105,10 @@ func TestWithdrawnReleaseRearmsTheWait(t *testing.T) {
 		st.agent = alice
 		sayTo(b, "ask op", op, "may I?", true, true)
 		runSteps(b, alice, "ask op")
+		// The agent's loop is parked: the release below is the one
+		// holder's change (a change of the loop made while its write is
+		// refused would be grouped with it, and kept).
+		synctest.Wait()
 		a, _ := b.sys.agent(alice)
 		a.mu.Lock()
 		waits := append([]Wait(nil), a.st.Waits...)

@@ -298,11 +298,23 @@ func TestRefusedOutcomeFailsTheStepVisibly(t *testing.T) {
 	}
 }
 
-// refuseTaskStore refuses the task documents refuse matches.
+// refuseTaskStore refuses the task documents refuse matches; onMessage,
+// when set, sees each message before it is stored.
 type refuseTaskStore struct {
 	*MemoryStore
-	mu     sync.Mutex
-	refuse func(*TaskState) bool
+	mu        sync.Mutex
+	refuse    func(*TaskState) bool
+	onMessage func(*Message)
+}
+
+func (s *refuseTaskStore) PutMessage(ctx context.Context, m *Message) error {
+	s.mu.Lock()
+	on := s.onMessage
+	s.mu.Unlock()
+	if on != nil {
+		on(m)
+	}
+	return s.MemoryStore.PutMessage(ctx, m)
 }
 
 // refuseWhen sets which task documents are refused from now on.
@@ -699,5 +711,108 @@ func TestRefusedAgentCreationLeavesNoGhost(t *testing.T) {
 		if strings.HasPrefix(ag.Name, "ghost") {
 			t.Errorf("the refused agent %s is in the store", ag.Name)
 		}
+	}
+}
+
+// TestTaskOutageHoldsTheReportNotTheStep: while the store refuses a task's
+// writes, a step of one of its agents still ends (its end is stored, with
+// the report for the task); the task's write of the report is tried again,
+// and the task shows nothing it has not stored. The agent's next step ends
+// too but its report waits for the first. Once the store takes writes,
+// the reports land in order and the stage completes: the outage paused the
+// work, it lost nothing.
+func TestTaskOutageHoldsTheReportNotTheStep(t *testing.T) {
+	st := &refuseTaskStore{MemoryStore: NewMemoryStore()}
+	b := newTestbed(t, func(c *Config) { c.Store = st })
+	alice := b.newAgent("alice")
+	b.sc.onAgent("alice", SkillPlanning, func(context.Context, *ExecInput) *Output {
+		return &Output{AddSteps: []StepSpec{spec(SkillThink, "think")}}
+	})
+	id := b.newTask("report", alice)
+	fromAlice := func(si SharedInfo) bool { return si.AgentID == alice }
+	st.refuseWhen(func(ts *TaskState) bool { return ts.TaskID == id && slices.ContainsFunc(ts.SharedInfoPool, fromAlice) })
+	b.addStages(id, StageSpec{StageIntention: "collect", AgentAllocation: map[string]string{alice: "collect facts"}})
+
+	var held []StepReport
+	b.waitFor("alice's planning and think steps to end, their reports stored with her", func() bool {
+		stored, _ := st.Agent(alice)
+		held = stored.Reports
+		return len(held) == 2
+	})
+	steps := b.steps(alice, func(s StepState) bool { return s.TaskID == id })
+	if len(steps) < 2 || steps[0].StepID != held[0].StepID || steps[1].StepID != held[1].StepID ||
+		steps[0].ExecutionState != StateFinished || steps[1].ExecutionState != StateFinished {
+		t.Fatalf("alice's steps %v, stored reports %v: want her planning and think steps finished, reported in order", steps, held)
+	}
+	if slices.ContainsFunc(b.task(id).SharedInfoPool, fromAlice) {
+		t.Error("the task shows a report the store refused")
+	}
+	if stored, _ := st.Task(id); slices.ContainsFunc(stored.SharedInfoPool, fromAlice) {
+		t.Error("the store holds a report it refused")
+	}
+
+	st.refuseWhen(nil)
+	b.waitFor("the stage to complete", func() bool { return b.task(id).StageList[0].CompletionSummary[alice] != "" })
+	b.settle()
+	stored, _ := st.Task(id)
+	var order []string
+	for _, si := range stored.SharedInfoPool {
+		if si.AgentID == alice {
+			order = append(order, si.StepID)
+		}
+	}
+	if len(order) < 2 || order[0] != held[0].StepID || order[1] != held[1].StepID {
+		t.Errorf("the task stored alice's reports %v, want %s then %s first", order, held[0].StepID, held[1].StepID)
+	}
+}
+
+// TestRefusedLastReportIsTriedAgain: the report of an agent's last step
+// (its summary, which completes the stage) is refused by the store; no
+// later change of the task would carry it, so the report's own writer
+// tries again until the store takes it, and the stage completes.
+func TestRefusedLastReportIsTriedAgain(t *testing.T) {
+	st := &refuseTaskStore{MemoryStore: NewMemoryStore()}
+	b := newTestbed(t, func(c *Config) { c.Store = st })
+	alice := b.newAgent("alice")
+	id := b.newTask("report", alice)
+	completed := func(ts *TaskState) bool {
+		return ts.TaskID == id && len(ts.StageList) > 0 && ts.StageList[0].CompletionSummary[alice] != ""
+	}
+	refused := make(chan struct{})
+	var once sync.Once
+	st.refuseWhen(func(ts *TaskState) bool {
+		if completed(ts) {
+			once.Do(func() { close(refused) })
+			return true
+		}
+		return false
+	})
+	var early atomic.Bool
+	st.onMessage = func(m *Message) {
+		if stored, _ := st.MemoryStore.Task(id); m.SenderID == SystemSender && m.Receiver[0] == b.mgr() && !completed(&stored) &&
+			len(stored.StageList) > 0 && m.MessageID == derivedID(stored.StageList[0].StageID, "complete") {
+			early.Store(true)
+		}
+	}
+	b.addStages(id, StageSpec{StageIntention: "collect", AgentAllocation: map[string]string{alice: "collect facts"}})
+	<-refused
+	b.waitFor("alice to finish her part", func() bool {
+		stored, _ := st.Agent(alice)
+		return slices.ContainsFunc(stored.Reports, func(r StepReport) bool { return r.Completion != nil })
+	})
+	if ts := b.task(id); completed(&ts) {
+		t.Error("the task shows a completion the store refused")
+	}
+	st.refuseWhen(nil)
+	b.waitFor("the stage to complete", func() bool { ts := b.task(id); return completed(&ts) })
+	if stored, _ := st.Task(id); !completed(&stored) {
+		t.Error("the completion is shown but not stored")
+	}
+	b.waitFor("the manager to be told", func() bool {
+		stored, _ := st.Task(id)
+		return slices.Contains(b.agent(b.mgr()).Received, derivedID(stored.StageList[0].StageID, "complete"))
+	})
+	if early.Load() {
+		t.Error("the manager was told the stage completed before the task stored the completion")
 	}
 }

@@ -3,9 +3,9 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/mas-mcp/mas-mcp/llm"
 )
@@ -94,7 +94,6 @@ func (s *System) apply(a *agent, step StepState, out *Output, cancelled bool) {
 	}
 
 	// Effects on other owners (SyncState).
-	var notices []Message
 	if failure == nil {
 		failure = s.applyShared(a, &step, out, result)
 	}
@@ -119,37 +118,62 @@ func (s *System) apply(a *agent, step StepState, out *Output, cancelled bool) {
 		completion = &text
 	}
 
-	// The task learns the outcome first, then the step is marked done: a
-	// crash in between leaves the step running, to be run again (and the
-	// task takes a step's report once, by its step ID).
-	if t, ok := s.task(step.TaskID); ok {
-		report := func() error {
-			why := ""
-			if failure != nil {
-				why = Truncate(failure.Error(), 300)
-			}
-			info := s.text("shared_info_step", map[string]any{"Executor": step.Executor, "State": state, "Reason": why})
-			var err error
-			notices, err = t.report(stepReport{
-				StageID: step.StageID, AgentID: a.id, Role: role, StepID: step.StepID,
-				AgentState: agentState, SharedInfo: info, Completion: completion, Usage: out.Usage,
-			})
-			return err
+	// The step's end is stored with the report its task takes from it,
+	// in one write; the task then takes the report and stores it while
+	// the agent goes on (a step costs one write on its way, not two in a
+	// row). A crash between the two writes leaves the report with the
+	// agent's document, and the restart gives it to the task; a crash
+	// before the first leaves the step to run again, its report taken
+	// once (by its step ID). Each agent has one report on its way to its
+	// task at a time.
+	t, hasTask := s.task(step.TaskID)
+	report := func(st *StepState) *StepReport {
+		if !hasTask {
+			return nil
 		}
-		if err := report(); err != nil {
-			// The task could not store the outcome: the step fails
-			// visibly, and the task learns that instead.
-			failure = fmt.Errorf("the step's outcome could not be stored in its task: %w", err)
-			state, agentState, completion, summaryGaveUp = StateFailed, AgentFailed, nil, false
-			result = map[string]any{"error": failure.Error()}
-			if err := report(); err != nil {
-				s.log.Error("store: step report refused twice", "task", step.TaskID, "step", step.StepID, "err", err)
+		r := &StepReport{TaskID: step.TaskID, StageID: step.StageID, AgentID: a.id, Role: role, StepID: step.StepID,
+			AgentState: agentState, Completion: completion, Usage: out.Usage}
+		why := ""
+		if failure != nil {
+			why = failure.Error()
+		}
+		if st.ExecutionState == StateFailed && state != StateFailed {
+			// The store refused the outcome: the step failed instead
+			// (finishStepLocked).
+			why, _ = st.ExecuteResult["error"].(string)
+			r.AgentState, r.Completion = AgentFailed, nil
+		}
+		r.SharedInfo = s.text("shared_info_step", map[string]any{"Executor": step.Executor, "State": st.ExecutionState, "Reason": Truncate(why, 300)})
+		return r
+	}
+	lost, stored := a.finishStep(&step, state, result, report)
+	// The last step's report is stored first: the task takes the reports
+	// in their order, and its write of the last one ran at the same time
+	// as the agent's of this step's end.
+	a.awaitReport()
+	switch {
+	case stored != nil:
+		if stored.AgentState != agentState || (stored.Completion == nil) != (completion == nil) {
+			// The store refused the outcome: the step failed instead,
+			// without it (finishStepLocked), and the agent goes on in
+			// its stage.
+			if failure == nil {
+				failure = errors.New("the step's outcome could not be stored")
 			}
+			summaryGaveUp = false
+		}
+		a.reporting = s.storeReport(t, a, *stored, t.take(*stored))
+	case hasTask:
+		// The step was cleaned up while it ran (finish_stage): its task
+		// still learns how it ended, stored before it is told.
+		r := report(&StepState{ExecutionState: state})
+		if notices, err := t.report(*r); err != nil {
+			s.log.Error("store: the report of a step cleaned up while it ran refused", "task", step.TaskID, "step", step.StepID, "err", err)
+		} else {
+			s.deliver(notices...)
 		}
 	}
-	lost := a.finishStep(&step, state, result)
 	s.log.Debug("step done", "agent", a.id, "step", step.StepID, "executor", step.Executor, "state", state, "err", failure)
-	s.deliver(notices...)
 	s.releaseLost(a, lost...)
 	if failure != nil {
 		s.refusal(a, &step, failure)
@@ -241,4 +265,32 @@ func (s *System) applyShared(a *agent, step *StepState, out *Output, result map[
 		s.deliver(s.instruction(step.StepID+"/tool_decision", req.TaskID, req.StageID, a.id, "", &Instruction{AddToolDecision: &req}))
 	}
 	return nil
+}
+
+// storeReport has the task store a report it took (task.take), trying
+// again while the store refuses (an outage pauses the reporting agent at
+// its next step's end, and loses nothing: the report is stored with the
+// agent's document), then delivers the notices it brought (a completed
+// stage's, to the task's manager) and drops the report from the agent's.
+// The returned channel is closed when it is done.
+func (s *System) storeReport(t *task, a *agent, r StepReport, notices []Message) chan struct{} {
+	done := make(chan struct{})
+	s.reportsOnTheirWay.Add(1)
+	s.goTracked(func() {
+		defer close(done)
+		defer s.reportsOnTheirWay.Add(-1)
+		backoff := time.Duration(0)
+		for err := t.stored(false); err != nil; err = t.stored(true) {
+			backoff = min(max(2*backoff, retryFirst), retryMax)
+			s.log.Error("store: a step's report refused by its task: tried again", "task", r.TaskID, "step", r.StepID, "in", backoff, "err", err)
+			select {
+			case <-s.ctx.Done():
+				return // the restart gives it to the task
+			case <-time.After(backoff):
+			}
+		}
+		s.deliver(notices...)
+		a.reportStored(r.StepID)
+	})
+	return done
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -176,6 +177,9 @@ type System struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
+	// reportsOnTheirWay counts the step reports tasks are storing
+	// (storeReport).
+	reportsOnTheirWay atomic.Int64
 	// storeCtx is for store writes: not cancelled by Close, so the writes
 	// of the steps Close interrupts still land (the store is closed after
 	// the System; its client bounds each call).

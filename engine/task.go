@@ -201,26 +201,78 @@ func (t *task) addUsage(u Usage) {
 	t.changedLocked(Event{Kind: EventLLMCall})
 }
 
-// stepReport is what one finished step tells its task (spec §2.5
-// update_stage_agent_state, send_shared_info, update_stage_agent_completion).
-type stepReport struct {
-	StageID    string
-	AgentID    string
-	Role       string
-	StepID     string
-	AgentState string // AgentWorking, AgentFinished or AgentFailed
-	SharedInfo string
-	Completion *string
-	Usage      Usage
+// StepReport is what one finished step tells its task (spec §2.5
+// update_stage_agent_state, send_shared_info,
+// update_stage_agent_completion).
+type StepReport struct {
+	TaskID     string  `json:"task_id"`
+	StageID    string  `json:"stage_id"`
+	AgentID    string  `json:"agent_id"`
+	Role       string  `json:"role,omitempty"`
+	StepID     string  `json:"step_id"`
+	AgentState string  `json:"agent_state"` // AgentWorking, AgentFinished or AgentFailed
+	SharedInfo string  `json:"shared_info,omitempty"`
+	Completion *string `json:"completion,omitempty"`
+	Usage      Usage   `json:"usage"`
 }
 
-// report applies a step's outcome and returns the notice for the task's
-// manager when the stage has just completed (spec §2.2.1).
-func (t *task) report(r stepReport) ([]Message, error) {
+// report applies a step's outcome, stores it and returns the notice for
+// the task's manager when the stage has just completed (spec §2.2.1).
+func (t *task) report(r StepReport) ([]Message, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	out := t.reportLocked(r)
+	if err := t.mu.syncLocked(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// take applies a step's outcome, whose step's end the agent has stored
+// with the report, and returns the notices to deliver once the task is
+// stored (storeReport). The change is kept, never withdrawn: the step has
+// ended, and its task must learn so.
+func (t *task) take(r StepReport) []Message {
+	t.mu.Lock()
+	out := t.reportLocked(r)
+	t.mu.keepLocked()
+	t.mu.unlockUncommitted()
+	return out
+}
+
+// replay applies, at a restart, a report an agent stored with its step's
+// end, unless the task has it already (a crash came between the agent's
+// write and the task's). The notices it implies are sent by the restore.
+// A refused write keeps the change in memory, for the task's next commit.
+func (t *task) replay(r StepReport) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.reportedLocked(r.StepID, len(t.st.SharedInfoPool)) {
+		return nil
+	}
+	t.reportLocked(r)
+	t.mu.keepLocked()
+	return t.mu.syncLocked()
+}
+
+// stored commits the task's changes and returns the store's refusal. When
+// again is set, a commit is made even when nothing changed since the last
+// one: a refused one's changes, kept in memory, are written again.
+func (t *task) stored(again bool) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if again {
+		t.mu.change(Event{}, true) // nothing to announce: the write itself
+		t.mu.keepLocked()
+	}
+	return t.mu.syncLocked()
+}
+
+// reportLocked applies a step's outcome in memory and returns the notice
+// for the task's manager when the stage has just completed. t.mu is held.
+func (t *task) reportLocked(r StepReport) []Message {
 	now := t.sys.now()
-	if r.StepID != "" && t.reportedLocked(r.StepID) {
+	if r.StepID != "" && t.reportedLocked(r.StepID, 64) {
 		// The step ran again after a restart: its first report stands,
 		// but a completion it brings now is still recorded.
 		r.Usage, r.SharedInfo = Usage{}, ""
@@ -252,17 +304,14 @@ func (t *task) report(r stepReport) ([]Message, error) {
 		}
 	}
 	t.changedLocked(Event{Kind: EventStageChanged, StageID: r.StageID, AgentID: r.AgentID, StepID: r.StepID, Detail: r.AgentState})
-	if err := t.mu.syncLocked(); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return out
 }
 
 // reportedLocked reports whether a step's report is in the shared info pool
-// already (the newest entries are searched).
-func (t *task) reportedLocked(stepID string) bool {
+// already (the newest within entries are searched).
+func (t *task) reportedLocked(stepID string, within int) bool {
 	pool := t.st.SharedInfoPool
-	for i := len(pool) - 1; i >= 0 && i >= len(pool)-64; i-- {
+	for i := len(pool) - 1; i >= 0 && i >= len(pool)-within; i-- {
 		if pool[i].StepID == stepID {
 			return true
 		}
@@ -289,7 +338,8 @@ func (t *task) stageCompleteLocked(st *StageState) (Message, bool) {
 	return t.sys.newMessage(derivedID(st.StageID, "complete"), t.st.TaskID, SystemSender, []string{t.st.TaskManager}, text, st.StageID), true
 }
 
-// stageOf returns a snapshot of one stage.
+// stageOf returns a copy of one stage as it is in memory (for the task's
+// own decisions).
 func (t *task) stageOf(stageID string) (StageState, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -298,6 +348,20 @@ func (t *task) stageOf(stageID string) (StageState, bool) {
 		return StageState{}, false
 	}
 	return st.clone(), true
+}
+
+// storedStage returns a copy of one stage as the store holds it and the
+// bus announced it (for readers: what they see is stored).
+func (t *task) storedStage(stageID string) (out StageState, ok bool) {
+	t.mu.peek(func(ts *TaskState) {
+		for i := range ts.StageList {
+			if ts.StageList[i].StageID == stageID {
+				out, ok = ts.StageList[i].clone(), true
+				return
+			}
+		}
+	})
+	return out, ok
 }
 
 // startNextStageLocked starts the first stage still in init, if no stage is

@@ -220,6 +220,9 @@ func (b *testbed) waitFor(what string, cond func() bool) {
 // step, and no event was published while that was checked.
 func (b *testbed) settled() bool {
 	seq := b.sys.EventSeq()
+	if b.sys.ReportsOnTheirWay() > 0 {
+		return false
+	}
 	for _, a := range b.sys.allAgents() {
 		a.mu.Lock()
 		// An agent that finished a step shows "working" until its loop
@@ -231,7 +234,7 @@ func (b *testbed) settled() bool {
 			return false
 		}
 	}
-	return b.sys.EventSeq() == seq
+	return b.sys.ReportsOnTheirWay() == 0 && b.sys.EventSeq() == seq
 }
 
 // settle waits until the MAS has nothing left to run.

@@ -251,6 +251,7 @@ func (s *System) filterAgent(viewerID string, st *AgentState, hidden []string) {
 		return drop
 	})
 	st.AgentStep.TodoList = slices.DeleteFunc(st.AgentStep.TodoList, func(id string) bool { return slices.Contains(dropped, id) })
+	st.Reports = slices.DeleteFunc(st.Reports, func(r StepReport) bool { return !seen(r.TaskID) || slices.Contains(dropped, r.StepID) })
 	for id := range st.WorkingMemory {
 		if !seen(id) {
 			delete(st.WorkingMemory, id)

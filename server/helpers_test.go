@@ -334,29 +334,6 @@ func (e *env) startTask() taskFixture {
 	return f
 }
 
-// atRest reports whether no agent can run a step: none is working (an agent
-// stays "working" from a step's start until its effects are applied), and
-// every agent with steps to do is blocked on its step lock.
-func atRest(sys *engine.System) bool {
-	for _, a := range sys.Agents() {
-		if a.Kind != engine.KindLLM {
-			continue
-		}
-		if a.WorkingState == engine.WorkingWorking {
-			return false
-		}
-		for _, st := range a.AgentStep.StepList {
-			if st.ExecutionState == engine.StateRunning {
-				return false
-			}
-		}
-		if len(a.AgentStep.TodoList) > 0 && len(a.StepLock) == 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // masState is everything a client can observe of the MAS, to check that a
 // failed call changed nothing.
 type masState struct {
@@ -376,3 +353,7 @@ func (e *env) unchanged(what string, before masState) {
 		e.t.Errorf("%s changed the MAS (-before +after):\n%s", what, diff)
 	}
 }
+
+// atRest is teststack.AtRest: no agent can run a step, no report is on its
+// way.
+func atRest(sys *engine.System) bool { return teststack.AtRest(sys) }

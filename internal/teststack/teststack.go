@@ -251,6 +251,39 @@ func (s *Stack) WaitFor(what string, cond func() bool) {
 	}
 }
 
+// AtRest reports whether no agent can run a step: none is working (an agent
+// stays "working" from a step's start until its effects are applied), and
+// every agent with steps to do is blocked on its step lock.
+func AtRest(sys *engine.System) (rest bool) {
+	if sys.ReportsOnTheirWay() > 0 {
+		return false
+	}
+	// Looked at again after the agents: a step ending meanwhile sends
+	// its report before its agent rests.
+	defer func() {
+		if sys.ReportsOnTheirWay() > 0 {
+			rest = false
+		}
+	}()
+	for _, a := range sys.Agents() {
+		if a.Kind != engine.KindLLM {
+			continue
+		}
+		if a.WorkingState == engine.WorkingWorking {
+			return false
+		}
+		for _, st := range a.AgentStep.StepList {
+			if st.ExecutionState == engine.StateRunning {
+				return false
+			}
+		}
+		if len(a.AgentStep.TodoList) > 0 && len(a.StepLock) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // Dump describes every agent's steps, for failure messages.
 func (s *Stack) Dump() string {
 	var b strings.Builder
