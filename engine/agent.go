@@ -152,7 +152,12 @@ func (a *agent) event(ev Event) Event {
 // restoreLocked takes back the document the store holds after a refused
 // write.
 func (a *agent) restoreLocked(got AgentState) {
+	// The reports stay as they are in memory: those the stored document
+	// still lists but a task has stored since are not taken back
+	// (reportStored dropped them, without a write of their own).
+	reports := a.st.Reports
 	a.st = got
+	a.st.Reports = reports
 	a.ended = nil
 	// An LLM step is not written when it starts (a restart just runs it
 	// again): the stored document may still list the running step as

@@ -243,7 +243,9 @@ func (s *System) addParticipants(actorID string, human bool, taskID string, agen
 			return nil, errf(ErrNotFound, "agents: %q: no such agent", id)
 		}
 	}
-	t.mu.Lock()
+	if err := t.mu.lockDurable(); err != nil {
+		return nil, err
+	}
 	if err := mayManage(t, actorID, human); err != nil {
 		t.mu.Unlock()
 		return nil, err

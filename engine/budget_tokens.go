@@ -386,6 +386,15 @@ func (s *System) meter(agentID string, step *StepState, view *AgentState, out *O
 		model = view.LLMConfig.Model
 	}
 	tokens, cost, day := spent(out.Usage), s.cfg.Budgets.cost(model, out.Usage), s.day()
+	t.mu.lockToRead()
+	metered := s.metered(&t.st.Budget)
+	t.mu.unlockRead()
+	if !metered {
+		// Nothing to count: the step goes on without waiting for the
+		// task's write in flight (its report's).
+		s.enforceBudgets(t)
+		return
+	}
 	t.mu.Lock()
 	b := &t.st.Budget
 	if s.metered(b) {
@@ -408,22 +417,27 @@ func (s *System) meter(agentID string, step *StepState, view *AgentState, out *O
 // enforceBudgets holds the task when a limit of its own or its operator's
 // daily budget is reached.
 func (s *System) enforceBudgets(t *task) {
-	op := s.operatorOf(t.id())
+	// Read without waiting for the task's write in flight (its last
+	// step's report): what is read decides a hold, which is stored
+	// before anyone is told.
+	t.mu.lockToRead()
+	op := cmp.Or(t.st.Operator, s.operatorID)
+	t.mu.unlockRead()
 	if reason := s.dailyReached(op); reason != "" {
 		s.holdOperator(op, reason, t)
 		return
 	}
-	t.mu.Lock()
+	t.mu.lockToRead()
 	reason := s.reachedLocked(t)
-	t.mu.Unlock()
+	t.mu.unlockRead()
 	if reason != "" {
 		s.hold(t, holdTask, reason, true)
 	}
 }
 
 func (t *task) id() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.mu.lockToRead()
+	defer t.mu.unlockRead()
 	return t.st.TaskID
 }
 
@@ -451,11 +465,11 @@ func (s *System) reachedLocked(t *task) string {
 func (s *System) dayUsed(op, day string) int {
 	n := 0
 	for _, t := range s.allTasks() {
-		t.mu.Lock()
+		t.mu.lockToRead()
 		if cmp.Or(t.st.Operator, s.operatorID) == op && t.st.Budget.Day == day {
 			n += t.st.Budget.DayTokens
 		}
-		t.mu.Unlock()
+		t.mu.unlockRead()
 	}
 	return n
 }

@@ -200,23 +200,57 @@ func (m *ownerMu[T]) TryLock() bool {
 // that costs a park and a wake-up per hand-over, the message hop's tail.
 func (m *ownerMu[T]) wakeLocked() { m.wakeup = true }
 
-// Unlock releases the lock and commits what was changed under it. A
-// holder that changed nothing does not wait for the commits of others in
-// flight (a reader of the live state: each maker commits its own).
+// Unlock releases the lock and commits what was changed under it, or is
+// still on its way: what the holder read and acts on next is stored.
 func (m *ownerMu[T]) Unlock() {
-	from, v, mine, wake := m.held, m.made, m.made > m.held, m.wakeup
+	from, v, pending, wake := m.held, m.made, m.made > m.settled, m.wakeup
 	m.wakeup = false
-	if m.made == m.settled {
+	if !pending {
 		m.keep = false // nothing was changed: nothing to keep
 	}
 	m.Mutex.Unlock()
-	if mine {
+	if pending {
 		_ = m.commit(from, v)
 	}
 	if wake && m.ops.wake != nil {
 		m.ops.wake()
 	}
 }
+
+// lockDurable is Lock for a holder whose change must fail visibly if the
+// store refuses it: what is not stored yet (a step report on its way, a
+// change kept after a refusal) is committed first, so that the holder's
+// own change, refused, is withdrawn alone and not kept with the others, to
+// be stored later after its caller was told it failed. A refusal of those
+// is returned, with the lock released, before the holder changes anything.
+func (m *ownerMu[T]) lockDurable() error {
+	m.Lock()
+	// A few rounds: changes others make meanwhile are committed too.
+	for range 4 {
+		if m.durable == m.made {
+			return nil
+		}
+		if m.made == m.settled {
+			// Kept after a refusal: written again.
+			m.change(Event{}, true)
+			m.keepLocked()
+		}
+		if err := m.syncLocked(); err != nil {
+			m.Unlock()
+			return err
+		}
+	}
+	return nil
+}
+
+// lockToRead and unlockRead take the lock for a read of the live state
+// that no client sees (the progress guard's look at a stage, the meter's
+// at the budgets): they do not wait for the commits of others in flight
+// (a step report's, storeReport), as Unlock does. Nothing may be changed
+// in between.
+func (m *ownerMu[T]) lockToRead() { m.Mutex.Lock() }
+
+func (m *ownerMu[T]) unlockRead() { m.Mutex.Unlock() }
 
 // unlockUncommitted releases the lock without committing the changes made
 // under it: the holder commits them later (syncLocked after Lock), so that

@@ -167,22 +167,29 @@ func (s *System) StartFrom(img *Image) error {
 	return nil
 }
 
-// replayReports gives each report an agent stored with a step's end to its
-// task, which takes it unless it has it already; those a task stored are
-// dropped from the agent's (its next write goes without them).
+// replayReports gives the reports an agent stored with its steps' ends to
+// their tasks, each task taking those it lacks (task.replay); those a task
+// stored are dropped from the agent's (its next write goes without them).
 func (s *System) replayReports(a *agent) {
-	kept := a.st.Reports[:0]
+	var tasks []string
+	byTask := map[string][]StepReport{}
 	for _, r := range a.st.Reports {
-		t, ok := s.task(r.TaskID)
+		if _, ok := byTask[r.TaskID]; !ok {
+			tasks = append(tasks, r.TaskID)
+		}
+		byTask[r.TaskID] = append(byTask[r.TaskID], r)
+	}
+	var kept []StepReport
+	for _, id := range tasks {
+		t, ok := s.task(id)
 		if !ok {
 			continue // the task is gone: nobody to tell
 		}
-		if err := t.replay(r); err != nil {
-			s.log.Error("store: restore: a step's report refused by its task: kept for the next start", "task", r.TaskID, "step", r.StepID, "err", err)
-			kept = append(kept, r)
+		if err := t.replay(a.id, byTask[id]); err != nil {
+			s.log.Error("store: restore: step reports refused by their task: kept for the next start", "task", id, "agent", a.id, "err", err)
+			kept = append(kept, byTask[id]...)
 		}
 	}
-	clear(a.st.Reports[len(kept):])
 	a.st.Reports = kept
 }
 

@@ -97,11 +97,15 @@ type TaskState struct {
 	// them (budget_tokens.go).
 	Budget TaskBudget `json:"budget,omitzero"`
 	// EndedBy is the step (or agent) that ended the task.
-	EndedBy   string    `json:"ended_by,omitempty"`
-	Usage     Usage     `json:"usage"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
-	EndedAt   time.Time `json:"ended_at,omitzero"`
+	EndedBy string `json:"ended_by,omitempty"`
+	// TakenReports is, for each agent, the step whose report the task
+	// took last (sync.go): a restart gives the task only the reports an
+	// agent stored after it (replayReports).
+	TakenReports map[string]string `json:"taken_reports,omitempty"`
+	Usage        Usage             `json:"usage"`
+	CreatedAt    time.Time         `json:"created_at"`
+	UpdatedAt    time.Time         `json:"updated_at"`
+	EndedAt      time.Time         `json:"ended_at,omitzero"`
 	// TraceParent is the W3C traceparent of the task's span (telemetry.go):
 	// its steps' spans are its children. Empty when tracing was off.
 	TraceParent string `json:"trace_parent,omitempty"`
@@ -307,6 +311,7 @@ func (t *TaskState) clone() TaskState {
 	c := *t
 	c.TaskGroup = slices.Clone(t.TaskGroup)
 	c.SharedWith = slices.Clone(t.SharedWith)
+	c.TakenReports = maps.Clone(t.TakenReports)
 	c.Budget = t.Budget.clone()
 	c.SharedInfoPool = slices.Clone(t.SharedInfoPool)
 	c.CommunicationQueue = cloneMessages(t.CommunicationQueue)

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -815,4 +817,42 @@ func TestRefusedLastReportIsTriedAgain(t *testing.T) {
 	if early.Load() {
 		t.Error("the manager was told the stage completed before the task stored the completion")
 	}
+}
+
+// TestStoreRefusingReportsTellsTheOperator: when the store keeps refusing a
+// task's writes past the first retries, the agent waiting for its report
+// to be stored is not left waiting with only a log line: the task's
+// operator is told why its agents wait, once per report.
+func TestStoreRefusingReportsTellsTheOperator(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &refuseTaskStore{MemoryStore: NewMemoryStore()}
+		b := newTestbed(t, func(c *Config) { c.Store = st })
+		alice := b.newAgent("alice")
+		id := b.newTask("report", alice)
+		st.refuseWhen(func(ts *TaskState) bool {
+			return ts.TaskID == id && slices.ContainsFunc(ts.SharedInfoPool, func(si SharedInfo) bool { return si.AgentID == alice })
+		})
+		b.addStages(id, StageSpec{StageIntention: "collect", AgentAllocation: map[string]string{alice: "collect facts"}})
+		told := func() int {
+			entries, err := b.sys.Inbox(b.op())
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, e := range entries {
+				if strings.Contains(e.Content, "[Store refusing writes]") && strings.Contains(e.Content, id) {
+					n++
+				}
+			}
+			return n
+		}
+		b.until("the operator to be told the store refuses the task's writes", time.Minute, func() bool { return told() > 0 })
+		if n := told(); n != 1 {
+			t.Errorf("the operator was told %d times, want once (one report on its way)", n)
+		}
+		st.refuseWhen(nil)
+		b.until("the stage to complete once the store takes writes", time.Minute, func() bool {
+			return b.task(id).StageList[0].CompletionSummary[alice] != ""
+		})
+	})
 }

@@ -240,17 +240,26 @@ func (t *task) take(r StepReport) []Message {
 	return out
 }
 
-// replay applies, at a restart, a report an agent stored with its step's
-// end, unless the task has it already (a crash came between the agent's
-// write and the task's). The notices it implies are sent by the restore.
-// A refused write keeps the change in memory, for the task's next commit.
-func (t *task) replay(r StepReport) error {
+// replay applies, at a restart, the reports one agent stored with its
+// steps' ends for this task, in their order, but those the task took
+// already: up to the one it took last from the agent (TakenReports). They
+// are the reports a crash came between the agent's write and the task's.
+// The notices they imply are sent by the restore. A refused write keeps
+// the change in memory, for the task's next commit.
+func (t *task) replay(agentID string, reports []StepReport) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.reportedLocked(r.StepID, len(t.st.SharedInfoPool)) {
+	if last := t.st.TakenReports[agentID]; last != "" {
+		if i := slices.IndexFunc(reports, func(r StepReport) bool { return r.StepID == last }); i >= 0 {
+			reports = reports[i+1:]
+		}
+	}
+	if len(reports) == 0 {
 		return nil
 	}
-	t.reportLocked(r)
+	for _, r := range reports {
+		t.reportLocked(r)
+	}
 	t.mu.keepLocked()
 	return t.mu.syncLocked()
 }
@@ -278,6 +287,12 @@ func (t *task) reportLocked(r StepReport) []Message {
 		r.Usage, r.SharedInfo = Usage{}, ""
 	}
 	t.st.Usage.Add(r.Usage)
+	if r.StepID != "" && r.AgentID != "" {
+		if t.st.TakenReports == nil {
+			t.st.TakenReports = map[string]string{}
+		}
+		t.st.TakenReports[r.AgentID] = r.StepID
+	}
 	if r.SharedInfo != "" {
 		t.st.SharedInfoPool = append(t.st.SharedInfoPool, SharedInfo{
 			AgentID: r.AgentID, Role: r.Role, StageID: r.StageID, StepID: r.StepID,
@@ -557,8 +572,8 @@ type stageStatus struct {
 }
 
 func (t *task) status(stageID, agentID string) stageStatus {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.mu.lockToRead()
+	defer t.mu.unlockRead()
 	st, _ := t.stageLocked(stageID)
 	if st == nil {
 		return stageStatus{base: t.st.Base}

@@ -8,7 +8,9 @@ import (
 // setPaused pauses or resumes the task for actorID and reports whether that
 // changed it, how long it was held (on resume) and its group then.
 func (t *task) setPaused(actorID string, human, pause bool, now time.Time) (changed bool, held time.Duration, group []string, err error) {
-	t.mu.Lock()
+	if err := t.mu.lockDurable(); err != nil {
+		return false, 0, nil, err
+	}
 	if err := mayManage(t, actorID, human); err != nil {
 		t.mu.Unlock()
 		return false, 0, nil, err
@@ -53,7 +55,9 @@ func (t *task) inGroup(agentID string) bool {
 
 // share shares the task with an operator (share_task).
 func (t *task) share(operatorID string) error {
-	t.mu.Lock()
+	if err := t.mu.lockDurable(); err != nil {
+		return err
+	}
 	defer t.mu.Unlock()
 	if t.st.Base {
 		return errf(ErrInvalid, "task_id %q: the base task is every operator's already", t.st.TaskID)

@@ -246,7 +246,9 @@ func (s *System) addStages(t *task, actorID string, human bool, specs []StageSpe
 			return nil, err
 		}
 	}
-	t.mu.Lock()
+	if err := t.mu.lockDurable(); err != nil {
+		return nil, err
+	}
 	if err := mayManage(t, actorID, human); err != nil {
 		t.mu.Unlock()
 		return nil, err
@@ -286,7 +288,9 @@ func (s *System) addStages(t *task, actorID string, human bool, specs []StageSpe
 }
 
 func (s *System) finishStage(t *task, actorID string, human bool, stageID, by string) (*FinishStageResult, error) {
-	t.mu.Lock()
+	if err := t.mu.lockDurable(); err != nil {
+		return nil, err
+	}
 	if err := mayManage(t, actorID, human); err != nil {
 		t.mu.Unlock()
 		return nil, err
@@ -350,7 +354,9 @@ func (s *System) retryStage(t *task, actorID string, human bool, ti TaskInstruct
 	if err != nil {
 		return nil, err
 	}
-	t.mu.Lock()
+	if err := t.mu.lockDurable(); err != nil {
+		return nil, err
+	}
 	if err := mayManage(t, actorID, human); err != nil {
 		t.mu.Unlock()
 		return nil, err
@@ -413,7 +419,9 @@ func (s *System) retryStage(t *task, actorID string, human bool, ti TaskInstruct
 }
 
 func (s *System) endTask(t *task, actorID string, human bool, state, summary, by string) (*EndTaskResult, error) {
-	t.mu.Lock()
+	if err := t.mu.lockDurable(); err != nil {
+		return nil, err
+	}
 	if err := mayManage(t, actorID, human); err != nil {
 		t.mu.Unlock()
 		return nil, err

@@ -95,6 +95,7 @@ var textFields = map[string][]string{
 	"llm_outage_ended":           {"Since", "Duration"},
 	"llm_outage_gave_up":         {"Since", "Duration"},
 	"llm_refused":                {"Reason"},
+	"store_refusing":             {"TaskID", "TaskName", "Duration", "Reason"},
 	"reply_lost_intention":       {"ReceiverIDs", "Reason"},
 	"reply_lost_text":            {"ReceiverIDs", "Reason"},
 	"operator_task_failed":       {"TaskID", "TaskName", "Reason"},
