@@ -822,7 +822,8 @@ func TestRefusedLastReportIsTriedAgain(t *testing.T) {
 // TestStoreRefusingReportsTellsTheOperator: when the store keeps refusing a
 // task's writes past the first retries, the agent waiting for its report
 // to be stored is not left waiting with only a log line: the task's
-// operator is told why its agents wait, once per report.
+// operator is told why its agents wait, once (whichever agents' reports
+// wait).
 func TestStoreRefusingReportsTellsTheOperator(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := &refuseTaskStore{MemoryStore: NewMemoryStore()}
@@ -848,7 +849,7 @@ func TestStoreRefusingReportsTellsTheOperator(t *testing.T) {
 		}
 		b.until("the operator to be told the store refuses the task's writes", time.Minute, func() bool { return told() > 0 })
 		if n := told(); n != 1 {
-			t.Errorf("the operator was told %d times, want once (one report on its way)", n)
+			t.Errorf("the operator was told %d times, want once", n)
 		}
 		st.refuseWhen(nil)
 		b.until("the stage to complete once the store takes writes", time.Minute, func() bool {

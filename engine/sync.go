@@ -279,19 +279,19 @@ func (s *System) storeReport(t *task, a *agent, r StepReport, notices []Message)
 	s.goTracked(func() {
 		defer close(done)
 		defer s.reportsOnTheirWay.Add(-1)
-		backoff, since, told := time.Duration(0), time.Now(), false
+		backoff, since := time.Duration(0), time.Now()
 		for err := t.stored(false); err != nil; err = t.stored(true) {
 			backoff = min(max(2*backoff, retryFirst), retryMax)
 			s.log.Error("store: a step's report refused by its task: tried again", "task", r.TaskID, "step", r.StepID, "in", backoff, "err", err)
-			if backoff == retryMax && !told {
-				// Past the first retries (~10 s): an outage, or a
-				// refusal that will not pass. The task's operator is
-				// told once, by this report: its agents wait for the
-				// store, nobody else would know why.
-				told = true
-				b := t.brief()
-				s.tellOperator(s.operatorOf(r.TaskID), "store_refusing", map[string]any{
-					"TaskID": r.TaskID, "TaskName": b.TaskName, "Duration": time.Since(since).Round(time.Second), "Reason": err.Error()})
+			// Past the first retries (~10 s): an outage, or a refusal
+			// that will not pass. The task's operator is told, once
+			// until the task stores a report again: its agents wait for
+			// the store, nobody else would know why.
+			if backoff == retryMax {
+				if _, told := s.storeRefusing.LoadOrStore(r.TaskID, true); !told {
+					s.tellOperator(s.operatorOf(r.TaskID), "store_refusing", map[string]any{
+						"TaskID": r.TaskID, "TaskName": t.brief().TaskName, "Duration": time.Since(since).Round(time.Second), "Reason": err.Error()})
+				}
 			}
 			select {
 			case <-s.ctx.Done():
@@ -299,6 +299,7 @@ func (s *System) storeReport(t *task, a *agent, r StepReport, notices []Message)
 			case <-time.After(backoff):
 			}
 		}
+		s.storeRefusing.Delete(r.TaskID)
 		s.deliver(notices...)
 		a.reportStored(r.StepID)
 	})

@@ -180,6 +180,10 @@ type System struct {
 	// reportsOnTheirWay counts the step reports tasks are storing
 	// (storeReport).
 	reportsOnTheirWay atomic.Int64
+	// storeRefusing holds the tasks whose operator was told the store
+	// refuses their writes (storeReport), until one of their reports is
+	// stored.
+	storeRefusing sync.Map
 	// storeCtx is for store writes: not cancelled by Close, so the writes
 	// of the steps Close interrupts still land (the store is closed after
 	// the System; its client bounds each call).

@@ -162,6 +162,9 @@ func runTask(t *testing.T) *run {
 	// Then until the manager has dealt with it too: no agent working, no
 	// step left to run (the scripted manager starts nothing new).
 	st.WaitFor("every agent idle", func() bool {
+		if !teststack.AtRest(st.Sys) { // no report on its way (the manager's notice comes after)
+			return false
+		}
 		for _, a := range st.Sys.Agents() {
 			if a.Kind == engine.KindLLM && (a.WorkingState == engine.WorkingWorking || len(a.AgentStep.TodoList) > 0) {
 				return false
