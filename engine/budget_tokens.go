@@ -539,7 +539,13 @@ func (s *System) holdOperator(op, reason string, trigger *task) {
 // reports whether the task was held now (not the base task, not an ended
 // one, not one held already).
 func (s *System) hold(t *task, kind, reason string, ask bool) bool {
-	t.mu.Lock()
+	// A hold the store refuses must not be kept and stored later, with
+	// nobody held: what is on its way is stored first (lockDurable), and
+	// a refusal leaves the task as it was, to be held at its next step.
+	if err := t.mu.lockDurable(); err != nil {
+		s.log.Error("budget: could not hold a task", "task", t.id(), "err", err)
+		return false
+	}
 	if t.st.Base || t.endedLocked() || t.st.Budget.Held != "" {
 		t.mu.Unlock()
 		return false

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,6 +90,30 @@ type lostSpan struct {
 	err         error
 }
 
+// maxSessions bounds the holdings an owner remembers while its changes are
+// not durable; past it the oldest are forgotten (more than one is all a
+// refused write needs to know).
+const maxSessions = 16
+
+// durableLocked records that the store holds every change up to upto: the
+// holdings whose changes it holds are forgotten. The lock is held.
+func (m *ownerMu[T]) durableLocked(upto uint64) {
+	m.durable = upto
+	m.sessions = slices.DeleteFunc(m.sessions, func(start uint64) bool { return start < upto })
+}
+
+// soloLocked reports whether the changes up to upto that the store lacks
+// are one holding's. The lock is held.
+func (m *ownerMu[T]) soloLocked(upto uint64) bool {
+	n := 0
+	for _, start := range m.sessions {
+		if start < upto {
+			n++
+		}
+	}
+	return n == 1
+}
+
 // maxLostSpans bounds the refusals remembered for callers still to learn
 // of them (each is learnt by its callers right after it happens).
 const maxLostSpans = 16
@@ -103,11 +128,17 @@ type ownerMu[T any] struct {
 	settled uint64 // changes stored and announced, or refused
 	held    uint64 // made when the current holder took the lock
 	durable uint64 // made when the store last held the state in memory
-	write   bool   // a change recorded since the last commit must be stored
-	keep    bool   // a change recorded since the last commit is never withdrawn
-	wakeup  bool   // call ops.wake after the lock is released
-	events  []Event
-	lost    []lostSpan
+	// sessions holds, for each holding of the lock that changed something
+	// the store does not hold yet, made before its first change (at most
+	// maxSessions, the newest): a refused write is withdrawn only when it
+	// holds one holder's changes, whoever commits it (a reader releasing
+	// the lock commits what is pending too).
+	sessions []uint64
+	write    bool // a change recorded since the last commit must be stored
+	keep     bool // a change recorded since the last commit is never withdrawn
+	wakeup   bool // call ops.wake after the lock is released
+	events   []Event
+	lost     []lostSpan
 	// failing is set while the last commit was refused; backoff is the
 	// wait before the next retry, retryTimer the retry scheduled, closed
 	// set once the owner stops (no retry is scheduled after that).
@@ -126,6 +157,13 @@ type ownerMu[T any] struct {
 // the store must hold the change before it is announced (a message's
 // delivery, stored as the message itself, need not be).
 func (m *ownerMu[T]) change(ev Event, persist bool) {
+	if m.made == m.held {
+		// The holder's first change.
+		m.sessions = append(m.sessions, m.made)
+		if len(m.sessions) > maxSessions {
+			m.sessions = slices.Delete(m.sessions, 0, len(m.sessions)-maxSessions)
+		}
+	}
 	m.made++
 	m.write = m.write || persist
 	m.events = append(m.events, ev)
@@ -203,14 +241,14 @@ func (m *ownerMu[T]) wakeLocked() { m.wakeup = true }
 // Unlock releases the lock and commits what was changed under it, or is
 // still on its way: what the holder read and acts on next is stored.
 func (m *ownerMu[T]) Unlock() {
-	from, v, pending, wake := m.held, m.made, m.made > m.settled, m.wakeup
+	v, pending, wake := m.made, m.made > m.settled, m.wakeup
 	m.wakeup = false
 	if !pending {
 		m.keep = false // nothing was changed: nothing to keep
 	}
 	m.Mutex.Unlock()
 	if pending {
-		_ = m.commit(from, v)
+		_ = m.commit(v)
 	}
 	if wake && m.ops.wake != nil {
 		m.ops.wake()
@@ -226,7 +264,7 @@ func (m *ownerMu[T]) Unlock() {
 func (m *ownerMu[T]) lockDurable() error {
 	m.Lock()
 	// A few rounds: changes others make meanwhile are committed too.
-	for range 4 {
+	for range 16 {
 		if m.durable == m.made {
 			return nil
 		}
@@ -262,13 +300,13 @@ func (m *ownerMu[T]) unlockUncommitted() { m.Mutex.Unlock() }
 // refusal of them, if any. The lock is released during the write and held
 // again on return: the caller must not rely on what it read before.
 func (m *ownerMu[T]) syncLocked() error {
-	from, v := m.held, m.made
+	v := m.made
 	if v == m.settled {
 		m.keep = false // nothing was changed: nothing to keep
 		return m.outcomeLocked(v)
 	}
 	m.Mutex.Unlock()
-	err := m.commit(from, v)
+	err := m.commit(v)
 	m.Lock()
 	return err
 }
@@ -284,9 +322,9 @@ func (m *ownerMu[T]) outcomeLocked(v uint64) error {
 }
 
 // commit stores and announces every change up to v (and those recorded
-// since, grouped into the same write); the caller's own changes are those
-// after mine.
-func (m *ownerMu[T]) commit(mine, v uint64) error {
+// since, grouped into the same write), whoever made them: a refused write
+// is withdrawn when it held one holding's changes (soloLocked).
+func (m *ownerMu[T]) commit(v uint64) error {
 	m.commitMu.Lock()
 	defer m.commitMu.Unlock()
 	m.Mutex.Lock()
@@ -299,7 +337,8 @@ func (m *ownerMu[T]) commit(mine, v uint64) error {
 	m.write, m.keep, m.events = false, false, nil
 	if m.ops.put == nil {
 		// No store: the next reader makes the snapshot.
-		m.settled, m.durable = upto, upto
+		m.settled = upto
+		m.durableLocked(upto)
 		m.snap.Store(nil)
 		m.Mutex.Unlock()
 		m.announce(events)
@@ -312,7 +351,8 @@ func (m *ownerMu[T]) commit(mine, v uint64) error {
 	if !write {
 		// Nothing to write (a refused change left m.write set): the
 		// store holds all it needs.
-		m.settled, m.durable = upto, upto
+		m.settled = upto
+		m.durableLocked(upto)
 		m.snap.Store(&doc)
 		m.Mutex.Unlock()
 		m.announce(events)
@@ -327,7 +367,7 @@ func (m *ownerMu[T]) commit(mine, v uint64) error {
 		// was recorded since: they can be withdrawn alone, unless the
 		// holder asked to keep them.
 		m.Mutex.Lock()
-		solo := !keep && m.durable >= mine && upto == v
+		solo := !keep && m.soloLocked(upto)
 		m.Mutex.Unlock()
 		var back *T
 		if solo && m.ops.readBack != nil {
@@ -350,7 +390,7 @@ func (m *ownerMu[T]) commit(mine, v uint64) error {
 		m.Mutex.Lock()
 		if solo && back != nil && m.made == upto {
 			m.ops.restore(*back)
-			m.durable = upto
+			m.durableLocked(upto)
 		} else {
 			// Kept in memory, unannounced: the next commit writes and
 			// announces them.
@@ -367,7 +407,8 @@ func (m *ownerMu[T]) commit(mine, v uint64) error {
 		return err
 	}
 	m.Mutex.Lock()
-	m.settled, m.durable = upto, upto
+	m.settled = upto
+	m.durableLocked(upto)
 	recovered := m.failing
 	m.failing, m.backoff = false, 0
 	m.snap.Store(&doc)

@@ -283,7 +283,7 @@ func (s *System) storeReport(t *task, a *agent, r StepReport, notices []Message)
 		for err := t.stored(false); err != nil; err = t.stored(true) {
 			backoff = min(max(2*backoff, retryFirst), retryMax)
 			s.log.Error("store: a step's report refused by its task: tried again", "task", r.TaskID, "step", r.StepID, "in", backoff, "err", err)
-			// Past the first retries (~10 s): an outage, or a refusal
+			// Past the first retries (~6 s): an outage, or a refusal
 			// that will not pass. The task's operator is told, once
 			// until the task stores a report again: its agents wait for
 			// the store, nobody else would know why.

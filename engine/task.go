@@ -235,6 +235,7 @@ func (t *task) report(r StepReport) ([]Message, error) {
 func (t *task) take(r StepReport) []Message {
 	t.mu.Lock()
 	out := t.reportLocked(r)
+	t.takenLocked(r)
 	t.mu.keepLocked()
 	t.mu.unlockUncommitted()
 	return out
@@ -259,9 +260,24 @@ func (t *task) replay(agentID string, reports []StepReport) error {
 	}
 	for _, r := range reports {
 		t.reportLocked(r)
+		t.takenLocked(r)
 	}
 	t.mu.keepLocked()
 	return t.mu.syncLocked()
+}
+
+// takenLocked records r as the last report the task took from its agent
+// of those the agent stores with its steps' ends (take, replay; not one
+// reported directly, which the agent's document never holds). t.mu is
+// held.
+func (t *task) takenLocked(r StepReport) {
+	if r.StepID == "" || r.AgentID == "" {
+		return
+	}
+	if t.st.TakenReports == nil {
+		t.st.TakenReports = map[string]string{}
+	}
+	t.st.TakenReports[r.AgentID] = r.StepID
 }
 
 // stored commits the task's changes and returns the store's refusal. When
@@ -287,12 +303,6 @@ func (t *task) reportLocked(r StepReport) []Message {
 		r.Usage, r.SharedInfo = Usage{}, ""
 	}
 	t.st.Usage.Add(r.Usage)
-	if r.StepID != "" && r.AgentID != "" {
-		if t.st.TakenReports == nil {
-			t.st.TakenReports = map[string]string{}
-		}
-		t.st.TakenReports[r.AgentID] = r.StepID
-	}
 	if r.SharedInfo != "" {
 		t.st.SharedInfoPool = append(t.st.SharedInfoPool, SharedInfo{
 			AgentID: r.AgentID, Role: r.Role, StageID: r.StageID, StepID: r.StepID,
