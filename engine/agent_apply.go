@@ -3,6 +3,8 @@ package engine
 // The agent's own side of applying an executor's output (sync.go's apply,
 // spec §2.5): what changes the agent itself, each under its lock.
 
+import "slices"
+
 // applyPlanLocked adds the steps an output plans and writes a tool
 // instruction onto its tool step. a.mu must be held.
 func (a *agent) applyPlanLocked(step *StepState, out *Output, result map[string]any) error {
@@ -101,15 +103,15 @@ func (a *agent) tally(step *StepState, failure error) (summaryGaveUp bool, role 
 // if any, and the report stored with the step's end (nil when the step was
 // gone).
 func (a *agent) finishStep(step *StepState, state string, result map[string]any, report func(*StepState) *StepReport) ([]lostReply, *StepReport) {
-	var last *StepReport
-	made := func(s *StepState) *StepReport {
-		last = report(s)
-		return last
-	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.finishStepLocked(step.StepID, state, result, made)
-	return a.replyLostLocked(step, result), last
+	a.finishStepLocked(step.StepID, state, result, report)
+	var stored *StepReport
+	if i := slices.IndexFunc(a.st.Reports, func(r StepReport) bool { return r.StepID == step.StepID }); i >= 0 {
+		r := a.st.Reports[i]
+		stored = &r
+	}
+	return a.replyLostLocked(step, result), stored
 }
 
 // guardStage is the agent's side of keepMoving: a reflection (or, past the

@@ -211,9 +211,17 @@ func (m *ownerMu[T]) retryCommit() {
 		m.Mutex.Unlock()
 		return
 	}
-	m.change(Event{}, true) // nothing to announce: the write itself
-	m.keepLocked()
+	m.writeAgainLocked()
 	m.Unlock()
+}
+
+// writeAgainLocked records a change that is the write itself (nothing to
+// announce), kept: the next commit writes the document even when nothing
+// changed since a refused one, whose changes, kept in memory, are written
+// again with it. The lock must be held.
+func (m *ownerMu[T]) writeAgainLocked() {
+	m.change(Event{}, true)
+	m.keepLocked()
 }
 
 // Lock takes the owner's lock; the changes made until Unlock are one
@@ -269,9 +277,7 @@ func (m *ownerMu[T]) lockDurable() error {
 			return nil
 		}
 		if m.made == m.settled {
-			// Kept after a refusal: written again.
-			m.change(Event{}, true)
-			m.keepLocked()
+			m.writeAgainLocked() // kept after a refusal
 		}
 		if err := m.syncLocked(); err != nil {
 			m.Unlock()

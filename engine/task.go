@@ -287,8 +287,7 @@ func (t *task) stored(again bool) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if again {
-		t.mu.change(Event{}, true) // nothing to announce: the write itself
-		t.mu.keepLocked()
+		t.mu.writeAgainLocked()
 	}
 	return t.mu.syncLocked()
 }
@@ -297,7 +296,7 @@ func (t *task) stored(again bool) error {
 // for the task's manager when the stage has just completed. t.mu is held.
 func (t *task) reportLocked(r StepReport) []Message {
 	now := t.sys.now()
-	if r.StepID != "" && t.reportedLocked(r.StepID, 64) {
+	if r.StepID != "" && t.reportedLocked(r.StepID) {
 		// The step ran again after a restart: its first report stands,
 		// but a completion it brings now is still recorded.
 		r.Usage, r.SharedInfo = Usage{}, ""
@@ -333,10 +332,10 @@ func (t *task) reportLocked(r StepReport) []Message {
 }
 
 // reportedLocked reports whether a step's report is in the shared info pool
-// already (the newest within entries are searched).
-func (t *task) reportedLocked(stepID string, within int) bool {
+// already (the newest entries are searched).
+func (t *task) reportedLocked(stepID string) bool {
 	pool := t.st.SharedInfoPool
-	for i := len(pool) - 1; i >= 0 && i >= len(pool)-within; i-- {
+	for i := len(pool) - 1; i >= 0 && i >= len(pool)-64; i-- {
 		if pool[i].StepID == stepID {
 			return true
 		}
