@@ -41,8 +41,10 @@ type agent struct {
 	// part of AgentState.
 	passwordHash []byte
 	// ended caches the estimated stored size of ended steps, which do not
-	// change but when boundLocked shortens them (bounds.go).
-	ended map[string]endedStep
+	// change but when boundLocked shortens them (bounds.go); endedAt holds
+	// the same by the steps' positions in the list, as last sized.
+	ended   map[string]endedStep
+	endedAt []endedMemo
 	// reporting is closed once the task of the agent's last step has
 	// stored its report (storeReport); nil when none is on its way. Only
 	// the agent's loop uses it.
@@ -158,7 +160,7 @@ func (a *agent) restoreLocked(got AgentState) {
 	reports := a.st.Reports
 	a.st = got
 	a.st.Reports = reports
-	a.ended = nil
+	a.ended, a.endedAt = nil, nil
 	// An LLM step is not written when it starts (a restart just runs it
 	// again): the stored document may still list the running step as
 	// next. It is running here.

@@ -108,7 +108,7 @@ func (a *agent) agentSizeLocked() int {
 		}
 	}
 	for i := range a.st.AgentStep.StepList {
-		n += a.stepSizeLocked(&a.st.AgentStep.StepList[i]) + 40
+		n += a.stepSizeLocked(i) + 40
 	}
 	if p := a.st.ConversationPool; p != nil {
 		for _, msgs := range p.ConversationPrivates {
@@ -130,27 +130,57 @@ type endedStep struct {
 	size, shortened int
 }
 
-// endedLocked is what boundLocked knows of an ended step, made on first
-// use: an agent with hundreds of ended steps (a manager of many tasks)
-// does not walk them all on every change. mu must be held.
-func (a *agent) endedLocked(st *StepState) endedStep {
-	if e, ok := a.ended[st.StepID]; ok {
-		return e
+// endedMemo is what boundLocked knows of the ended step at a position of
+// the step list.
+type endedMemo struct {
+	id string
+	e  endedStep
+}
+
+// endedLocked is what boundLocked knows of the ended step at position i of
+// the list, made on first use: an agent with hundreds of ended steps (a
+// manager of many tasks) does not walk them all on every change. A step
+// where it was when last sized is found by position, without hashing its
+// ID (its ID is then the same string, which compares at once); one that
+// moved (steps before it were cleaned up), by ID. mu must be held.
+func (a *agent) endedLocked(i int) endedStep {
+	st := &a.st.AgentStep.StepList[i]
+	if i < len(a.endedAt) && a.endedAt[i].id == st.StepID {
+		return a.endedAt[i].e
 	}
-	if a.ended == nil || len(a.ended) > 2*len(a.st.AgentStep.StepList)+64 {
-		a.ended = map[string]endedStep{} // forget the steps cleaned up since
+	e, ok := a.ended[st.StepID]
+	if !ok {
+		e = endedStep{size: stepSize(st)}
 	}
-	e := endedStep{size: stepSize(st)}
-	a.ended[st.StepID] = e
+	a.sizedLocked(i, e)
 	return e
 }
 
-// stepSizeLocked is stepSize, cached for ended steps. mu must be held.
-func (a *agent) stepSizeLocked(st *StepState) int {
+// sizedLocked records what boundLocked knows of the ended step at
+// position i. mu must be held.
+func (a *agent) sizedLocked(i int, e endedStep) {
+	n := len(a.st.AgentStep.StepList)
+	if a.ended == nil || len(a.ended) > 2*n+64 {
+		a.ended = map[string]endedStep{} // forget the steps cleaned up since
+	}
+	a.ended[a.st.AgentStep.StepList[i].StepID] = e
+	if cap(a.endedAt) < n {
+		a.endedAt = slices.Grow(a.endedAt[:0], n) // positions are set again as sized
+	}
+	if len(a.endedAt) < n {
+		a.endedAt = a.endedAt[:n]
+	}
+	a.endedAt[i] = endedMemo{id: a.st.AgentStep.StepList[i].StepID, e: e}
+}
+
+// stepSizeLocked is stepSize of the step at position i, cached for ended
+// steps. mu must be held.
+func (a *agent) stepSizeLocked(i int) int {
+	st := &a.st.AgentStep.StepList[i]
 	if st.ExecutionState != StateFinished && st.ExecutionState != StateFailed {
 		return stepSize(st)
 	}
-	return a.endedLocked(st).size
+	return a.endedLocked(i).size
 }
 
 // shortened is how many characters of each text an old finished step keeps
@@ -185,7 +215,7 @@ func (a *agent) boundLocked() {
 			if st.ExecutionState != StateFinished && st.ExecutionState != StateFailed {
 				continue
 			}
-			e := a.endedLocked(st)
+			e := a.endedLocked(i)
 			if e.shortened > pass {
 				continue // as short as this pass makes it, or shorter
 			}
@@ -198,8 +228,8 @@ func (a *agent) boundLocked() {
 				st.InstructionContent = nil
 			}
 			after := stepSize(st)
-			a.ended[st.StepID] = endedStep{size: after, shortened: pass + 1}
 			size -= e.size - after
+			a.sizedLocked(i, endedStep{size: after, shortened: pass + 1})
 		}
 	}
 	if p := a.st.ConversationPool; p != nil && size > target {

@@ -50,7 +50,11 @@ import (
 // readBack is called with the lock held.
 type ownerOps[T any] struct {
 	// copy returns a deep copy of the state, for the store and the readers.
-	copy func() T
+	// reuse, when not nil, is a snapshot no reader can see any more, whose
+	// storage the copy may take over (a manager's step list of a thousand
+	// steps, copied at each of its commits, was most of what the engine
+	// allocated in a burst of tasks).
+	copy func(reuse *T) T
 	// clone deep-copies a snapshot (to take it back after a refused write
 	// when the store cannot be read either).
 	clone func(*T) T
@@ -151,6 +155,31 @@ type ownerMu[T any] struct {
 	// nil when the next reader must make it (no store, or nothing
 	// committed yet).
 	snap atomic.Pointer[T]
+	// readers counts the readers using a snapshot (read, peek). retired,
+	// guarded by commitMu, is the snapshot the last commit replaced: the
+	// next commit's copy reuses it when no reader is at work, since a
+	// reader that comes later finds a newer one (ops.copy).
+	readers atomic.Int32
+	retired *T
+}
+
+// publishLocked makes doc the readers' snapshot; commitMu is held.
+func (m *ownerMu[T]) publishLocked(doc *T) {
+	m.retired = m.snap.Swap(doc)
+}
+
+// reusable returns the retired snapshot if no reader can be using it (nil
+// otherwise), and forgets it; commitMu is held. A reader counted after
+// this looks found the retired snapshot already replaced (the counts and
+// the snapshot are atomics: what one goroutine did first, the others see
+// first).
+func (m *ownerMu[T]) reusable() *T {
+	r := m.retired
+	m.retired = nil
+	if r == nil || m.readers.Load() != 0 {
+		return nil
+	}
+	return r
 }
 
 // change records one change; the lock must be held. persist says whether
@@ -346,6 +375,7 @@ func (m *ownerMu[T]) commit(v uint64) error {
 		m.settled = upto
 		m.durableLocked(upto)
 		m.snap.Store(nil)
+		m.retired = nil
 		m.Mutex.Unlock()
 		m.announce(events)
 		return nil
@@ -353,13 +383,13 @@ func (m *ownerMu[T]) commit(v uint64) error {
 	if write && m.ops.bound != nil {
 		m.ops.bound()
 	}
-	doc := m.ops.copy()
+	doc := m.ops.copy(m.reusable())
 	if !write {
 		// Nothing to write (a refused change left m.write set): the
 		// store holds all it needs.
 		m.settled = upto
 		m.durableLocked(upto)
-		m.snap.Store(&doc)
+		m.publishLocked(&doc)
 		m.Mutex.Unlock()
 		m.announce(events)
 		return nil
@@ -417,7 +447,7 @@ func (m *ownerMu[T]) commit(v uint64) error {
 	m.durableLocked(upto)
 	recovered := m.failing
 	m.failing, m.backoff = false, 0
-	m.snap.Store(&doc)
+	m.publishLocked(&doc)
 	m.Mutex.Unlock()
 	m.announce(events)
 	if recovered && m.ops.wake != nil {
@@ -438,6 +468,8 @@ func (m *ownerMu[T]) announce(events []Event) {
 // read returns a copy of the owner's state as the store holds it, for a
 // reader. It waits for no write.
 func (m *ownerMu[T]) read(clone func(*T) T) T {
+	m.readers.Add(1)
+	defer m.readers.Add(-1)
 	if p := m.snap.Load(); p != nil {
 		return clone(p)
 	}
@@ -447,6 +479,8 @@ func (m *ownerMu[T]) read(clone func(*T) T) T {
 
 // peek calls f with the readers' snapshot (f must not keep or change it).
 func (m *ownerMu[T]) peek(f func(*T)) {
+	m.readers.Add(1)
+	defer m.readers.Add(-1)
 	p := m.snap.Load()
 	if p == nil {
 		p = m.readSlow()
@@ -459,7 +493,7 @@ func (m *ownerMu[T]) peek(f func(*T)) {
 // first commit (the state is as restored or created).
 func (m *ownerMu[T]) readSlow() *T {
 	m.Mutex.Lock()
-	c := m.ops.copy()
+	c := m.ops.copy(nil)
 	if m.made == m.settled {
 		m.snap.Store(&c)
 	}

@@ -83,7 +83,7 @@ func (s *System) StartFrom(img *Image) error {
 	for _, as := range img.Agents {
 		// Ended steps keep the image's maps (never changed in place), so
 		// a store knows them as unchanged and does not write them again.
-		st := as.commitCopy()
+		st := as.commitCopy(nil)
 		if st.WorkingMemory == nil {
 			st.WorkingMemory = map[string]map[string][]string{}
 		}

@@ -324,7 +324,7 @@ func (t *TaskState) clone() TaskState {
 }
 
 // clone returns a deep copy of the agent, its steps included.
-func (a *AgentState) clone() AgentState { return a.copyState(false) }
+func (a *AgentState) clone() AgentState { return a.copyState(false, nil) }
 
 // commitCopy is the copy an agent's commit writes and publishes as the
 // readers' snapshot: deep but for its ended steps' result and instruction
@@ -334,10 +334,19 @@ func (a *AgentState) clone() AgentState { return a.copyState(false) }
 // only appended or replaced), and readers get deep copies of the snapshot
 // (clone), so sharing them is safe; it makes a commit of an agent with
 // hundreds of ended steps and tasks (a manager of many tasks) cost in
-// proportion to the rest.
-func (a *AgentState) commitCopy() AgentState { return a.copyState(true) }
+// proportion to the rest. The copy's step list goes into the array of
+// reuse, a retired snapshot's (ownerMu.reusable), when it has room.
+func (a *AgentState) commitCopy(reuse *AgentState) AgentState {
+	var into []StepState
+	if reuse != nil {
+		into = reuse.AgentStep.StepList
+	}
+	return a.copyState(true, into)
+}
 
-func (a *AgentState) copyState(shareEnded bool) AgentState {
+// copyState copies the agent (see clone and commitCopy), its steps into
+// the array of into when it has room.
+func (a *AgentState) copyState(shareEnded bool, into []StepState) AgentState {
 	c := *a
 	if a.LLMConfig != nil {
 		l := *a.LLMConfig
@@ -368,7 +377,15 @@ func (a *AgentState) copyState(shareEnded bool) AgentState {
 	}
 	c.PersistentMemory = maps.Clone(a.PersistentMemory)
 	c.AgentStep.TodoList = slices.Clone(a.AgentStep.TodoList)
-	c.AgentStep.StepList = make([]StepState, len(a.AgentStep.StepList))
+	n := len(a.AgentStep.StepList)
+	if cap(into) >= n {
+		if len(into) > n {
+			clear(into[n:]) // what it held past the list is kept alive no more
+		}
+		c.AgentStep.StepList = into[:n]
+	} else {
+		c.AgentStep.StepList = make([]StepState, n, n+n/8)
+	}
 	for i := range a.AgentStep.StepList {
 		st := &a.AgentStep.StepList[i]
 		if shareEnded && st.ended() {

@@ -12,7 +12,9 @@ import (
 // changes are announced), so a change is durable before its effects are
 // visible. Writes of one document never run at once and arrive in order;
 // writes of different documents may run at once. Implementations must not
-// retain the pointers after returning. An ended step (finished or failed)
+// retain the pointers after returning, nor a document's slices (an agent's
+// step list goes into the array of an older snapshot, ownerMu.reusable),
+// only what is in them (strings, ended steps' maps). An ended step (finished or failed)
 // is never changed in place: when it changes (bounds.go shortens old ones)
 // its maps are replaced, so a store may know an unchanged ended step by
 // the identity of its maps (store/ writes ended steps once, in chunks).

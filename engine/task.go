@@ -27,7 +27,7 @@ func newTaskOwner(s *System, st TaskState) *task {
 	t := &task{sys: s, st: st}
 	t.mu.ops = ownerOps[TaskState]{
 		clone:    (*TaskState).clone,
-		copy:     t.docLocked,
+		copy:     func(*TaskState) TaskState { return t.docLocked() },
 		restore:  t.restoreLocked,
 		announce: s.publish,
 		refused: func(err error) {

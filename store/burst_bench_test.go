@@ -89,9 +89,10 @@ const burstBig = 100
 // (agent-KB) and in all (KB), whose ratio shows whether writes grow in
 // proportion to the work or with the tasks in flight.
 // A burst of 10 lasts about a second, so one run of it varies by half
-// (fsync latency, the collection of what came before): it is run three
-// times and the median taken. Each run starts on a fresh store, after a
-// collection, and closes its store before the next one.
+// (fsync latency, the collection of what came before), and one of 100 by
+// a fifth: each is run three times and the median taken. Each run starts
+// on a fresh store, after a collection, and closes its store before the
+// next one.
 func BenchmarkTaskBurst(b *testing.B) {
 	one := func(n int, durable bool) (cpu, wall float64, wrote WriteStats) {
 		var st engine.Store
@@ -111,10 +112,7 @@ func BenchmarkTaskBurst(b *testing.B) {
 	for b.Loop() {
 		per := map[string]float64{}
 		for _, n := range []int{10, burstBig} {
-			runs := 1
-			if n < burstBig {
-				runs = 3
-			}
+			const runs = 3
 			for _, durable := range []bool{false, true} {
 				name := "mem"
 				if durable {

@@ -348,7 +348,7 @@ func (s *Store) putLists(ctx context.Context, a *engine.AgentState, as *agentSte
 		if err != nil {
 			return fmt.Errorf("the base of its lists: %w", err)
 		}
-		as.chunks[key] = 0
+		as.chunks[key] = &chunkRec{key: key}
 		as.base = newBase(key, l)
 		d, _, _ = as.base.deltaOf(a, order) // one run per list
 	}

@@ -66,15 +66,84 @@ const (
 // orders the writes of the agent's document.
 type agentSteps struct {
 	mu     sync.Mutex
-	next   int                 // number of the next new chunk
-	free   []int               // numbers of deleted chunks, to use again
-	in     map[string]stepLoc  // chunked step ID → where, and as what
-	chunks map[string]int      // chunk key → steps written in it
-	loaded map[string]struct{} // set by Load: chunk keys a head refers to
-	base   *base               // the base of the agent's lists, if any (lists.go)
+	next   int                  // number of the next new chunk
+	free   []int                // numbers of deleted chunks, to use again
+	in     map[string]stepLoc   // chunked step ID → where, and as what
+	chunks map[string]*chunkRec // chunk key → what it holds
+	loaded map[string]struct{}  // set by Load: chunk keys a head refers to
+	base   *base                // the base of the agent's lists, if any (lists.go)
 	// enc keeps the encodings of the head's waiting and ended steps from
 	// one write to the next (encodeHead).
 	enc map[string]encodedStep
+
+	// What the last head written holds, kept so that the next write
+	// finds most of it without hashing (a manager of a hundred tasks has
+	// seven hundred steps, and was found by ID in maps at every write,
+	// which made a write's cost grow with the tasks in flight): nil after
+	// a write that failed, when in and chunks alone are to be trusted.
+	//
+	// seen is its step list by position: each step's ID and where it is
+	// chunked (as in has it); referred the chunks it refers to, sorted by
+	// key, and referredJSON their keys encoded (a manager of a hundred
+	// tasks refers to a hundred chunks). gen numbers the writes (chunkRec).
+	seen         []seenStep
+	spare        []seenStep // the array of the seen before, to use again
+	referred     []*chunkRec
+	referredJSON []byte
+	gen          uint64
+}
+
+// chunkRec is what the store knows of one of an agent's chunks.
+type chunkRec struct {
+	key   string
+	steps int // steps written in it (none in a base)
+	// live counts, during the write numbered gen, its steps that the
+	// agent still has as written; refer is the number of the last write
+	// whose head refers to it.
+	live       int
+	gen, refer uint64
+}
+
+// count counts one more of c's steps as live in write gen.
+func (c *chunkRec) count(gen uint64) {
+	if c.gen != gen {
+		c.gen, c.live = gen, 0
+	}
+	c.live++
+}
+
+// sparse reports whether fewer than a quarter of c's steps are live in
+// write gen: its live steps then go back into the head (compaction).
+func (c *chunkRec) sparse(gen uint64) bool {
+	live := 0
+	if c.gen == gen {
+		live = c.live
+	}
+	return live*4 < c.steps
+}
+
+// seenStep is a step of the list as last written: its ID and where it is
+// chunked (loc.c is nil when it is in the head).
+type seenStep struct {
+	id  string
+	loc stepLoc
+}
+
+// locAt finds where the step at position i of the list being written, id,
+// is chunked: from seen when the step is at the same position (the
+// strings are then the same, and compare at once), else from in.
+func (as *agentSteps) locAt(seen []seenStep, i int, id string) (stepLoc, bool) {
+	if i < len(seen) && seen[i].id == id {
+		return seen[i].loc, seen[i].loc.c != nil
+	}
+	loc, ok := as.in[id]
+	return loc, ok
+}
+
+// reset forgets all the store knows of the agent's chunks (Load).
+func (as *agentSteps) reset() {
+	as.in, as.chunks, as.loaded = map[string]stepLoc{}, map[string]*chunkRec{}, map[string]struct{}{}
+	as.seen, as.spare, as.referred, as.referredJSON = nil, nil, nil, nil
 }
 
 // encodedStep is a step's encoding, with what tells whether it is still
@@ -84,24 +153,32 @@ type encodedStep struct {
 	b   []byte
 }
 
-// encodeHead encodes an agent's head. Its steps go apart from the agent,
+// encodeHead encodes an agent's head, with chunks, the encoded keys of
+// the chunks it refers to (nil: none). Its steps go apart from the agent,
 // in head_steps (schema 3): a manager keeps up to waitingBytes of queued
 // notices in its head, which do not change from one write to the next,
 // and encoding them again at every change cost more than all the rest.
 // A waiting or ended step's encoding is kept while it is unchanged (the
 // test chunks use, stepLoc.unchanged); the running one is encoded anew.
-func (as *agentSteps) encodeHead(e *envelope) ([]byte, error) {
+func (as *agentSteps) encodeHead(e *envelope, chunks []byte) ([]byte, error) {
 	head := *e.Agent
 	steps := head.AgentStep.StepList
 	head.AgentStep.StepList = nil
 	cold := *e
 	cold.Agent = &head
 	b, err := json.Marshal(cold)
-	if err != nil || steps == nil {
+	if err != nil || (steps == nil && chunks == nil) {
 		return b, err
 	}
+	out := b[: len(b)-1 : len(b)-1] // b ends with the envelope's '}'
+	if chunks != nil {
+		out = append(append(out, `,"chunks":`...), chunks...)
+	}
+	if steps == nil {
+		return append(out, '}'), nil
+	}
 	kept := make(map[string]encodedStep, len(steps))
-	out := append(b[:len(b)-1:len(b)-1], `,"head_steps":[`...) // b ends with the envelope's '}'
+	out = append(out, `,"head_steps":[`...)
 	for i := range steps {
 		st := &steps[i]
 		if i > 0 {
@@ -118,7 +195,7 @@ func (as *agentSteps) encodeHead(e *envelope) ([]byte, error) {
 		}
 		out = append(out, sb...)
 		if ended(st) || waiting(st) {
-			kept[st.StepID] = encodedStep{loc: locOf("", st), b: sb}
+			kept[st.StepID] = encodedStep{loc: locOf(nil, st), b: sb}
 		}
 	}
 	as.enc = kept
@@ -129,20 +206,20 @@ func (as *agentSteps) encodeHead(e *envelope) ([]byte, error) {
 // to tell whether it changed since: an ended step by its fingerprint, a
 // waiting one by a shallow copy.
 type stepLoc struct {
-	chunk string
-	fp    fingerprint
+	c  *chunkRec
+	fp fingerprint
 	// waiting is the step as written, when it was waiting (its texts
 	// shared, not copied).
 	waiting *engine.StepState
 }
 
 // locOf records st as written in chunk.
-func locOf(chunk string, st *engine.StepState) stepLoc {
+func locOf(chunk *chunkRec, st *engine.StepState) stepLoc {
 	if ended(st) {
-		return stepLoc{chunk: chunk, fp: fingerprintOf(st)}
+		return stepLoc{c: chunk, fp: fingerprintOf(st)}
 	}
 	c := *st
-	return stepLoc{chunk: chunk, waiting: &c}
+	return stepLoc{c: chunk, waiting: &c}
 }
 
 // unchanged reports whether st is still what was written in the chunk.
@@ -160,9 +237,9 @@ func (l *stepLoc) unchanged(st *engine.StepState) bool {
 type fingerprint struct {
 	state    string
 	finished time.Time
-	texts    int     // the lengths of the step's own texts
-	result   uintptr // the address of its execute_result map
-	instr    uintptr // the address of its instruction_content
+	texts    int              // the lengths of the step's own texts
+	result   uintptr          // the address of its execute_result map
+	instr    *engine.ToolCall // its instruction_content
 }
 
 func fingerprintOf(st *engine.StepState) fingerprint {
@@ -170,7 +247,7 @@ func fingerprintOf(st *engine.StepState) fingerprint {
 		state: st.ExecutionState, finished: st.FinishedAt,
 		texts:  len(st.StepIntention) + len(st.TextContent) + len(st.Executor),
 		result: uintptr(reflect.ValueOf(st.ExecuteResult).UnsafePointer()),
-		instr:  uintptr(reflect.ValueOf(st.InstructionContent).UnsafePointer()),
+		instr:  st.InstructionContent,
 	}
 }
 
@@ -214,7 +291,8 @@ func (s *Store) stepsOf(agentID string) *agentSteps {
 	defer s.mu.Unlock()
 	as := s.steps[agentID]
 	if as == nil {
-		as = &agentSteps{in: map[string]stepLoc{}, chunks: map[string]int{}, loaded: map[string]struct{}{}}
+		as = &agentSteps{}
+		as.reset()
 		s.steps[agentID] = as
 	}
 	return as
@@ -236,41 +314,50 @@ func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
 	as.mu.Lock()
 	defer as.mu.Unlock()
 	steps := a.AgentStep.StepList
+	// What the last head holds is trusted again once this one is written.
+	seen, prevReferred, prevJSON := as.seen, as.referred, as.referredJSON
+	as.seen, as.referred, as.referredJSON = nil, nil, nil
+	as.gen++
+	gen := as.gen
 
-	// Which chunks still hold steps the agent has, unchanged. A manager
-	// has a thousand steps, and each walk of them costs map look-ups: the
-	// list is walked twice, the second time with what the first found.
-	live := map[string]int{}
-	const (
-		notChunked = iota
-		changed    // in a chunk, changed since
-		unchanged  // in a chunk as it is
-	)
-	where := make([]string, len(steps)) // the chunk of a step unchanged
-	was := make([]uint8, len(steps))
+	// Where each step is chunked, and which chunks still hold steps the
+	// agent has, unchanged (a first walk counts them, so that the second
+	// knows which chunks are sparse). This write's list goes into the
+	// array of the one before the last.
+	next := slices.Grow(as.spare[:0], len(steps))[:len(steps)]
+	as.spare = nil
+	var counted []*chunkRec
 	for i := range steps {
 		st := &steps[i]
-		if loc, ok := as.in[st.StepID]; ok {
-			was[i] = changed
-			if loc.unchanged(st) {
-				live[loc.chunk]++
-				where[i], was[i] = loc.chunk, unchanged
-			}
+		next[i] = seenStep{id: st.StepID}
+		loc, ok := as.locAt(seen, i, st.StepID)
+		if !ok {
+			continue
 		}
+		if !loc.unchanged(st) {
+			delete(as.in, st.StepID) // changed since: back in the head
+			continue
+		}
+		if loc.c.gen != gen {
+			counted = append(counted, loc.c)
+		}
+		loc.c.count(gen)
+		next[i].loc = loc
 	}
-	sparse := func(key string) bool { return live[key]*4 < as.chunks[key] }
+	locs := func(i int) *stepLoc { return &next[i].loc }
 
 	// The steps the head keeps, and the ended ones to chunk.
 	var inline, fresh, wait []int
 	chunked, waitSize := 0, 0
 	for i := range steps {
 		st := &steps[i]
-		if was[i] != notChunked {
-			if was[i] == unchanged && !sparse(where[i]) {
+		if c := locs(i).c; c != nil {
+			if !c.sparse(gen) {
 				chunked++
 				continue
 			}
-			delete(as.in, st.StepID) // changed, or compacted: back in the head
+			delete(as.in, st.StepID) // compacted: back in the head
+			*locs(i) = stepLoc{}
 		}
 		inline = append(inline, i)
 		switch {
@@ -288,22 +375,28 @@ func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
 	// The chunks the head refers to: those holding the steps it has (the
 	// chunks kept, the chunks written now), and the base of its lists
 	// (lists.go).
-	refer := map[string]bool{}
-	for key, n := range live {
-		if n > 0 && !sparse(key) {
-			refer[key] = true
+	var refer []*chunkRec
+	mark := func(c *chunkRec) {
+		if c.refer != gen {
+			c.refer = gen
+			refer = append(refer, c)
+		}
+	}
+	for _, c := range counted {
+		if !c.sparse(gen) {
+			mark(c)
 		}
 	}
 	if len(fresh) >= chunkSteps {
-		written, err := s.writeChunks(ctx, a.AgentID, as, steps, fresh)
+		written, err := s.writeChunks(ctx, a.AgentID, as, steps, fresh, next)
 		if err != nil {
 			return fmt.Errorf("store: agent %s: %w", a.AgentID, err)
 		}
-		for _, key := range written {
-			refer[key] = true
+		for _, c := range written {
+			mark(c)
 		}
 		chunked += len(fresh)
-		inline = slices.DeleteFunc(inline, func(i int) bool { _, ok := as.in[steps[i].StepID]; return ok })
+		inline = slices.DeleteFunc(inline, func(i int) bool { return locs(i).c != nil })
 	}
 
 	head := *a
@@ -323,68 +416,97 @@ func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
 		return fmt.Errorf("store: agent %s: %w", a.AgentID, err)
 	}
 	if e.Base != "" {
-		refer[e.Base] = true
+		c := as.chunks[e.Base]
+		if c == nil {
+			return fmt.Errorf("store: agent %s: the base %s of its lists is not one of its chunks", a.AgentID, e.Base)
+		}
+		mark(c)
 	}
-	if len(refer) > 0 {
-		e.Chunks = slices.Sorted(maps.Keys(refer))
+	// The chunks referred to, sorted by key: as the last head's when they
+	// are the same ones (then no other chunk is left to delete either:
+	// after a head is written, the store knows only the chunks it refers
+	// to).
+	same := prevReferred != nil && len(prevReferred) == len(refer) &&
+		!slices.ContainsFunc(prevReferred, func(c *chunkRec) bool { return c.refer != gen })
+	var chunks []byte
+	if same {
+		refer, chunks = prevReferred, prevJSON
+	} else if len(refer) > 0 {
+		slices.SortFunc(refer, func(x, y *chunkRec) int { return strings.Compare(x.key, y.key) })
+		keys := make([]string, len(refer))
+		for i, c := range refer {
+			keys[i] = c.key
+		}
+		var err error
+		if chunks, err = json.Marshal(keys); err != nil {
+			return fmt.Errorf("store: agent %s: %w", a.AgentID, err)
+		}
 	}
-	b, err := as.encodeHead(&e)
+	b, err := as.encodeHead(&e, chunks)
 	if err != nil {
 		return fmt.Errorf("store: agent %s: %w", a.AgentID, err)
 	}
 	if err := s.putEncoded(ctx, s.kvA, "agent "+a.AgentID, a.AgentID, b); err != nil {
 		return err
 	}
+	if !same {
+		s.dropUnreferred(ctx, as, gen)
+	}
+	as.seen, as.spare = next, seen
+	as.referred, as.referredJSON = refer, chunks
+	return nil
+}
 
-	// The head no longer refers to the other chunks: delete them.
+// dropUnreferred deletes the agent's chunks the head written by write gen
+// no longer refers to. as.mu is held.
+func (s *Store) dropUnreferred(ctx context.Context, as *agentSteps, gen uint64) {
 	var dead []string
-	for k := range as.chunks {
-		if !refer[k] {
+	for k, c := range as.chunks {
+		if c.refer != gen {
 			dead = append(dead, k)
 		}
 	}
-	if len(dead) > 0 {
-		for id, loc := range as.in {
-			if !refer[loc.chunk] {
-				delete(as.in, id)
-			}
-		}
-		for _, k := range dead {
-			delete(as.chunks, k)
-			if err := s.kvS.Delete(ctx, k); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-				// Swept at the next Load.
-				s.log.Warn("store: deleting a chunk of ended steps", "key", k, "err", err)
-				continue
-			}
-			// Its number is used again, so that an agent leaves as many
-			// delete markers in the bucket as it ever had chunks at once.
-			if num, ok := chunkNumber(k); ok {
-				as.free = append(as.free, num)
-			}
+	if len(dead) == 0 {
+		return
+	}
+	for id, loc := range as.in {
+		if loc.c.refer != gen {
+			delete(as.in, id)
 		}
 	}
-	return nil
+	for _, k := range dead {
+		delete(as.chunks, k)
+		if err := s.kvS.Delete(ctx, k); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			// Swept at the next Load.
+			s.log.Warn("store: deleting a chunk of ended steps", "key", k, "err", err)
+			continue
+		}
+		// Its number is used again, so that an agent leaves as many
+		// delete markers in the bucket as it ever had chunks at once.
+		if num, ok := chunkNumber(k); ok {
+			as.free = append(as.free, num)
+		}
+	}
 }
 
 // writeChunks writes the steps at fresh (indices into steps) in
 // chunks of at most chunkSteps steps and chunkBytes bytes, records them
-// in as, and returns the chunks' keys.
-func (s *Store) writeChunks(ctx context.Context, agentID string, as *agentSteps, steps []engine.StepState, fresh []int) ([]string, error) {
+// in as and in list (by the same indices), and returns the chunks.
+func (s *Store) writeChunks(ctx context.Context, agentID string, as *agentSteps, steps []engine.StepState, fresh []int, list []seenStep) ([]*chunkRec, error) {
 	var (
 		buf     bytes.Buffer
-		ids     []string
-		locs    []int // indices into steps, with ids
+		at      []int // indices into steps of the chunk's steps
 		none    = buf.Len()
-		written []string
+		written []*chunkRec
 	)
 	start := func() {
 		buf.Reset()
 		fmt.Fprintf(&buf, `{"schema":%d,"agent":%q,"steps":[`, SchemaVersion, agentID)
 		none = buf.Len()
-		ids, locs = ids[:0], locs[:0]
+		at = at[:0]
 	}
 	flush := func() error {
-		if len(ids) == 0 {
+		if len(at) == 0 {
 			return nil
 		}
 		buf.WriteString("]}")
@@ -392,11 +514,13 @@ func (s *Store) writeChunks(ctx context.Context, agentID string, as *agentSteps,
 		if err != nil {
 			return err
 		}
-		for j, id := range ids {
-			as.in[id] = locOf(key, &steps[locs[j]])
+		c := &chunkRec{key: key, steps: len(at)}
+		for _, i := range at {
+			list[i].loc = locOf(c, &steps[i])
+			as.in[steps[i].StepID] = list[i].loc
 		}
-		as.chunks[key] = len(ids)
-		written = append(written, key)
+		as.chunks[key] = c
+		written = append(written, c)
 		return nil
 	}
 	start()
@@ -405,7 +529,7 @@ func (s *Store) writeChunks(ctx context.Context, agentID string, as *agentSteps,
 		if err != nil {
 			return nil, fmt.Errorf("step %s: %w", steps[i].StepID, err)
 		}
-		if len(ids) > 0 && (len(ids) >= chunkSteps || buf.Len()+len(b) > chunkBytes) {
+		if len(at) > 0 && (len(at) >= chunkSteps || buf.Len()+len(b) > chunkBytes) {
 			if err := flush(); err != nil {
 				return nil, err
 			}
@@ -415,8 +539,7 @@ func (s *Store) writeChunks(ctx context.Context, agentID string, as *agentSteps,
 			buf.WriteByte(',')
 		}
 		buf.Write(b)
-		ids = append(ids, steps[i].StepID)
-		locs = append(locs, i)
+		at = append(at, i)
 	}
 	if err := flush(); err != nil {
 		return nil, err
@@ -506,7 +629,7 @@ func (s *Store) assemble(ctx context.Context, e *envelope, seen *agentSteps) err
 			return fmt.Errorf("store: agent %s: chunk %s was written by a newer mas-mcp (schema %d): upgrade mas-mcp", a.AgentID, key, c.Schema)
 		}
 		if seen != nil {
-			seen.chunks[key] = len(c.Steps)
+			seen.chunks[key] = &chunkRec{key: key, steps: len(c.Steps)}
 			seen.loaded[key] = struct{}{}
 		}
 		if key == e.Base {
@@ -553,7 +676,7 @@ func (s *Store) assemble(ctx context.Context, e *envelope, seen *agentSteps) err
 		}
 		list = append(list, *st)
 		if key, ok := inChunk[id]; ok && seen != nil {
-			seen.in[id] = locOf(key, &list[len(list)-1])
+			seen.in[id] = locOf(seen.chunks[key], &list[len(list)-1])
 		}
 	}
 	a.AgentStep.StepList = list

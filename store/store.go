@@ -544,7 +544,7 @@ func (s *Store) Load(ctx context.Context) (*engine.Image, error) {
 		}
 		as := s.stepsOf(e.Agent.AgentID)
 		as.mu.Lock()
-		as.in, as.chunks, as.loaded = map[string]stepLoc{}, map[string]int{}, map[string]struct{}{}
+		as.reset()
 		err := s.assemble(ctx, e, as)
 		as.mu.Unlock()
 		if err != nil {
