@@ -45,6 +45,9 @@ type agent struct {
 	// the same by the steps' positions in the list, as last sized.
 	ended   map[string]endedStep
 	endedAt []endedMemo
+	// received indexes st.Received (seenLocked); nil when it must be
+	// made again.
+	received map[string]struct{}
 	// reporting is closed once the task of the agent's last step has
 	// stored its report (storeReport); nil when none is on its way. Only
 	// the agent's loop uses it.
@@ -69,6 +72,7 @@ func newAgentOwner(s *System, st AgentState) *agent {
 	}
 	a.mu.ops = ownerOps[AgentState]{
 		copy:     a.st.commitCopy,
+		reuses:   true,
 		clone:    (*AgentState).clone,
 		restore:  a.restoreLocked,
 		announce: s.publish,
@@ -160,7 +164,7 @@ func (a *agent) restoreLocked(got AgentState) {
 	reports := a.st.Reports
 	a.st = got
 	a.st.Reports = reports
-	a.ended, a.endedAt = nil, nil
+	a.ended, a.endedAt, a.received = nil, nil, nil
 	// An LLM step is not written when it starts (a restart just runs it
 	// again): the stored document may still list the running step as
 	// next. It is running here.

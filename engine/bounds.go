@@ -157,20 +157,25 @@ func (a *agent) endedLocked(i int) endedStep {
 }
 
 // sizedLocked records what boundLocked knows of the ended step at
-// position i. mu must be held.
+// position i. What it knew of a step changes only when boundLocked
+// shortens it: the step may then still be known at a position it held
+// before (and may come back to), so all positions are forgotten. mu must
+// be held.
 func (a *agent) sizedLocked(i int, e endedStep) {
 	n := len(a.st.AgentStep.StepList)
 	if a.ended == nil || len(a.ended) > 2*n+64 {
 		a.ended = map[string]endedStep{} // forget the steps cleaned up since
 	}
-	a.ended[a.st.AgentStep.StepList[i].StepID] = e
-	if cap(a.endedAt) < n {
-		a.endedAt = slices.Grow(a.endedAt[:0], n) // positions are set again as sized
+	id := a.st.AgentStep.StepList[i].StepID
+	if old, ok := a.ended[id]; ok && old != e {
+		a.endedAt = a.endedAt[:0]
 	}
-	if len(a.endedAt) < n {
-		a.endedAt = a.endedAt[:n]
+	a.ended[id] = e
+	if have := len(a.endedAt); have < n {
+		a.endedAt = slices.Grow(a.endedAt, n-have)[:n]
+		clear(a.endedAt[have:]) // what they held is forgotten
 	}
-	a.endedAt[i] = endedMemo{id: a.st.AgentStep.StepList[i].StepID, e: e}
+	a.endedAt[i] = endedMemo{id: id, e: e}
 }
 
 // stepSizeLocked is stepSize of the step at position i, cached for ended

@@ -55,6 +55,9 @@ type ownerOps[T any] struct {
 	// steps, copied at each of its commits, was most of what the engine
 	// allocated in a burst of tasks).
 	copy func(reuse *T) T
+	// reuses says that copy takes over a reuse it is given: only then
+	// does the owner keep the snapshot a commit replaces.
+	reuses bool
 	// clone deep-copies a snapshot (to take it back after a refused write
 	// when the store cannot be read either).
 	clone func(*T) T
@@ -165,7 +168,10 @@ type ownerMu[T any] struct {
 
 // publishLocked makes doc the readers' snapshot; commitMu is held.
 func (m *ownerMu[T]) publishLocked(doc *T) {
-	m.retired = m.snap.Swap(doc)
+	old := m.snap.Swap(doc)
+	if m.ops.reuses {
+		m.retired = old
+	}
 }
 
 // reusable returns the retired snapshot if no reader can be using it (nil

@@ -34,6 +34,7 @@ func TestSnapshotReuseNeverChangesWhatAReaderSees(t *testing.T) {
 			copy(into, live)
 			return reuseState{vals: into}
 		},
+		reuses:   true,
 		put:      func(*reuseState) error { return nil },
 		announce: func(Event) {},
 		refused:  func(error) {},

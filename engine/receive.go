@@ -80,12 +80,23 @@ func (a *agent) seenLocked(id string) bool {
 	if id == "" {
 		return false
 	}
-	if slices.Contains(a.st.Received, id) {
+	if a.received == nil || len(a.received) != len(a.st.Received) {
+		// Made again after a restore or a trim (the list holds each ID
+		// once): looking through the list itself cost a compare of each
+		// of up to a thousand IDs per message.
+		a.received = make(map[string]struct{}, 2*receivedKept)
+		for _, r := range a.st.Received {
+			a.received[r] = struct{}{}
+		}
+	}
+	if _, ok := a.received[id]; ok {
 		return true
 	}
 	a.st.Received = append(a.st.Received, id)
+	a.received[id] = struct{}{}
 	if len(a.st.Received) > 2*receivedKept {
 		a.st.Received = slices.Clone(a.st.Received[len(a.st.Received)-receivedKept:])
+		a.received = nil
 	}
 	return false
 }

@@ -144,6 +144,7 @@ func (as *agentSteps) locAt(seen []seenStep, i int, id string) (stepLoc, bool) {
 func (as *agentSteps) reset() {
 	as.in, as.chunks, as.loaded = map[string]stepLoc{}, map[string]*chunkRec{}, map[string]struct{}{}
 	as.seen, as.spare, as.referred, as.referredJSON = nil, nil, nil, nil
+	as.base = nil // Load sets the base the head it loads refers to
 }
 
 // encodedStep is a step's encoding, with what tells whether it is still
