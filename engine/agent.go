@@ -46,8 +46,9 @@ type agent struct {
 	ended   map[string]endedStep
 	endedAt []endedMemo
 	// received indexes st.Received (seenLocked); nil when it must be
-	// made again.
-	received map[string]struct{}
+	// made again. stepIndex indexes the step list (stepPosLocked).
+	received  map[string]struct{}
+	stepIndex map[string]int
 	// reporting is closed once the task of the agent's last step has
 	// stored its report (storeReport); nil when none is on its way. Only
 	// the agent's loop uses it.
@@ -164,7 +165,7 @@ func (a *agent) restoreLocked(got AgentState) {
 	reports := a.st.Reports
 	a.st = got
 	a.st.Reports = reports
-	a.ended, a.endedAt, a.received = nil, nil, nil
+	a.ended, a.endedAt, a.received, a.stepIndex = nil, nil, nil, nil
 	// An LLM step is not written when it starts (a restart just runs it
 	// again): the stored document may still list the running step as
 	// next. It is running here.
@@ -471,13 +472,41 @@ func (a *agent) ensureSummaryLocked(taskID, stageID, reason string) {
 
 // stepLocked finds a step by ID.
 func (a *agent) stepLocked(id string) *StepState {
-	list := a.st.AgentStep.StepList
-	for i := range list {
-		if list[i].StepID == id {
-			return &list[i]
-		}
+	if i := a.stepPosLocked(id); i >= 0 {
+		return &a.st.AgentStep.StepList[i]
 	}
 	return nil
+}
+
+// stepPosLocked is the position of step id in the step list, -1 when it
+// is not there. It is found through an index of the list (a manager's
+// list has hundreds of steps, and a step is looked up several times per
+// change), made again whenever it does not hold one entry per step (a
+// step added or removed without it) or gives a position where another
+// step is (steps inserted before it).
+func (a *agent) stepPosLocked(id string) int {
+	list := a.st.AgentStep.StepList
+	if len(a.stepIndex) != len(list) {
+		a.indexStepsLocked()
+	}
+	i, ok := a.stepIndex[id]
+	if ok && (i >= len(list) || list[i].StepID != id) {
+		a.indexStepsLocked()
+		i, ok = a.stepIndex[id]
+	}
+	if !ok {
+		return -1
+	}
+	return i
+}
+
+// indexStepsLocked makes the index of the step list again.
+func (a *agent) indexStepsLocked() {
+	list := a.st.AgentStep.StepList
+	a.stepIndex = make(map[string]int, len(list))
+	for i := range list {
+		a.stepIndex[list[i].StepID] = i
+	}
 }
 
 // pendingInLocked reports whether the agent has a pending step in a stage.

@@ -72,15 +72,22 @@ func (a *agent) addStepsLocked(taskID, stageID string, specs []StepSpec, next bo
 	if next && len(as.TodoList) > 0 {
 		// Insert before the step that was next, keeping step_list in
 		// execution order.
-		at := slices.IndexFunc(as.StepList, func(s StepState) bool { return s.StepID == as.TodoList[0] })
+		at := a.stepPosLocked(as.TodoList[0])
 		if at < 0 {
 			at = len(as.StepList)
 		}
 		as.StepList = slices.Insert(as.StepList, at, steps...)
 		as.TodoList = slices.Insert(as.TodoList, 0, ids...)
+		a.stepIndex = nil // the steps after them moved
 	} else {
+		n := len(as.StepList)
 		as.StepList = append(as.StepList, steps...)
 		as.TodoList = append(as.TodoList, ids...)
+		if a.stepIndex != nil && len(a.stepIndex) == n {
+			for i, id := range ids {
+				a.stepIndex[id] = n + i
+			}
+		}
 	}
 	a.rememberLocked(taskID, stageID, ids...)
 	for i := range steps {
@@ -144,6 +151,9 @@ func (a *agent) removeStepsLocked(drop func(*StepState) bool) int {
 	}
 	clear(as.StepList[len(kept):])
 	as.StepList = kept
+	if len(removed) > 0 {
+		a.stepIndex = nil
+	}
 	as.TodoList = slices.DeleteFunc(as.TodoList, func(id string) bool { return removed[id] })
 	return len(removed)
 }

@@ -15,6 +15,9 @@ type task struct {
 
 	mu ownerMu[TaskState]
 	st TaskState // guarded by mu
+	// recorded indexes the IDs of the messages in st's conversation
+	// (record); nil when it must be made again. Guarded by mu.
+	recorded map[string]struct{}
 
 	// pauseMu orders the task's pauses and resumes (pause.go): each is
 	// one step, the task's stored state, s.paused and its agents' wait
@@ -160,15 +163,25 @@ func trimBase[T any](l []T) []T {
 func (t *task) record(m Message) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	pool := t.st.SharedConversationPool
-	for i := len(pool) - 1; i >= 0 && i >= len(pool)-receivedKept; i-- {
-		if pool[i].MessageID == m.MessageID {
-			return
+	if t.recorded == nil {
+		// Made once, and again after the base task's log is trimmed:
+		// looking through the log itself cost a compare of each of the
+		// last 512 messages at every delivery.
+		t.recorded = make(map[string]struct{}, len(t.st.SharedConversationPool))
+		for i := range t.st.SharedConversationPool {
+			t.recorded[t.st.SharedConversationPool[i].MessageID] = struct{}{}
 		}
 	}
+	if _, ok := t.recorded[m.MessageID]; ok {
+		return
+	}
 	t.st.SharedConversationPool = append(t.st.SharedConversationPool, m.clone())
+	t.recorded[m.MessageID] = struct{}{}
 	if t.st.Base {
-		t.st.SharedConversationPool = trimBase(t.st.SharedConversationPool)
+		n := len(t.st.SharedConversationPool)
+		if t.st.SharedConversationPool = trimBase(t.st.SharedConversationPool); len(t.st.SharedConversationPool) < n {
+			t.recorded = nil
+		}
 	}
 	// The store has the message already (PutMessage): the task document
 	// itself need not be written for it.
