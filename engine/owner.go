@@ -176,9 +176,9 @@ func (m *ownerMu[T]) publishLocked(doc *T) {
 
 // reusable returns the retired snapshot if no reader can be using it (nil
 // otherwise), and forgets it; commitMu is held. A reader counted after
-// this looks found the retired snapshot already replaced (the counts and
-// the snapshot are atomics: what one goroutine did first, the others see
-// first).
+// this check finds the retired snapshot already replaced: it was swapped
+// out before the check, and the count and the snapshot are atomics (what
+// one goroutine did first, the others see first).
 func (m *ownerMu[T]) reusable() *T {
 	r := m.retired
 	m.retired = nil
