@@ -66,7 +66,7 @@ func instantSystem(b testing.TB, st engine.Store, h func(*fakellm.Call) fakellm.
 
 // stepTimes runs one worker through n steps on st (nil: memory only) and
 // returns the gaps between its step completions.
-func stepTimes(b *testing.B, st engine.Store, n int) []time.Duration {
+func stepTimes(b testing.TB, st engine.Store, n int) []time.Duration {
 	sys := instantSystem(b, st, quickWorker(n), func(c *engine.Config) {
 		c.StageStepBudget, c.StageReflectionBudget = 1000, 1000
 	})
