@@ -56,10 +56,14 @@ const (
 	chunkSteps  = 8
 	chunkBytes  = 256 << 10
 	// waitingBytes is how many bytes of text the head's waiting steps
-	// may hold before they go to chunks: a worker's plan of small steps,
-	// run one after the other, stays in the head (chunking steps that
-	// are about to run would only write them twice).
-	waitingBytes = 32 << 10
+	// may hold before they go to chunks: a worker's short plan stays in
+	// the head (chunking steps that are about to run writes them twice).
+	// It was 32 KiB: a plan of 50 small steps (~15 KB) then went with
+	// every write of its agent until its last step ran, and a manager's
+	// queued notices with each of its commits; at 8 KiB a burst writes a
+	// quarter fewer bytes per task and a durable step costs less
+	// (BenchmarkTaskBurst, BenchmarkStepOverheadDurable, 2026-11-24).
+	waitingBytes = 8 << 10
 )
 
 // agentSteps is the store's record of one agent's chunks. Its mutex also
