@@ -49,6 +49,7 @@ type agent struct {
 	// made again. stepIndex indexes the step list (stepPosLocked).
 	received  map[string]struct{}
 	stepIndex map[string]int
+	stepDups  int // IDs the list holds twice (a damaged document's)
 	// reporting is closed once the task of the agent's last step has
 	// stored its report (storeReport); nil when none is on its way. Only
 	// the agent's loop uses it.
@@ -165,7 +166,7 @@ func (a *agent) restoreLocked(got AgentState) {
 	reports := a.st.Reports
 	a.st = got
 	a.st.Reports = reports
-	a.ended, a.endedAt, a.received, a.stepIndex = nil, nil, nil, nil
+	a.ended, a.endedAt, a.received, a.stepIndex, a.stepDups = nil, nil, nil, nil, 0
 	// An LLM step is not written when it starts (a restart just runs it
 	// again): the stored document may still list the running step as
 	// next. It is running here.
@@ -483,10 +484,11 @@ func (a *agent) stepLocked(id string) *StepState {
 // list has hundreds of steps, and a step is looked up several times per
 // change), made again whenever it does not hold one entry per step (a
 // step added or removed without it) or gives a position where another
-// step is (steps inserted before it).
+// step is. Steps added or removed keep it whole (addStepsLocked,
+// removeStepsLocked).
 func (a *agent) stepPosLocked(id string) int {
 	list := a.st.AgentStep.StepList
-	if len(a.stepIndex) != len(list) {
+	if !a.indexWholeLocked() {
 		a.indexStepsLocked()
 	}
 	i, ok := a.stepIndex[id]
@@ -500,12 +502,41 @@ func (a *agent) stepPosLocked(id string) int {
 	return i
 }
 
-// indexStepsLocked makes the index of the step list again.
+// indexWholeLocked reports whether the index holds one entry per step
+// (an ID a damaged document lists twice counts once, stepDups).
+func (a *agent) indexWholeLocked() bool {
+	return a.stepIndex != nil && len(a.stepIndex)+a.stepDups == len(a.st.AgentStep.StepList)
+}
+
+// indexStepsLocked makes the index of the step list again. Of an ID listed
+// twice, the first step is the one found, as a walk of the list finds it.
 func (a *agent) indexStepsLocked() {
 	list := a.st.AgentStep.StepList
-	a.stepIndex = make(map[string]int, len(list))
+	a.stepIndex, a.stepDups = make(map[string]int, len(list)), 0
 	for i := range list {
+		if _, twice := a.stepIndex[list[i].StepID]; twice {
+			a.stepDups++
+			continue
+		}
 		a.stepIndex[list[i].StepID] = i
+	}
+}
+
+// reindexFromLocked brings a whole index up to date after steps were
+// inserted or removed at position from: the steps from there on moved.
+// Only an index without duplicates is brought up to date; another is
+// made again at the next lookup. gone lists the IDs removed.
+func (a *agent) reindexFromLocked(whole bool, from int, gone []string) {
+	if !whole || a.stepDups > 0 {
+		a.stepIndex = nil
+		return
+	}
+	for _, id := range gone {
+		delete(a.stepIndex, id)
+	}
+	list := a.st.AgentStep.StepList
+	for j := from; j < len(list); j++ {
+		a.stepIndex[list[j].StepID] = j
 	}
 }
 

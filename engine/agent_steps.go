@@ -76,18 +76,16 @@ func (a *agent) addStepsLocked(taskID, stageID string, specs []StepSpec, next bo
 		if at < 0 {
 			at = len(as.StepList)
 		}
+		whole := a.indexWholeLocked()
 		as.StepList = slices.Insert(as.StepList, at, steps...)
 		as.TodoList = slices.Insert(as.TodoList, 0, ids...)
-		a.stepIndex = nil // the steps after them moved
+		a.reindexFromLocked(whole, at, nil) // the steps after them moved
 	} else {
+		whole := a.indexWholeLocked()
 		n := len(as.StepList)
 		as.StepList = append(as.StepList, steps...)
 		as.TodoList = append(as.TodoList, ids...)
-		if a.stepIndex != nil && len(a.stepIndex) == n {
-			for i, id := range ids {
-				a.stepIndex[id] = n + i
-			}
-		}
+		a.reindexFromLocked(whole, n, nil)
 	}
 	a.rememberLocked(taskID, stageID, ids...)
 	for i := range steps {
@@ -136,11 +134,15 @@ func (a *agent) forgetStageLocked(taskID, stageID string) {
 // cancelled.
 func (a *agent) removeStepsLocked(drop func(*StepState) bool) int {
 	as := &a.st.AgentStep
+	whole, from := a.indexWholeLocked(), -1
 	removed := map[string]bool{}
 	kept := as.StepList[:0]
 	for i := range as.StepList {
 		s := &as.StepList[i]
 		if drop(s) {
+			if from < 0 {
+				from = i
+			}
 			removed[s.StepID] = true
 			if s.StepID == a.running && a.cancelRun != nil {
 				a.cancelRun()
@@ -151,8 +153,8 @@ func (a *agent) removeStepsLocked(drop func(*StepState) bool) int {
 	}
 	clear(as.StepList[len(kept):])
 	as.StepList = kept
-	if len(removed) > 0 {
-		a.stepIndex = nil
+	if from >= 0 {
+		a.reindexFromLocked(whole, from, slices.Collect(maps.Keys(removed)))
 	}
 	as.TodoList = slices.DeleteFunc(as.TodoList, func(id string) bool { return removed[id] })
 	return len(removed)

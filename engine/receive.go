@@ -81,12 +81,21 @@ func (a *agent) seenLocked(id string) bool {
 		return false
 	}
 	if a.received == nil || len(a.received) != len(a.st.Received) {
-		// Made again after a restore or a trim (the list holds each ID
-		// once): looking through the list itself cost a compare of each
-		// of up to a thousand IDs per message.
-		a.received = make(map[string]struct{}, 2*receivedKept)
+		// Made again after a restore or a trim: looking through the list
+		// itself cost a compare of each of up to a thousand IDs per
+		// message. The list holds each ID once (a damaged document's
+		// second copies are dropped, or the index would be made again at
+		// every message).
+		a.received = make(map[string]struct{}, len(a.st.Received)+1)
+		kept := a.st.Received[:0:0]
 		for _, r := range a.st.Received {
-			a.received[r] = struct{}{}
+			if _, twice := a.received[r]; !twice {
+				a.received[r] = struct{}{}
+				kept = append(kept, r)
+			}
+		}
+		if len(kept) < len(a.st.Received) {
+			a.st.Received = kept
 		}
 	}
 	if _, ok := a.received[id]; ok {
