@@ -525,13 +525,13 @@ func (a *agent) indexStepsLocked() {
 // reindexFromLocked brings a whole index up to date after steps were
 // inserted or removed at position from: the steps from there on moved.
 // Only an index without duplicates is brought up to date; another is
-// made again at the next lookup. gone lists the IDs removed.
-func (a *agent) reindexFromLocked(whole bool, from int, gone []string) {
+// made again at the next lookup. gone holds the IDs removed.
+func (a *agent) reindexFromLocked(whole bool, from int, gone map[string]bool) {
 	if !whole || a.stepDups > 0 {
 		a.stepIndex = nil
 		return
 	}
-	for _, id := range gone {
+	for id := range gone {
 		delete(a.stepIndex, id)
 	}
 	list := a.st.AgentStep.StepList

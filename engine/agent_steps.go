@@ -69,24 +69,20 @@ func (a *agent) addStepsLocked(taskID, stageID string, specs []StepSpec, next bo
 	}
 
 	as := &a.st.AgentStep
+	at := len(as.StepList)
 	if next && len(as.TodoList) > 0 {
 		// Insert before the step that was next, keeping step_list in
 		// execution order.
-		at := a.stepPosLocked(as.TodoList[0])
-		if at < 0 {
-			at = len(as.StepList)
+		if p := a.stepPosLocked(as.TodoList[0]); p >= 0 {
+			at = p
 		}
-		whole := a.indexWholeLocked()
-		as.StepList = slices.Insert(as.StepList, at, steps...)
 		as.TodoList = slices.Insert(as.TodoList, 0, ids...)
-		a.reindexFromLocked(whole, at, nil) // the steps after them moved
 	} else {
-		whole := a.indexWholeLocked()
-		n := len(as.StepList)
-		as.StepList = append(as.StepList, steps...)
 		as.TodoList = append(as.TodoList, ids...)
-		a.reindexFromLocked(whole, n, nil)
 	}
+	whole := a.indexWholeLocked()
+	as.StepList = slices.Insert(as.StepList, at, steps...)
+	a.reindexFromLocked(whole, at, nil) // the steps from at on are new or moved
 	a.rememberLocked(taskID, stageID, ids...)
 	for i := range steps {
 		a.changedLocked(Event{Kind: EventStepChanged, StepID: ids[i], TaskID: taskID, StageID: stageID, Detail: StateInit})
@@ -154,7 +150,7 @@ func (a *agent) removeStepsLocked(drop func(*StepState) bool) int {
 	clear(as.StepList[len(kept):])
 	as.StepList = kept
 	if from >= 0 {
-		a.reindexFromLocked(whole, from, slices.Collect(maps.Keys(removed)))
+		a.reindexFromLocked(whole, from, removed)
 	}
 	as.TodoList = slices.DeleteFunc(as.TodoList, func(id string) bool { return removed[id] })
 	return len(removed)

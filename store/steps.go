@@ -349,20 +349,19 @@ func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
 		loc.c.count(gen)
 		next[i].loc = loc
 	}
-	locs := func(i int) *stepLoc { return &next[i].loc }
 
 	// The steps the head keeps, and the ended ones to chunk.
 	var inline, fresh, wait []int
 	chunked, waitSize := 0, 0
 	for i := range steps {
 		st := &steps[i]
-		if c := locs(i).c; c != nil {
+		if c := next[i].loc.c; c != nil {
 			if !c.sparse(gen) {
 				chunked++
 				continue
 			}
 			delete(as.in, st.StepID) // compacted: back in the head
-			*locs(i) = stepLoc{}
+			next[i].loc = stepLoc{}
 		}
 		inline = append(inline, i)
 		switch {
@@ -401,7 +400,7 @@ func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
 			mark(c)
 		}
 		chunked += len(fresh)
-		inline = slices.DeleteFunc(inline, func(i int) bool { return locs(i).c != nil })
+		inline = slices.DeleteFunc(inline, func(i int) bool { return next[i].loc.c != nil })
 	}
 
 	head := *a
