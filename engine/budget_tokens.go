@@ -407,8 +407,12 @@ func (s *System) meter(agentID string, step *StepState, view *AgentState, out *O
 			b.Day, b.DayTokens = day, 0
 		}
 		b.DayTokens += tokens
-		// Committed as the lock is released (a refusal is logged there).
+		// Committed as the lock is released. The tokens are spent
+		// whatever the store says: a refused write keeps the count in
+		// memory, to be stored by the next write (retried), not withdrawn
+		// and forgotten by the budget.
 		t.changedLocked(Event{Kind: EventLLMCall, AgentID: agentID, StepID: step.StepID, Detail: "budget"})
+		t.mu.keepLocked()
 	}
 	t.mu.Unlock()
 	s.enforceBudgets(t)

@@ -37,7 +37,7 @@ import (
 // progress guard queued) marks it kept (keepLocked): it is never
 // withdrawn but kept the same way, since withdrawing it would lose it
 // until a restart, and an outage must pause the work, not destroy it
-// (the liveness promise). An owner that opts in (ops.retry: the agents)
+// (the liveness promise). An owner that opts in (ops.retry: agents, tasks)
 // then retries the commit with a bounded backoff until the store takes
 // one, and reports meanwhile that its last commit was refused
 // (refusedLocked), so its agent starts no step the store does not know of.

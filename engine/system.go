@@ -333,6 +333,9 @@ func (s *System) Close() error {
 	for _, a := range agents {
 		a.stop()
 	}
+	for _, t := range s.allTasks() {
+		t.stop()
+	}
 	s.cancel()
 	s.wg.Wait()
 	return nil

@@ -34,11 +34,16 @@ func newTaskOwner(s *System, st TaskState) *task {
 		restore:  t.restoreLocked,
 		announce: s.publish,
 		refused: func(err error) {
-			s.log.Error("store: put task refused: change withdrawn", "task", t.st.TaskID, "err", err)
+			s.log.Error("store: put task refused: change withdrawn or kept for a retry", "task", t.st.TaskID, "err", err)
 		},
 	}
 	if store := s.cfg.Store; store != nil {
 		t.mu.ops.put = func(doc *TaskState) error { return store.PutTask(s.storeCtx, doc) }
+		// A refused commit is retried until the store takes one: changes
+		// kept in memory through an outage (the meter's count of tokens
+		// spent, the reports a restart replays) must reach the store even
+		// when nothing else changes the task afterwards.
+		t.mu.ops.retry = true
 		if r, ok := store.(StoreReader); ok {
 			id := st.TaskID
 			t.mu.ops.readBack = func() (TaskState, error) { return r.ReadTask(s.storeCtx, id) }
@@ -87,6 +92,13 @@ func (t *task) event(ev Event) Event {
 func (t *task) restoreLocked(got TaskState) {
 	got.SharedConversationPool = t.st.SharedConversationPool
 	t.st = got
+}
+
+// stop ends the retries of refused commits (the MAS stops).
+func (t *task) stop() {
+	t.mu.lockToRead()
+	t.mu.closeLocked()
+	t.mu.unlockRead()
 }
 
 // brief is the task without its lists and logs.
@@ -259,7 +271,7 @@ func (t *task) take(r StepReport) []Message {
 // already: up to the one it took last from the agent (TakenReports). They
 // are the reports a crash came between the agent's write and the task's.
 // The notices they imply are sent by the restore. A refused write keeps
-// the change in memory, for the task's next commit.
+// the change in memory, committed again until the store takes it.
 func (t *task) replay(agentID string, reports []StepReport) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
