@@ -232,18 +232,19 @@ func (l *stepLoc) unchanged(st *engine.StepState) bool {
 	if l.waiting != nil {
 		return waiting(st) && sameWaiting(l.waiting, st)
 	}
-	return ended(st) && l.fp == fingerprintOf(st)
+	return ended(st) && l.fp.same(fingerprintOf(st))
 }
 
 // fingerprint tells, cheaply, whether a chunked ended step was changed
 // since. The engine never changes an ended step's result map or tool call
-// in place (it replaces them), so they are known by their addresses; texts
-// by their lengths.
+// in place (it replaces them), so they are known by their identity; texts
+// by their lengths. The fingerprint holds the map it was taken of: a map
+// made later can never share its address.
 type fingerprint struct {
 	state    string
 	finished time.Time
 	texts    int              // the lengths of the step's own texts
-	result   uintptr          // the address of its execute_result map
+	result   map[string]any   // its execute_result, compared by identity
 	instr    *engine.ToolCall // its instruction_content
 }
 
@@ -251,9 +252,15 @@ func fingerprintOf(st *engine.StepState) fingerprint {
 	return fingerprint{
 		state: st.ExecutionState, finished: st.FinishedAt,
 		texts:  len(st.StepIntention) + len(st.TextContent) + len(st.Executor),
-		result: uintptr(reflect.ValueOf(st.ExecuteResult).UnsafePointer()),
+		result: st.ExecuteResult,
 		instr:  st.InstructionContent,
 	}
+}
+
+// same reports whether f and g were taken of the same step contents.
+func (f fingerprint) same(g fingerprint) bool {
+	return f.state == g.state && f.finished.Equal(g.finished) && f.texts == g.texts && f.instr == g.instr &&
+		reflect.ValueOf(f.result).UnsafePointer() == reflect.ValueOf(g.result).UnsafePointer()
 }
 
 func ended(st *engine.StepState) bool {
