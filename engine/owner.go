@@ -153,6 +153,20 @@ type ownerMu[T any] struct {
 	backoff    time.Duration
 	retryTimer *time.Timer
 	closed     bool
+	// strict is set while the holder's change must fail visibly if
+	// refused (lockDurable); fence, while such a change is being written:
+	// other holders wait for it to be stored or refused before they
+	// change anything (Lock), so that a refusal withdraws it alone. Kept
+	// with changes made meanwhile, it would be stored later while its
+	// caller was told it failed (a pause stored with a step's tokens,
+	// nobody held). Readers do not wait.
+	strict bool
+	fence  chan struct{}
+	// fenced counts the holders that waited at a fence (tests watch it).
+	fenced atomic.Int32
+	// retrying counts the retries scheduled or under way, for Close to
+	// wait out (waitRetries).
+	retrying sync.WaitGroup
 
 	// snap is the state as the store holds it and the bus announced it;
 	// nil when the next reader must make it (no store, or nothing
@@ -220,10 +234,15 @@ func (m *ownerMu[T]) refusedLocked() bool { return m.failing }
 func (m *ownerMu[T]) closeLocked() {
 	m.closed = true
 	if m.retryTimer != nil {
-		m.retryTimer.Stop()
+		if m.retryTimer.Stop() {
+			m.retrying.Done() // it will not run
+		}
 		m.retryTimer = nil
 	}
 }
+
+// waitRetries waits for a retry under way to end (after closeLocked).
+func (m *ownerMu[T]) waitRetries() { m.retrying.Wait() }
 
 // refusedCommitLocked records a refused commit and, when the owner retries,
 // schedules the next try. The lock must be held.
@@ -233,6 +252,7 @@ func (m *ownerMu[T]) refusedCommitLocked() {
 		return
 	}
 	m.backoff = min(max(2*m.backoff, retryFirst), retryMax)
+	m.retrying.Add(1)
 	m.retryTimer = time.AfterFunc(m.backoff, m.retryCommit)
 }
 
@@ -240,6 +260,7 @@ func (m *ownerMu[T]) refusedCommitLocked() {
 // (changes kept in memory) is written, or, when the refused changes were
 // withdrawn, the document as it is, to learn whether the store is back.
 func (m *ownerMu[T]) retryCommit() {
+	defer m.retrying.Done()
 	m.Lock()
 	m.retryTimer = nil
 	if m.closed || !m.failing {
@@ -263,12 +284,24 @@ func (m *ownerMu[T]) writeAgainLocked() {
 // holder's.
 func (m *ownerMu[T]) Lock() {
 	m.Mutex.Lock()
+	for m.fence != nil {
+		// A change that must fail visibly is being written.
+		f := m.fence
+		m.fenced.Add(1)
+		m.Mutex.Unlock()
+		<-f
+		m.Mutex.Lock()
+	}
 	m.held = m.made
 }
 
-// TryLock is Lock when the lock is free.
+// TryLock is Lock when the lock is free and no write is fenced.
 func (m *ownerMu[T]) TryLock() bool {
 	if !m.Mutex.TryLock() {
+		return false
+	}
+	if m.fence != nil {
+		m.Mutex.Unlock()
 		return false
 	}
 	m.held = m.made
@@ -285,7 +318,7 @@ func (m *ownerMu[T]) wakeLocked() { m.wakeup = true }
 // still on its way: what the holder read and acts on next is stored.
 func (m *ownerMu[T]) Unlock() {
 	v, pending, wake := m.made, m.made > m.settled, m.wakeup
-	m.wakeup = false
+	m.wakeup, m.strict = false, false
 	if !pending {
 		m.keep = false // nothing was changed: nothing to keep
 	}
@@ -304,9 +337,13 @@ func (m *ownerMu[T]) Unlock() {
 // own change, refused, is withdrawn alone and not kept with the others, to
 // be stored later after its caller was told it failed. A refusal of those
 // is returned, with the lock released, before the holder changes anything.
+// Until Unlock, each syncLocked fences the owner while it writes: other
+// holders wait to change it, so the write holds this holder's change alone.
 func (m *ownerMu[T]) lockDurable() error {
 	m.Lock()
-	// A few rounds: changes others make meanwhile are committed too.
+	m.strict = true
+	// A few rounds: changes others make meanwhile are committed too (none
+	// once strict fences the writes).
 	for range 16 {
 		if m.durable == m.made {
 			return nil
@@ -335,7 +372,10 @@ func (m *ownerMu[T]) unlockRead() { m.Mutex.Unlock() }
 // under it: the holder commits them later (syncLocked after Lock), so that
 // what it does in between, another owner's write, runs at the same time as
 // this owner's. Another holder's commit meanwhile takes them along.
-func (m *ownerMu[T]) unlockUncommitted() { m.Mutex.Unlock() }
+func (m *ownerMu[T]) unlockUncommitted() {
+	m.strict = false
+	m.Mutex.Unlock()
+}
 
 // syncLocked commits the changes recorded so far and returns the store's
 // refusal of them, if any. The lock is released during the write and held
@@ -346,9 +386,21 @@ func (m *ownerMu[T]) syncLocked() error {
 		m.keep = false // nothing was changed: nothing to keep
 		return m.outcomeLocked(v)
 	}
+	var fence chan struct{}
+	if m.strict {
+		fence = make(chan struct{})
+		m.fence = fence
+	}
 	m.Mutex.Unlock()
 	err := m.commit(v)
-	m.Lock()
+	if fence == nil {
+		m.Lock()
+		return err
+	}
+	m.Mutex.Lock()
+	m.fence = nil
+	close(fence)
+	m.held = m.made
 	return err
 }
 

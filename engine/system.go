@@ -333,10 +333,19 @@ func (s *System) Close() error {
 	for _, a := range agents {
 		a.stop()
 	}
-	for _, t := range s.allTasks() {
+	tasks := s.allTasks()
+	for _, t := range tasks {
 		t.stop()
 	}
 	s.cancel()
+	// A retry of a refused commit already under way ends with the store's
+	// answer (the context is cancelled): nothing is written after Close.
+	for _, a := range agents {
+		a.mu.waitRetries()
+	}
+	for _, t := range tasks {
+		t.mu.waitRetries()
+	}
 	s.wg.Wait()
 	return nil
 }
@@ -381,6 +390,9 @@ func (s *System) agent(id string) (*agent, bool) {
 // refuses does not exist.
 func (s *System) registerTask(t *task) error {
 	if err := t.added(); err != nil {
+		// The task does not exist: nothing may write it later (its
+		// retries stop with it).
+		t.stop()
 		return fmt.Errorf("task %s: %w", t.st.TaskID, err)
 	}
 	s.mu.Lock()

@@ -1,0 +1,178 @@
+package engine
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// letFakeTimePass lets d of fake time pass in a synctest bubble, one
+// second at a time, each once every goroutine of the bubble is blocked
+// (the engine's timers fire as they fall due; no wall clock is waited on).
+func letFakeTimePass(d time.Duration) {
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		synctest.Wait()
+		<-time.After(time.Second)
+	}
+	synctest.Wait()
+}
+
+// ghostStore refuses every write of the task named "ghost" while down is
+// set, and counts them (after Close, when counting is set).
+type ghostStore struct {
+	*MemoryStore
+	down     atomic.Bool
+	counting atomic.Bool
+	late     atomic.Int32 // writes of the ghost tried while counting
+	id       atomic.Value // the ghost's task ID, from its first write
+}
+
+func (s *ghostStore) PutTask(ctx context.Context, t *TaskState) error {
+	if t.TaskName == "ghost" {
+		s.id.CompareAndSwap(nil, t.TaskID)
+		if s.counting.Load() {
+			s.late.Add(1)
+		}
+		if s.down.Load() {
+			return errStoreDown
+		}
+	}
+	return s.MemoryStore.PutTask(ctx, t)
+}
+
+// TestRefusedAddTaskIsNeverStoredLater: the operator's add_task is
+// refused by the store, and the call fails ("a task the store refuses does
+// not exist", registerTask). Its owner, never registered, must not write
+// the task later: once the store is back, the store must not hold a task
+// its creator was told was not created (a restart would bring it to life).
+func TestRefusedAddTaskIsNeverStoredLater(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &ghostStore{MemoryStore: NewMemoryStore()}
+		b := bubbleBed(t, func(c *Config) { c.Store = st })
+		synctest.Wait()
+		st.down.Store(true)
+		_, err := b.sys.AddTask(b.op(), AddTaskRequest{TaskName: "ghost", TaskIntention: "must not exist"})
+		if err == nil {
+			t.Fatal("add_task succeeded while the store refused the task: the scenario did not arise")
+		}
+		id, _ := st.id.Load().(string)
+		if _, ok := b.sys.task(id); ok {
+			t.Fatalf("add_task failed (%v) but the MAS holds task %s", err, id)
+		}
+		st.down.Store(false) // the outage ends
+		letFakeTimePass(10 * time.Second)
+		if stored, ok := st.Task(id); ok {
+			t.Errorf("add_task failed (%v), yet once the store was back the store holds task %s %q (state %s): a restart would restore a task its creator was told does not exist",
+				err, id, stored.TaskName, stored.ExecutionState)
+		}
+	})
+}
+
+// TestRefusedAddTaskRetriesStopAtClose: the owner of a refused add_task is
+// not among the MAS's tasks, so Close could not stop its retries: they must
+// stop when the task is refused, or it keeps writing to the store after
+// Close returned, for ever while the store refuses it.
+func TestRefusedAddTaskRetriesStopAtClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &ghostStore{MemoryStore: NewMemoryStore()}
+		b := bubbleBed(t, func(c *Config) { c.Store = st })
+		synctest.Wait()
+		st.down.Store(true)
+		if _, err := b.sys.AddTask(b.op(), AddTaskRequest{TaskName: "ghost", TaskIntention: "must not exist"}); err == nil {
+			t.Fatal("add_task succeeded while the store refused the task: the scenario did not arise")
+		}
+		if err := b.sys.Close(); err != nil {
+			t.Fatal(err)
+		}
+		st.counting.Store(true)
+		letFakeTimePass(time.Minute)
+		late := st.late.Load()
+		// End the outage so that a retry chain, if any, ends too (the
+		// bubble then has nothing left to run).
+		st.down.Store(false)
+		letFakeTimePass(10 * time.Second)
+		if late > 0 {
+			t.Errorf("%d writes of the refused task's document were tried in the minute after Close returned: its retries were never stopped", late)
+		}
+	})
+}
+
+// inFlightStore refuses the writes of one task while down is set; while
+// hold is set, the next write of it is held (in flight) until release is
+// closed, then taken. doneAt records whether a write landed after closed
+// was set.
+type inFlightStore struct {
+	*MemoryStore
+	target    atomic.Value
+	down      atomic.Bool
+	hold      atomic.Bool
+	inside    chan struct{}
+	release   chan struct{}
+	closed    atomic.Bool
+	afterDone atomic.Int32
+}
+
+func (s *inFlightStore) PutTask(ctx context.Context, t *TaskState) error {
+	if id, _ := s.target.Load().(string); id != "" && t.TaskID == id {
+		if s.hold.CompareAndSwap(true, false) {
+			close(s.inside)
+			<-s.release
+		} else if s.down.Load() {
+			return errStoreDown
+		}
+		err := s.MemoryStore.PutTask(ctx, t)
+		if s.closed.Load() {
+			s.afterDone.Add(1)
+		}
+		return err
+	}
+	return s.MemoryStore.PutTask(ctx, t)
+}
+
+// TestCloseWaitsForATaskRetryInFlight: Close stops the tasks' retries
+// (task.stop) and waits for one whose write is already on its way: it must
+// not return before the write lands, when the caller may have closed the
+// store or started another MAS on it.
+func TestCloseWaitsForATaskRetryInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &inFlightStore{MemoryStore: NewMemoryStore(), inside: make(chan struct{}), release: make(chan struct{})}
+		b := bubbleBed(t, func(c *Config) { c.Store = st })
+		id := b.newTask("retry at close")
+		synctest.Wait()
+		st.target.Store(id)
+		st.down.Store(true)
+		if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionPauseTask, TaskID: id}); err == nil {
+			t.Fatal("the pause was not refused: the scenario did not arise")
+		}
+		// The task's retry fires (fake time) and its write is held in
+		// flight.
+		st.hold.Store(true)
+		<-time.After(time.Second)
+		select {
+		case <-st.inside:
+		default:
+			t.Fatal("no retry of the task's refused commit was written: the scenario did not arise")
+		}
+		closeDone := make(chan struct{})
+		go func() {
+			_ = b.sys.Close()
+			st.closed.Store(true)
+			close(closeDone)
+		}()
+		synctest.Wait()
+		returned := false
+		select {
+		case <-closeDone:
+			returned = true
+		default:
+		}
+		close(st.release)
+		<-closeDone
+		synctest.Wait()
+		if returned {
+			t.Errorf("Close returned while the task's retry write was in flight (%d task write(s) landed after Close returned)", st.afterDone.Load())
+		}
+	})
+}
