@@ -392,16 +392,35 @@ func (m *ownerMu[T]) syncLocked() error {
 		m.fence = fence
 	}
 	m.Mutex.Unlock()
-	err := m.commit(v)
 	if fence == nil {
+		err := m.commit(v)
 		m.Lock()
 		return err
 	}
+	relocked := false
+	defer func() {
+		if !relocked {
+			// The store panicked: the holder's lock is not taken
+			// back, but the fence must go, or every later holder
+			// would wait for ever.
+			m.Mutex.Lock()
+			m.unfenceLocked(fence)
+			m.strict = false
+			m.Mutex.Unlock()
+		}
+	}()
+	err := m.commit(v)
 	m.Mutex.Lock()
-	m.fence = nil
-	close(fence)
+	relocked = true
+	m.unfenceLocked(fence)
 	m.held = m.made
 	return err
+}
+
+// unfenceLocked lifts fence and lets the holders waiting at it go on.
+func (m *ownerMu[T]) unfenceLocked(fence chan struct{}) {
+	m.fence = nil
+	close(fence)
 }
 
 // outcomeLocked is the refusal that withdrew change v, or nil.

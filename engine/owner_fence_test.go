@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 )
 
 // pauseGateStore refuses the first write of a task document marked paused
@@ -209,4 +210,77 @@ func TestMeterWaitsForAFailingPause(t *testing.T) {
 		_, held := b.sys.paused.Load(id)
 		t.Errorf("pause_task failed (%v), yet the store holds the task paused (the MAS holds it: %v): the refused pause was kept and written with the meter's change", err, held)
 	}
+}
+
+// panicPauseStore panics (a store client's bug) at the first write of the
+// target task marked paused, once armed.
+type panicPauseStore struct {
+	*MemoryStore
+	target atomic.Value
+	armed  atomic.Bool
+}
+
+func (s *panicPauseStore) PutTask(ctx context.Context, t *TaskState) error {
+	if id, _ := s.target.Load().(string); id != "" && t.TaskID == id && t.Paused && s.armed.CompareAndSwap(true, false) {
+		panic("store client: nil pointer dereference")
+	}
+	return s.MemoryStore.PutTask(ctx, t)
+}
+
+// TestStorePanicInAFencedWriteLeavesTheTaskUsable: the monitor's pause
+// button (server/monitor_controls.go) calls TaskInstruction on the
+// net/http handler's goroutine, and net/http recovers a handler's panic
+// and serves on. The pause is written fenced (lockDurable, syncLocked): a
+// panic in the store's PutTask (or ReadTask) during that write must still
+// lift the fence, or every later Lock of the task waits for ever (each
+// message delivered into it, each agent loop touching it, supervision,
+// then Close). Without the fence the same panic left the owner usable (no
+// lock is held during the write).
+func TestStorePanicInAFencedWriteLeavesTheTaskUsable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &panicPauseStore{MemoryStore: NewMemoryStore()}
+		b := bubbleBed(t, func(c *Config) { c.Store = st })
+		id := b.newTask("panic in a fenced write")
+		synctest.Wait()
+		tk, _ := b.sys.task(id)
+		st.target.Store(id)
+		st.armed.Store(true)
+		// The pause, recovered as net/http recovers a handler's panic.
+		recovered := make(chan any, 1)
+		go func() {
+			defer func() { recovered <- recover() }()
+			_, _ = b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionPauseTask, TaskID: id})
+		}()
+		if r := <-recovered; r == nil {
+			t.Fatal("the store did not panic: the scenario did not arise")
+		}
+		// A message into the task afterwards (the hot path: deliver,
+		// hand, task.record).
+		delivered := make(chan struct{})
+		go func() {
+			defer close(delivered)
+			b.sys.deliver(b.sys.newMessage("", id, SystemSender, []string{b.op()}, "after the panic", NoRelative))
+		}()
+		synctest.Wait()
+		done := false
+		select {
+		case <-delivered:
+			done = true
+		default:
+		}
+		tk.mu.Mutex.Lock()
+		stuck := tk.mu.fence != nil
+		f := tk.mu.fence
+		tk.mu.fence = nil // let the bubble end
+		tk.mu.Mutex.Unlock()
+		if f != nil {
+			close(f)
+		}
+		<-delivered
+		if !done || stuck {
+			t.Errorf("after a panic in the store during the pause's fenced write (recovered, as net/http does), the task's fence stayed set "+
+				"(fence set: %v) and a message delivered into the task never returned (delivered: %v): every later Lock of the task waits for ever",
+				stuck, done)
+		}
+	})
 }

@@ -184,11 +184,14 @@ type System struct {
 	// refuses their writes (storeReport), until one of their reports is
 	// stored.
 	storeRefusing sync.Map
-	// storeCtx is for store writes: not cancelled by Close, so the writes
+	// storeCtx is for store writes: not cancelled with ctx, so the writes
 	// of the steps Close interrupts still land (the store is closed after
-	// the System; its client bounds each call).
-	storeCtx context.Context
-	wg       sync.WaitGroup
+	// the System; its client bounds each call). Close cancels it last
+	// (storeCancel), once every goroutine it tracks has ended, to end the
+	// writes of retries still under way.
+	storeCtx    context.Context
+	storeCancel context.CancelFunc
+	wg          sync.WaitGroup
 
 	waits waitGraph
 	// paused holds the IDs of paused tasks (a copy of their Paused flag
@@ -223,14 +226,16 @@ func New(cfg Config) (*System, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	storeCtx, storeCancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &System{
-		cfg:      c,
-		log:      c.Logger,
-		ctx:      ctx,
-		cancel:   cancel,
-		storeCtx: context.WithoutCancel(ctx),
-		tasks:    map[string]*task{},
-		agents:   map[string]*agent{},
+		cfg:         c,
+		log:         c.Logger,
+		ctx:         ctx,
+		cancel:      cancel,
+		storeCtx:    storeCtx,
+		storeCancel: storeCancel,
+		tasks:       map[string]*task{},
+		agents:      map[string]*agent{},
 	}
 	s.sup.sys = s
 	return s, nil
@@ -338,15 +343,17 @@ func (s *System) Close() error {
 		t.stop()
 	}
 	s.cancel()
-	// A retry of a refused commit already under way ends with the store's
-	// answer (the context is cancelled): nothing is written after Close.
+	s.wg.Wait()
+	// The retries of refused commits are stopped; one already under way
+	// ends with its write, which cancelling the store's context ends:
+	// nothing is written after Close.
+	s.storeCancel()
 	for _, a := range agents {
 		a.mu.waitRetries()
 	}
 	for _, t := range tasks {
 		t.mu.waitRetries()
 	}
-	s.wg.Wait()
 	return nil
 }
 

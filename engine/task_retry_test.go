@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -100,79 +101,108 @@ func TestRefusedAddTaskRetriesStopAtClose(t *testing.T) {
 }
 
 // inFlightStore refuses the writes of one task while down is set; while
-// hold is set, the next write of it is held (in flight) until release is
-// closed, then taken. doneAt records whether a write landed after closed
-// was set.
+// hold is set, the next write of it is held in flight until release is
+// closed, or, with honoursCtx, until its context ends (byCtx records it).
+// afterClose counts the writes that landed once closed was set.
 type inFlightStore struct {
 	*MemoryStore
-	target    atomic.Value
-	down      atomic.Bool
-	hold      atomic.Bool
-	inside    chan struct{}
-	release   chan struct{}
-	closed    atomic.Bool
-	afterDone atomic.Int32
+	honoursCtx bool
+	target     atomic.Value
+	down       atomic.Bool
+	hold       atomic.Bool
+	inside     chan struct{}
+	release    chan struct{}
+	byCtx      atomic.Bool
+	closed     atomic.Bool
+	afterClose atomic.Int32
 }
 
 func (s *inFlightStore) PutTask(ctx context.Context, t *TaskState) error {
 	if id, _ := s.target.Load().(string); id != "" && t.TaskID == id {
 		if s.hold.CompareAndSwap(true, false) {
 			close(s.inside)
-			<-s.release
+			done := ctx.Done()
+			if !s.honoursCtx {
+				done = nil
+			}
+			select {
+			case <-done:
+				s.byCtx.Store(true)
+				return ctx.Err()
+			case <-s.release:
+			}
 		} else if s.down.Load() {
 			return errStoreDown
 		}
 		err := s.MemoryStore.PutTask(ctx, t)
 		if s.closed.Load() {
-			s.afterDone.Add(1)
+			s.afterClose.Add(1)
 		}
 		return err
 	}
 	return s.MemoryStore.PutTask(ctx, t)
 }
 
-// TestCloseWaitsForATaskRetryInFlight: Close stops the tasks' retries
-// (task.stop) and waits for one whose write is already on its way: it must
-// not return before the write lands, when the caller may have closed the
-// store or started another MAS on it.
-func TestCloseWaitsForATaskRetryInFlight(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		st := &inFlightStore{MemoryStore: NewMemoryStore(), inside: make(chan struct{}), release: make(chan struct{})}
-		b := bubbleBed(t, func(c *Config) { c.Store = st })
-		id := b.newTask("retry at close")
-		synctest.Wait()
-		st.target.Store(id)
-		st.down.Store(true)
-		if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionPauseTask, TaskID: id}); err == nil {
-			t.Fatal("the pause was not refused: the scenario did not arise")
-		}
-		// The task's retry fires (fake time) and its write is held in
-		// flight.
-		st.hold.Store(true)
-		<-time.After(time.Second)
-		select {
-		case <-st.inside:
-		default:
-			t.Fatal("no retry of the task's refused commit was written: the scenario did not arise")
-		}
-		closeDone := make(chan struct{})
-		go func() {
-			_ = b.sys.Close()
-			st.closed.Store(true)
-			close(closeDone)
-		}()
-		synctest.Wait()
-		returned := false
-		select {
-		case <-closeDone:
-			returned = true
-		default:
-		}
-		close(st.release)
-		<-closeDone
-		synctest.Wait()
-		if returned {
-			t.Errorf("Close returned while the task's retry write was in flight (%d task write(s) landed after Close returned)", st.afterDone.Load())
-		}
-	})
+// TestCloseEndsARetryInFlight: Close stops the tasks' retries (task.stop)
+// and waits for one whose write is already on its way: it must not return
+// before that write ends, when the caller may have closed the store or
+// started another MAS on it. The store's context (storeCtx) is not the
+// MAS's, so that the writes of the steps Close interrupts land; Close must
+// still cancel it once they have, or a store that bounds a call by its
+// context keeps the retry's write, and Close with it, waiting for ever
+// during an outage.
+func TestCloseEndsARetryInFlight(t *testing.T) {
+	for _, honoursCtx := range []bool{true, false} {
+		t.Run(fmt.Sprintf("store honours its context: %v", honoursCtx), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := &inFlightStore{MemoryStore: NewMemoryStore(), honoursCtx: honoursCtx, inside: make(chan struct{}), release: make(chan struct{})}
+				b := bubbleBed(t, func(c *Config) { c.Store = st })
+				id := b.newTask("retry at close")
+				synctest.Wait()
+				st.target.Store(id)
+				st.down.Store(true)
+				if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionPauseTask, TaskID: id}); err == nil {
+					t.Fatal("the pause was not refused: the scenario did not arise")
+				}
+				// The task's retry fires (fake time) and its write is held
+				// in flight.
+				st.hold.Store(true)
+				<-time.After(time.Second)
+				select {
+				case <-st.inside:
+				default:
+					t.Fatal("no retry of the task's refused commit was written: the scenario did not arise")
+				}
+				closeDone := make(chan struct{})
+				go func() {
+					_ = b.sys.Close()
+					st.closed.Store(true)
+					close(closeDone)
+				}()
+				// Every goroutine of the bubble is blocked: Close has done
+				// all it will do without the store's answer, an hour of
+				// fake time later too.
+				synctest.Wait()
+				<-time.After(time.Hour)
+				synctest.Wait()
+				returned := false
+				select {
+				case <-closeDone:
+					returned = true
+				default:
+				}
+				byCtx := st.byCtx.Load()
+				close(st.release)
+				<-closeDone
+				synctest.Wait()
+				switch {
+				case honoursCtx && (!returned || !byCtx):
+					t.Errorf("Close is blocked on the task's retry write (Close returned: %v; the write saw its context cancelled: %v): "+
+						"a store that honours its context never answers and Close waits for ever", returned, byCtx)
+				case !honoursCtx && returned:
+					t.Errorf("Close returned while the task's retry write was in flight (%d task write(s) landed after Close returned)", st.afterClose.Load())
+				}
+			})
+		})
+	}
 }
