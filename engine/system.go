@@ -405,7 +405,13 @@ func (s *System) registerTask(t *task) error {
 	s.mu.Lock()
 	s.tasks[t.st.TaskID] = t
 	s.taskOrder = append(s.taskOrder, t.st.TaskID)
+	closing := s.closed
 	s.mu.Unlock()
+	if closing {
+		// Close may have stopped the tasks it found already: this one
+		// stops its retries itself.
+		t.stop()
+	}
 	return nil
 }
 

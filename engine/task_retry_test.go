@@ -206,3 +206,31 @@ func TestCloseEndsARetryInFlight(t *testing.T) {
 		})
 	}
 }
+
+// TestTaskRegisteredDuringCloseRetriesNothing: a task registered once Close
+// has begun (and may have collected the tasks to stop already) must stop
+// its own retries: a later refused write of it would otherwise be retried
+// after Close returned, unseen by Close.
+func TestTaskRegisteredDuringCloseRetriesNothing(t *testing.T) {
+	st := &refuseTaskStore{MemoryStore: NewMemoryStore()}
+	b := newTestbed(t, func(c *Config) { c.Store = st })
+	if err := b.sys.Close(); err != nil {
+		t.Fatal(err)
+	}
+	late := newTaskOwner(b.sys, TaskState{TaskID: newID(), TaskName: "late", ExecutionState: StateInit})
+	if err := b.sys.registerTask(late); err != nil {
+		t.Fatal(err)
+	}
+	st.refuseWhen(func(ts *TaskState) bool { return ts.TaskID == late.st.TaskID })
+	late.mu.Lock()
+	late.changedLocked(Event{Detail: "late change"})
+	err := late.mu.syncLocked()
+	scheduled := late.mu.retryTimer != nil
+	late.mu.Unlock()
+	if err == nil {
+		t.Fatal("the late task's write was not refused: the scenario did not arise")
+	}
+	if scheduled {
+		t.Error("a task registered after Close began scheduled a retry of its refused write: Close will not stop it")
+	}
+}
