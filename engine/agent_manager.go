@@ -193,16 +193,20 @@ func (s *System) enroll(a *agent, run bool) error {
 		return fmt.Errorf("agent %s: %w", a.id, err)
 	}
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return ErrClosed
-	}
 	s.agents[a.id] = a
 	s.agentOrder = append(s.agentOrder, a.id)
-	if run && a.kind == KindLLM {
+	// Close may have begun during the write: the agent is stored, so it
+	// exists (and a restart runs it), but no loop starts now, and it stops
+	// its retries itself (Close may have collected the agents to stop
+	// already).
+	closing := s.closed
+	if run && a.kind == KindLLM && !closing {
 		s.goTracked(a.loop)
 	}
 	s.mu.Unlock()
+	if closing {
+		a.stop()
+	}
 	s.publish(Event{Kind: EventAgentAdded, AgentID: a.id, Detail: a.kind})
 	return nil
 }

@@ -234,3 +234,45 @@ func TestTaskRegisteredDuringCloseRetriesNothing(t *testing.T) {
 		t.Error("a task registered after Close began scheduled a retry of its refused write: Close will not stop it")
 	}
 }
+
+// closingAgentStore closes the System while it writes the first document
+// of the agent named "late", then takes the write.
+type closingAgentStore struct {
+	*MemoryStore
+	sys    atomic.Pointer[System]
+	closed atomic.Bool
+}
+
+func (s *closingAgentStore) PutAgent(ctx context.Context, a *AgentState) error {
+	if a.Name == "late" && s.closed.CompareAndSwap(false, true) {
+		_ = s.sys.Load().Close()
+	}
+	return s.MemoryStore.PutAgent(ctx, a)
+}
+
+// TestAgentStoredWhileClosingExists: an agent whose first write the store
+// takes while Close runs exists: the store holds it and a restart brings it
+// back, so its creator must not be told it failed, and it must not run or
+// retry anything after Close.
+func TestAgentStoredWhileClosingExists(t *testing.T) {
+	st := &closingAgentStore{MemoryStore: NewMemoryStore()}
+	b := newTestbed(t, func(c *Config) { c.Store = st })
+	st.sys.Store(b.sys)
+	id, err := b.sys.CreateAgent(AgentConfig{Template: "researcher", Name: "late"})
+	if !st.closed.Load() {
+		t.Fatal("the System was not closed during the agent's write: the scenario did not arise")
+	}
+	if err != nil {
+		t.Fatalf("CreateAgent failed (%v), yet the store took the agent's first write: a restart would bring back an agent its creator was told does not exist", err)
+	}
+	a, ok := b.sys.agent(id)
+	if !ok {
+		t.Fatalf("agent %s is stored but unknown to the MAS", id)
+	}
+	a.mu.lockToRead()
+	stopped, closed := a.stopped, a.mu.closed
+	a.mu.unlockRead()
+	if !stopped || !closed {
+		t.Errorf("the agent created while closing is not stopped (stopped %v, retries closed %v)", stopped, closed)
+	}
+}
