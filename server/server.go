@@ -148,6 +148,7 @@ func New(cfg Config) (*Server, error) {
 			KeepAlive: 0,
 		})
 	s.mcp.AddReceivingMiddleware(telemetry.ServerMiddleware, s.filterLists, keepExtra)
+	s.mcp.AddSendingMiddleware(unaskedListChanges)
 	s.addTools()
 	s.addResources()
 	s.addApp()

@@ -253,6 +253,40 @@ func (s *Server) unsubscribe(_ context.Context, req *mcp.UnsubscribeRequest) err
 	return nil
 }
 
+// unaskedListChanges is a sending middleware that withholds a list-changed
+// notification from a session that did not ask for it. go-sdk (v1.8.0,
+// Server.notifySessions) sends each one untagged to every session it takes
+// for one of a protocol before 2026-07-28, one whose InitializeParams are
+// nil included; a stateless request of 2026-07-28 is such a session from
+// its connection until its handler runs and records its protocol, and the
+// stateless transport writes a notification unrelated to a request to the
+// request's subscriptions/listen stream. So a stream could get one before
+// its acknowledgement, which must come first: its HTTP answer then starts
+// before the SDK subscribed it, and a go-sdk client, whose Subscribe
+// returns once the answer starts, could miss the resource's next update.
+// Sessions of 2026-07-28 get these notifications on the listen streams
+// that asked for them, tagged with the stream's subscription ID; older
+// sessions once initialized, as before.
+func unaskedListChanges(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		switch method {
+		case "notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed":
+			ss, ok := req.GetSession().(*mcp.ServerSession)
+			if !ok {
+				break
+			}
+			ip := ss.InitializeParams()
+			if ip != nil && ip.ProtocolVersion < statelessFrom {
+				break // an initialized session of an older protocol
+			}
+			if p := req.GetParams(); p == nil || p.GetMeta()[mcp.MetaKeySubscriptionID] == nil {
+				return nil, nil // untagged: not for a listen stream that asked
+			}
+		}
+		return next(ctx, method, req)
+	}
+}
+
 // maxWaitSeconds is the longest wait_for_updates may wait.
 const maxWaitSeconds = 300
 
