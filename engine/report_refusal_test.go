@@ -28,6 +28,14 @@ func reportOutage(t *testing.T) (b *testbed, st *refuseTaskStore, alice, id stri
 		stored, _ := st.Agent(alice)
 		return len(stored.Reports) > 0
 	})
+	// The task takes it a moment after her write: until then nothing of
+	// hers is pending in the task, and a change would be stored alone.
+	tk, _ := b.sys.task(id)
+	b.waitFor("the task to take alice's first report", func() bool {
+		tk.mu.lockToRead()
+		defer tk.mu.unlockRead()
+		return slices.ContainsFunc(tk.st.SharedInfoPool, fromAlice)
+	})
 	return b, st, alice, id, stages
 }
 
