@@ -43,6 +43,21 @@ func (s *ghostStore) PutTask(ctx context.Context, t *TaskState) error {
 	return s.MemoryStore.PutTask(ctx, t)
 }
 
+// refusedGhost has the operator add the task "ghost" while the store
+// refuses it, in a synctest bubble, and returns add_task's error.
+func refusedGhost(t *testing.T) (*testbed, *ghostStore, error) {
+	t.Helper()
+	st := &ghostStore{MemoryStore: NewMemoryStore()}
+	b := bubbleBed(t, func(c *Config) { c.Store = st })
+	synctest.Wait()
+	st.down.Store(true)
+	_, err := b.sys.AddTask(b.op(), AddTaskRequest{TaskName: "ghost", TaskIntention: "must not exist"})
+	if err == nil {
+		t.Fatal("add_task succeeded while the store refused the task: the scenario did not arise")
+	}
+	return b, st, err
+}
+
 // TestRefusedAddTaskIsNeverStoredLater: the operator's add_task is
 // refused by the store, and the call fails ("a task the store refuses does
 // not exist", registerTask). Its owner, never registered, must not write
@@ -50,14 +65,7 @@ func (s *ghostStore) PutTask(ctx context.Context, t *TaskState) error {
 // its creator was told was not created (a restart would bring it to life).
 func TestRefusedAddTaskIsNeverStoredLater(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		st := &ghostStore{MemoryStore: NewMemoryStore()}
-		b := bubbleBed(t, func(c *Config) { c.Store = st })
-		synctest.Wait()
-		st.down.Store(true)
-		_, err := b.sys.AddTask(b.op(), AddTaskRequest{TaskName: "ghost", TaskIntention: "must not exist"})
-		if err == nil {
-			t.Fatal("add_task succeeded while the store refused the task: the scenario did not arise")
-		}
+		b, st, err := refusedGhost(t)
 		id, _ := st.id.Load().(string)
 		if _, ok := b.sys.task(id); ok {
 			t.Fatalf("add_task failed (%v) but the MAS holds task %s", err, id)
@@ -77,13 +85,7 @@ func TestRefusedAddTaskIsNeverStoredLater(t *testing.T) {
 // Close returned, for ever while the store refuses it.
 func TestRefusedAddTaskRetriesStopAtClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		st := &ghostStore{MemoryStore: NewMemoryStore()}
-		b := bubbleBed(t, func(c *Config) { c.Store = st })
-		synctest.Wait()
-		st.down.Store(true)
-		if _, err := b.sys.AddTask(b.op(), AddTaskRequest{TaskName: "ghost", TaskIntention: "must not exist"}); err == nil {
-			t.Fatal("add_task succeeded while the store refused the task: the scenario did not arise")
-		}
+		b, st, _ := refusedGhost(t)
 		if err := b.sys.Close(); err != nil {
 			t.Fatal(err)
 		}
