@@ -78,10 +78,15 @@ func newHTTPRig(t testing.TB, o rigOptions) *httpRig {
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		// Sessions hold streams open; httptest's Close waits for them.
+		// Their connections are closed first, which ends each stream's
+		// request (and an SSE session with it) from its own handler:
+		// closing a session from here could race go-sdk's Connect of a
+		// stream still being set up (a data race inside the SDK).
+		ts.CloseClientConnections()
+		ts.Close()
 		for ss := range srv.MCP().Sessions() {
 			_ = ss.Close()
 		}
-		ts.Close()
 	})
 	return &httpRig{t: t, stack: st, team: team, srv: srv, ts: ts, url: ts.URL + "/mcp", sseURL: ts.URL + "/sse"}
 }
