@@ -427,13 +427,18 @@ func TestWaitForUpdatesShutdown(t *testing.T) {
 		err error
 	}
 	done := make(chan result, 1)
+	params := mcpCall("wait_for_updates", map[string]any{"cursor": latest, "timeout_seconds": 300})
+	params.SetProgressToken("shutdown")
 	go func() {
-		res, err := e.client.CallTool(context.Background(), mcpCall("wait_for_updates", map[string]any{"cursor": latest, "timeout_seconds": 300}))
+		res, err := e.client.CallTool(context.Background(), params)
 		done <- result{res, err}
 	}()
-	// Close while the call waits (if it has not started waiting yet, it
-	// meets the closed server all the same).
-	time.Sleep(100 * time.Millisecond)
+	// Close while the call waits: its first progress notification (after
+	// a second) says it is in its wait.
+	e.waitUntil("wait_for_updates to be waiting", func() bool { return len(e.progress) > 0 || len(done) > 0 })
+	if len(done) > 0 {
+		t.Fatalf("wait_for_updates returned before the server closed: %+v", <-done)
+	}
 	if err := e.srv.Close(); err != nil {
 		t.Fatal(err)
 	}
