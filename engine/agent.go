@@ -267,13 +267,13 @@ func (a *agent) popLocked() (StepState, bool) {
 		return StepState{}, false
 	}
 	for {
-		if len(a.st.StepLock) > 0 {
+		if a.lockHoldsLocked() {
 			a.setWorkingLocked(WorkingWaiting)
 			return StepState{}, false
 		}
 		at, paused := a.nextRunnableLocked()
 		if at < 0 {
-			if paused {
+			if paused || len(a.st.StepLock) > 0 { // its waits are in paused tasks
 				a.setWorkingLocked(WorkingPaused)
 			} else {
 				a.setWorkingLocked(WorkingIdle)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"time"
 )
@@ -19,6 +20,24 @@ func (a *agent) shiftWaitsLocked(taskID string, d time.Duration) {
 	if changed {
 		a.changedLocked(Event{TaskID: taskID, Detail: "step_lock_deadlines"})
 	}
+}
+
+// lockHoldsLocked reports whether the step lock holds the agent (spec
+// §9.1.2): it does while one of its waits is in a task that is not paused.
+// A wait in a paused task is held with its task, its timeout suspended,
+// and the agent runs its other tasks' steps meanwhile (pause.go): held
+// whole, it would leave those tasks idle for as long as the pause lasts,
+// with nobody told (their supervision counts the agent's queued steps as
+// work in progress). On resume the lock holds again. An entry without its
+// wait holds. a.mu must be held.
+func (a *agent) lockHoldsLocked() bool {
+	for _, id := range a.st.StepLock {
+		i := slices.IndexFunc(a.st.Waits, func(w Wait) bool { return w.WaitingID == id })
+		if i < 0 || !a.sys.isPaused(a.st.Waits[i].TaskID) {
+			return true
+		}
+	}
+	return false
 }
 
 // nextRunnableLocked returns the index in the todo list of the first step

@@ -243,8 +243,14 @@ func (s *System) addParticipants(actorID string, human bool, taskID string, agen
 		return nil, errf(ErrInvalid, "agents: is empty")
 	}
 	for _, id := range agents {
-		if _, ok := s.agent(id); !ok {
+		a, ok := s.agent(id)
+		if !ok {
 			return nil, errf(ErrNotFound, "agents: %q: no such agent", id)
+		}
+		if !t.inGroup(id) {
+			if err := s.checkJoinable("agents", a); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := t.mu.lockDurable(); err != nil {

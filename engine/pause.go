@@ -15,9 +15,12 @@ import (
 // is waiting on the operator, who knows) and so are the wait timeouts of
 // its agents' waits in it: on resume every such deadline moves by the time
 // the task was paused. The pause is stored with the task and survives
-// restarts. A paused agent starts no new step of any task; its running step
-// finishes likewise. Agents that have nothing to run but steps of paused
-// tasks, and paused agents, show working_state "paused".
+// restarts. An agent whose step lock holds only waits in paused tasks is not
+// held by it meanwhile: it runs its other tasks' steps too
+// (lockHoldsLocked). A paused agent starts no new step of any task; its
+// running step finishes likewise, and it joins no task while paused
+// (checkJoinable). Agents that have nothing to run but steps of paused
+// tasks or waits in them, and paused agents, show working_state "paused".
 
 // isPaused reports whether a task is paused, without its mutex.
 func (s *System) isPaused(taskID string) bool {
@@ -77,6 +80,25 @@ func (s *System) pauseTask(t *task, actorID string, human, pause bool) (*PauseTa
 	s.sup.touch(id) // the quiet clock starts again either way
 	s.log.Info("task "+detail, "task", id, "by", actorID)
 	return &PauseTaskResult{Changed: true, Paused: pause, TaskID: id}, nil
+}
+
+// checkJoinable refuses a paused LLM agent as a new member of a task. A
+// pause holds every task of the agent, which is why pause_agent needs an
+// operator who may operate each of them (pauseAgents): an agent that joined
+// a task while paused would hold that task, whose operator may not be its
+// pauser and is not told (supervision counts its queued steps as work in
+// progress), and its pauser could then no longer resume it.
+func (s *System) checkJoinable(field string, a *agent) error {
+	if a.kind != KindLLM {
+		return nil
+	}
+	a.mu.Lock()
+	paused := a.st.Paused
+	a.mu.Unlock()
+	if paused {
+		return errf(ErrInvalid, "%s: agent %q: is paused (pause_agent) and starts no step of any task: an operator resumes it first (resume_agent), or choose another agent", field, a.id)
+	}
+	return nil
 }
 
 // pauseAgents pauses or resumes LLM agents (pause_agent, resume_agent):

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -300,4 +301,91 @@ func TestOverlappingPauseAndResumeAgree(t *testing.T) {
 			pause(false)
 		}
 	}
+}
+
+// TestPausedTaskWaitLetsTheAgentRunItsOtherTasks: an agent waiting for a
+// reply in a task that is then paused runs its other tasks' steps while
+// the pause lasts (the wait is held with its paused task), and is held by
+// the wait again once the task resumes. Held whole, the agent left its
+// other tasks idle for as long as the pause lasted, with nobody told.
+func TestPausedTaskWaitLetsTheAgentRunItsOtherTasks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := bubbleBed(t, nil)
+		alice := b.newAgent("alice")
+		other := b.newTask("other", alice)
+		first := b.newTask("first", alice)
+		b.sc.onAgent("alice", SkillPlanning, func(_ context.Context, in *ExecInput) *Output {
+			if in.Step.TaskID == other {
+				return &Output{AddSteps: []StepSpec{spec(SkillSendMessage, "ask the operator")}}
+			}
+			return &Output{AddSteps: []StepSpec{}}
+		})
+		b.sc.onText("ask the operator", func(context.Context, *ExecInput) *Output {
+			return &Output{SendMessage: &OutgoingMessage{Receiver: StringList{b.op()}, Message: "which sources?", NeedReply: true, Waiting: true}}
+		})
+		b.addStages(other, StageSpec{StageIntention: "ask", AgentAllocation: map[string]string{alice: "ask the operator"}})
+		b.until("alice to wait on the operator", time.Minute, func() bool { return len(b.agent(alice).StepLock) == 1 })
+		if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionPauseTask, TaskID: other}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if ws := b.agent(alice).WorkingState; ws != WorkingPaused {
+			t.Errorf("alice, waiting only in a paused task with nothing else to run, shows %q; want paused", ws)
+		}
+		stages := b.addStages(first, StageSpec{StageIntention: "work", AgentAllocation: map[string]string{alice: "do the work"}})
+		b.until("alice to finish her part of the first task", 10*testStall, func() bool {
+			return len(b.stage(first, stages[0]).CompletionSummary) == 1
+		})
+		if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionResumeTask, TaskID: other}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if a := b.agent(alice); len(a.StepLock) != 1 || a.WorkingState != WorkingWaiting {
+			t.Errorf("after the resume alice has lock %v and shows %q; want her wait to hold her again", a.StepLock, a.WorkingState)
+		}
+	})
+}
+
+// TestPausedAgentJoinsNoTask: a paused agent is refused as a new member of
+// a task, as a participant or through a stage's new allocation: its pause
+// would hold a task whose operator did not pause it and is not told, and
+// its pauser could no longer resume it. Once resumed it joins.
+func TestPausedAgentJoinsNoTask(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := bubbleBed(t, nil)
+		alice, bob := b.newAgent("alice"), b.newAgent("bob")
+		if _, err := b.sys.AgentInstruction(b.op(), AgentInstruction{Action: ActionPauseAgent, Agents: StringList{alice}}); err != nil {
+			t.Fatal(err)
+		}
+		bea, err := b.sys.AddOperator("bea")
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := b.sys.AddTask(bea, AddTaskRequest{TaskName: "report", TaskIntention: "write a report"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = b.sys.AgentInstruction(bea, AgentInstruction{Action: ActionAddTaskParticipant, TaskID: id, Agents: StringList{alice}})
+		isErr(t, err, ErrInvalid, "is paused")
+		if _, err := b.sys.AgentInstruction(bea, AgentInstruction{Action: ActionAddTaskParticipant, TaskID: id, Agents: StringList{bob}}); err != nil {
+			t.Fatal(err)
+		}
+		stages, err := b.sys.TaskInstruction(bea, TaskInstruction{Action: ActionAddStage, TaskID: id,
+			Stages: []StageSpec{{StageIntention: "collect", AgentAllocation: map[string]string{bob: "collect facts"}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = b.sys.TaskInstruction(bea, TaskInstruction{Action: ActionRetryStage, TaskID: id, OldStageID: stages.AddStage.StageIDs[0],
+			NewStageIntention: "collect again", NewAgentAllocation: map[string]string{alice: "collect facts"}})
+		isErr(t, err, ErrInvalid, "new_agent_allocation: agent \""+alice+"\": is paused")
+		if group := b.task(id).TaskGroup; slices.Contains(group, alice) {
+			t.Fatalf("the refused agent is in the task group %v", group)
+		}
+		if _, err := b.sys.AgentInstruction(b.op(), AgentInstruction{Action: ActionResumeAgent, Agents: StringList{alice}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.sys.AgentInstruction(bea, AgentInstruction{Action: ActionAddTaskParticipant, TaskID: id, Agents: StringList{alice}}); err != nil {
+			t.Fatalf("the resumed agent: %v", err)
+		}
+	})
 }

@@ -300,6 +300,7 @@ func (a *agent) releaseWaits(match func(Wait) bool) {
 type lostReply struct {
 	waiter    string
 	waitingID string
+	taskID    string // of the reply step
 	reason    string
 }
 
@@ -323,12 +324,13 @@ func (a *agent) replyLostLocked(step *StepState, result map[string]any) []lostRe
 	if reason == "" {
 		reason = "its reply step ended without sending a reply"
 	}
-	return []lostReply{{waiter: step.ReplyTo, waitingID: step.ReturnWaitingID, reason: Truncate(reason, 300)}}
+	return []lostReply{{waiter: step.ReplyTo, waitingID: step.ReturnWaitingID, taskID: step.TaskID, reason: Truncate(reason, 300)}}
 }
 
 // releaseLost releases at once the waits whose reply from replier can no
 // longer come, each with a process_message step (run next) saying why:
-// the waiter does not sit out its wait timeout.
+// the waiter does not sit out its wait timeout. An operator who waits
+// (a HumanAgent holds no step lock) is told in its inbox.
 func (s *System) releaseLost(replier *agent, lost ...lostReply) {
 	if len(lost) == 0 {
 		return
@@ -336,7 +338,12 @@ func (s *System) releaseLost(replier *agent, lost ...lostReply) {
 	name := s.nameOf(replier.id) // read before taking another owner's mutex
 	for _, l := range lost {
 		w, ok := s.agent(l.waiter)
-		if !ok || w.kind != KindLLM {
+		if !ok {
+			continue
+		}
+		if w.kind != KindLLM {
+			s.tellOperator(w.id, "operator_reply_lost", map[string]any{"Replier": name, "TaskID": l.taskID, "Reason": l.reason})
+			s.log.Info("operator told: the reply can no longer come", "operator", w.id, "for", replier.id, "waiting_id", l.waitingID, "reason", l.reason)
 			continue
 		}
 		if w.replyLost(l, name) {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -455,4 +456,36 @@ func TestFinishStageRemovesStepsBeforeReleasingWaits(t *testing.T) {
 	if calls := b.sc.callsOf("alice", SkillReflection); len(calls) > 0 {
 		t.Errorf("finish_stage/finish_task/retry_stage release the waits of the ended stage before delivering the instruction that removes its steps: the released agent ran a %s step of stage %s after it ended", SkillReflection, calls[0].StageID)
 	}
+}
+
+// TestOperatorToldWhenItsReplyCannotCome: the operator asks the manager a
+// question and waits for the answer; the manager's reply step fails. The
+// operator, who holds no step lock, is told in its inbox that the reply
+// will not come and why, as an LLM waiter is released and told.
+func TestOperatorToldWhenItsReplyCannotCome(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := bubbleBed(t, nil)
+		b.sc.onAgent("manager", SkillSendMessage, func(context.Context, *ExecInput) *Output {
+			return &Output{Err: errors.New("the answer has no <send_message> block")}
+		})
+		if _, err := b.sys.HumanSend(b.op(), HumanMessage{TaskID: b.sys.BaseTaskID(), Receiver: []string{b.mgr()},
+			Content: "How many tasks are running?", NeedReply: true, Waiting: true}); err != nil {
+			t.Fatal(err)
+		}
+		b.until("the operator to be told the manager cannot answer", time.Minute, func() bool {
+			in, err := b.sys.Inbox(b.op())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range in {
+				if e.SenderID == SystemSender && strings.Contains(e.Content, "[No reply coming]") {
+					if !strings.Contains(e.Content, b.mgr()) || !strings.Contains(e.Content, "no <send_message> block") {
+						t.Errorf("the notice names neither the manager nor the reason: %s", e.Content)
+					}
+					return true
+				}
+			}
+			return false
+		})
+	})
 }

@@ -228,6 +228,9 @@ func (s *System) checkAllocation(field string, t *task, alloc map[string]string,
 			if !addToGroup {
 				return nil, errf(ErrInvalid, "%s: agent %q: not in the task group of task %s; add it with agent_manager add_task_participant first", field, id, t.st.TaskID)
 			}
+			if err := s.checkJoinable(field, a); err != nil {
+				return nil, err
+			}
 			missing = append(missing, id)
 		}
 	}

@@ -99,6 +99,7 @@ var textFields = map[string][]string{
 	"reply_lost_intention":       {"ReceiverIDs", "Reason"},
 	"reply_lost_text":            {"ReceiverIDs", "Reason"},
 	"operator_task_failed":       {"TaskID", "TaskName", "Reason"},
+	"operator_reply_lost":        {"Replier", "TaskID", "Reason"},
 	"budget_reached":             {"Kind", "Agent", "Used", "Limit", "Day"},
 	"budget_question":            {"TaskID", "TaskName", "Reason", "Daily", "Used", "RaiseTokens", "RaiseAgent", "RaiseCost"},
 	"budget_declined":            {"Reason"},
