@@ -102,6 +102,21 @@ func (o *OpenAI) classify(ctx, actx context.Context, ex *exchange, err error) *f
 		}
 	}
 
+	if ex.cut {
+		// A body past the limit: a runaway answer, or a page that does
+		// not end. A successful one is not asked for again (the same
+		// request would run away the same way); an error one is handled
+		// by its status.
+		detail := fmt.Sprintf("the endpoint's answer (HTTP %d) passed %d MiB and was cut (a runaway answer, or a proxy's page that does not end: check the endpoint and the model's max_tokens)", ex.status, ex.limit>>20)
+		f := &failure{status: ex.status, detail: detail}
+		switch {
+		case ex.status == http.StatusTooManyRequests:
+			f.kind, f.retryable = ErrRateLimited, true
+		case ex.status >= 500:
+			f.kind, f.retryable = ErrServer, true
+		}
+		return f
+	}
 	var apiErr *openai.APIError
 	var reqErr *openai.RequestError
 	status, msg := 0, ""

@@ -21,6 +21,10 @@ const (
 	DefaultMaxRetries   = 3
 	DefaultConcurrency  = 8
 	DefaultMaxRetryWait = 60 * time.Second
+	// DefaultMaxAnswerBytes bounds one HTTP answer of the endpoint: a chat
+	// answer is a few KB to a few hundred KB; past this the answer is a
+	// runaway (or a proxy's page that does not end) and is cut.
+	DefaultMaxAnswerBytes = 16 << 20
 )
 
 // OpenAIConfig configures an OpenAI-compatible backend. Zero values mean the
@@ -57,6 +61,11 @@ type OpenAIConfig struct {
 	// MaxRetryWait caps any single wait between attempts, whether from
 	// backoff or from the server's Retry-After (default DefaultMaxRetryWait).
 	MaxRetryWait time.Duration
+	// MaxAnswerBytes bounds the bytes read of one HTTP answer (default
+	// DefaultMaxAnswerBytes). A successful answer past it fails the call,
+	// not retried; an error answer past it is cut and handled by its
+	// status.
+	MaxAnswerBytes int64
 	// HTTPClient sends the requests (default: a client on
 	// http.DefaultTransport). It is copied, not modified. Its Timeout, if
 	// set, applies on top of the per-attempt Timeout.
@@ -104,6 +113,9 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 			return nil, fmt.Errorf("llm: openai config: %s is %s, must not be negative", d.name, d.v)
 		}
 	}
+	if cfg.MaxAnswerBytes < 0 {
+		return nil, fmt.Errorf("llm: openai config: MaxAnswerBytes is %d, must not be negative", cfg.MaxAnswerBytes)
+	}
 	for _, n := range []struct {
 		name string
 		v    int
@@ -134,7 +146,7 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 	if u.RawQuery != "" {
 		rt = &queryTransport{base: rt, query: u.RawQuery}
 	}
-	hc.Transport = &recordingTransport{base: rt}
+	hc.Transport = &recordingTransport{base: rt, limit: cmp.Or(cfg.MaxAnswerBytes, DefaultMaxAnswerBytes)}
 	path := *u
 	path.RawQuery, path.ForceQuery, path.Fragment, path.RawFragment = "", false, "", ""
 

@@ -2,6 +2,8 @@ package llm
 
 import (
 	"context"
+	"errors"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -26,29 +28,64 @@ type exchange struct {
 	status       int  // status of the last response, 0 when none
 	retryAfter   time.Duration
 	hasRetry     bool // retryAfter holds a parsed server hint
+	// cut is set when the last response's body passed the limit and its
+	// reading was stopped there.
+	cut   bool
+	limit int64
 }
 
 type exchangeKey struct{}
 
-// recordingTransport wraps the caller's transport and records each response
-// into the exchange found in the request context, if any.
+// recordingTransport wraps the caller's transport, records each response
+// into the exchange found in the request context, if any, and stops
+// reading a response body at limit bytes.
 type recordingTransport struct {
-	base http.RoundTripper
+	base  http.RoundTripper
+	limit int64
 }
 
 func (t *recordingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(r)
-	ex, ok := r.Context().Value(exchangeKey{}).(*exchange)
-	if !ok {
+	ex, _ := r.Context().Value(exchangeKey{}).(*exchange)
+	if err == nil {
+		resp.Body = &cappedBody{ReadCloser: resp.Body, left: t.limit, ex: ex}
+	}
+	if ex == nil {
 		return resp, err
 	}
 	ex.transportErr = err != nil
-	ex.status, ex.retryAfter, ex.hasRetry = 0, 0, false
+	ex.status, ex.retryAfter, ex.hasRetry, ex.cut, ex.limit = 0, 0, false, false, t.limit
 	if err == nil {
 		ex.status = resp.StatusCode
 		ex.retryAfter, ex.hasRetry = retryAfter(resp.Header, time.Now())
 	}
 	return resp, err
+}
+
+// errAnswerTooLarge ends the reading of a body past its limit.
+var errAnswerTooLarge = errors.New("the answer passed its size limit")
+
+// cappedBody reads at most left bytes of a body, then fails with
+// errAnswerTooLarge and marks its exchange cut.
+type cappedBody struct {
+	io.ReadCloser
+	left int64
+	ex   *exchange
+}
+
+func (b *cappedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		if b.ex != nil {
+			b.ex.cut = true
+		}
+		return 0, errAnswerTooLarge
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
 }
 
 // retryAfter reads the server's wait hint: "retry-after-ms" (sent by OpenAI
