@@ -229,9 +229,12 @@ func (s *System) filterAgent(viewerID string, st *AgentState, hidden []string) {
 		return
 	}
 	if st.Kind == KindHuman {
-		st.ConversationPool = nil // an operator's conversations are its own (spec §7.1)
+		// An operator's conversations are its own (spec §7.1), and so are
+		// its actions: they are its steps, which its working memory lists.
+		st.ConversationPool = nil
 		st.AgentStep.StepList = nil
 		st.AgentStep.TodoList = nil
+		st.WorkingMemory = nil
 	}
 	visible := map[string]bool{}
 	seen := func(taskID string) bool {
@@ -345,17 +348,21 @@ func carries(sp *StepState, hidden []string) bool {
 // may not see is left out, and so is one that names a private message of
 // others (its ID is theirs to see): a message an operator sent, a change of
 // an operator's HumanAgent by a message to it, a message delivered to one.
+// So is a change of another operator's HumanAgent or of its steps: an
+// operator's actions are its steps, its own (filterAgent), and their
+// events would tell another when it acts and what.
 func (s *System) EventVisible(viewerID string, ev Event) bool {
 	if ev.TaskID != "" && !s.Visible(viewerID, ev.TaskID) {
 		return false
 	}
-	if ev.MessageID == "" || !s.restricted(viewerID) {
+	if !s.restricted(viewerID) {
 		return true
 	}
-	if ev.AgentID != "" && ev.AgentID != viewerID && s.isHuman(ev.AgentID) {
+	if ev.AgentID != "" && ev.AgentID != viewerID && s.isHuman(ev.AgentID) &&
+		(ev.MessageID != "" || ev.Kind == EventAgentChanged || ev.Kind == EventStepChanged || ev.Kind == EventLLMCall) {
 		return false
 	}
-	return ev.TaskID == "" || !s.messageHidden(viewerID, ev.TaskID, ev.MessageID)
+	return ev.MessageID == "" || ev.TaskID == "" || !s.messageHidden(viewerID, ev.TaskID, ev.MessageID)
 }
 
 // TrailEntriesFor returns the entries of es (one task's, as a trail reader

@@ -172,6 +172,7 @@ func (in ManageTaskIn) check(l *Limits) error {
 	c.text("new_stage_intention", in.NewStageIntention)
 	c.allocation("new_agent_allocation", in.NewAgentAllocation)
 	c.text("summary", in.Summary)
+	c.name("operator", in.Operator)
 	return c.err
 }
 

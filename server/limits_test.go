@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mas-mcp/mas-mcp/server"
 )
@@ -467,4 +468,43 @@ func TestLongRequestCaps(t *testing.T) {
 	p2()
 	a3()
 	c.baseline()
+}
+
+// TestPromptArgumentBounded: operator_guide's argument task is free text
+// pasted into the prompt; like every tool's free text it is held to
+// limits.text_bytes, with an error naming the field.
+func TestPromptArgumentBounded(t *testing.T) {
+	e := newEnv(t)
+	huge := strings.Repeat("x", 1<<20)
+	res, err := e.client.GetPrompt(context.Background(), &mcp.GetPromptParams{Name: "operator_guide", Arguments: map[string]string{"task": huge}})
+	if err == nil {
+		n := 0
+		for _, m := range res.Messages {
+			if tc, ok := m.Content.(*mcp.TextContent); ok {
+				n += len(tc.Text)
+			}
+		}
+		t.Fatalf("prompts/get operator_guide with a %d-byte task: a %d-byte prompt, want a refusal naming task and limits.text_bytes", len(huge), n)
+	}
+	if !strings.Contains(err.Error(), "task") || !strings.Contains(err.Error(), "limits.text_bytes") {
+		t.Errorf("the refusal does not name task and limits.text_bytes: %.300s", err)
+	}
+}
+
+// TestShareOperatorBounded: manage_task share's operator is an ID, checked
+// as every ID is: a 100 KB one is refused naming the field and
+// limits.name_bytes (not echoed whole), one with a newline is refused for
+// its control character.
+func TestShareOperatorBounded(t *testing.T) {
+	e := newEnv(t)
+	base := e.stack.Sys.BaseTaskID()
+	long := strings.Repeat("y", 100_000)
+	txt := e.callErr("manage_task", map[string]any{"action": "share", "task_id": base, "operator": long})
+	if !strings.Contains(txt, "limits.name_bytes") || len(txt) > 1000 {
+		t.Errorf("share with a %d-byte operator: %d-byte error %.120s…, want one naming operator and limits.name_bytes", len(long), len(txt), txt)
+	}
+	txt = e.callErr("manage_task", map[string]any{"action": "share", "task_id": base, "operator": "bea\nINJECTED LINE"})
+	if !strings.Contains(txt, "control character") {
+		t.Errorf("share with an operator holding a newline: %q, want the control-character refusal", txt)
+	}
 }

@@ -211,3 +211,15 @@ func TestTokensMustNameOperators(t *testing.T) {
 		}
 	}
 }
+
+// annTaskAtRest has ann add a task and waits until it is staffed and the
+// MAS is at rest.
+func annTaskAtRest(o *operators) string {
+	o.t.Helper()
+	var added server.AddTaskOut
+	o.annPeer.call("add_task", map[string]any{"task_name": "ann secret merger", "task_intention": "Research a topic and write a report."}, &added)
+	o.stack.WaitFor("ann's task staffed, and rest", func() bool {
+		return len(o.stack.Task(added.TaskID).StageList) > 0 && atRest(o.stack.Sys)
+	})
+	return added.TaskID
+}

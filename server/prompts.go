@@ -42,7 +42,12 @@ func (s *Server) addPrompts() {
 
 func (s *Server) operatorGuidePrompt(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 	text := operatorGuide
-	if task := strings.TrimSpace(req.Params.Arguments["task"]); task != "" {
+	task := strings.TrimSpace(req.Params.Arguments["task"])
+	c := inputCheck{l: &s.cfg.Limits}
+	if c.text("task", task); c.err != nil {
+		return nil, c.err
+	}
+	if task != "" {
 		text += fmt.Sprintf("\n\n## Your task now\nHand this task over with add_task, then follow it to the end and report the result:\n\n%s", task)
 	}
 	return &mcp.GetPromptResult{
