@@ -408,7 +408,7 @@ func (a *agent) setWorkingLocked(ws string) {
 // to run. It returns true when the step was consumed (skipped or replaced).
 func (a *agent) budgetLocked(step *StepState) bool {
 	if step.StageID == NoRelative || step.TaskID == a.sys.baseTaskID {
-		return false
+		return a.unstagedBudgetLocked(step)
 	}
 	c := a.count(stageKey{step.TaskID, step.StageID})
 	switch {
@@ -430,6 +430,25 @@ func (a *agent) budgetLocked(step *StepState) bool {
 		return true
 	}
 	return false
+}
+
+// unstagedBudgetLocked bounds the steps an agent runs outside any stage
+// (in the base task, or a task's no_relative steps), where no stage budget
+// or stage end ever stops a plan that plans again: UnstagedStepBudget of
+// them in a row without a message from an agent or an operator (receive starts
+// the count again). Past it the step and the planned steps queued there
+// are skipped, with the reason; message steps still run. It reports
+// whether the step was skipped. a.mu must be held.
+func (a *agent) unstagedBudgetLocked(step *StepState) bool {
+	c := a.count(stageKey{step.TaskID, step.StageID})
+	if c.steps < a.sys.cfg.UnstagedStepBudget || isMessageStep(step) {
+		return false
+	}
+	reason := a.sys.text("budget_unstaged", map[string]any{"Budget": a.sys.cfg.UnstagedStepBudget})
+	a.skipLocked(step, reason)
+	a.dropPlannedLocked(step.TaskID, step.StageID, reason)
+	a.sys.log.Warn("steps outside any stage skipped: their budget is spent until a message comes", "agent", a.id, "task", step.TaskID, "budget", a.sys.cfg.UnstagedStepBudget)
+	return true
 }
 
 // isMessageStep reports whether a step answers or digests a message.

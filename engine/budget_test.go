@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -237,7 +238,9 @@ func TestBaseTaskHasNoBudget(t *testing.T) {
 }
 
 func TestBaseTaskHistoryIsBounded(t *testing.T) {
-	b := newTestbed(t, nil)
+	// The steps are injected, with no message between them: more than the
+	// budget of steps outside a stage allows in a row.
+	b := newTestbed(t, func(c *Config) { c.UnstagedStepBudget = 1000 })
 	w := b.newAgent("w")
 	base, baseStage := b.sys.BaseTaskID(), b.sys.BaseStageID()
 	b.join(base, w)
@@ -361,4 +364,45 @@ func TestProgressGuardRacesWithTheEndOfTheStage(t *testing.T) {
 	if left := b.steps(alice, func(s StepState) bool { return s.StageID == stage }); len(left) > 0 {
 		t.Errorf("the guard added a %s to the stage that ended (%d steps left, never cleaned up)", left[0].Executor, len(left))
 	}
+}
+
+// TestUnstagedStepsAreBounded: outside any stage (here the base task) no
+// stage budget or stage end stops a plan that plans again. An agent runs
+// UnstagedStepBudget steps there in a row without a new message; past them
+// its steps there are skipped with the reason, and a message from the
+// operator gives it the budget again.
+func TestUnstagedStepsAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const budget = 10
+		b := bubbleBed(t, func(c *Config) { c.UnstagedStepBudget = budget })
+		b.sc.onAgent("manager", SkillPlanning, func(context.Context, *ExecInput) *Output {
+			if len(b.sc.callsOf("manager", "")) > 5*budget {
+				return &Output{} // so that the test ends (and fails) without the bound
+			}
+			return &Output{AddSteps: []StepSpec{spec(SkillPlanning, "plan again")}}
+		})
+		b.sc.onAgent("manager", SkillProcessMessage, func(context.Context, *ExecInput) *Output {
+			return &Output{AddSteps: []StepSpec{spec(SkillPlanning, "plan from the message")}}
+		})
+		base := b.sys.BaseTaskID()
+		b.inject(b.mgr(), base, b.sys.baseStageID, false, spec(SkillPlanning, "start"))
+		synctest.Wait()
+		if n := len(b.sc.callsOf("manager", "")); n != budget {
+			t.Fatalf("the manager ran %d steps outside any stage, want the budget of %d", n, budget)
+		}
+		skipped := b.steps(b.mgr(), func(s StepState) bool {
+			reason, _ := s.ExecuteResult["error"].(string)
+			return s.ExecutionState == StateFailed && strings.Contains(reason, "steps in a row outside any stage")
+		})
+		if len(skipped) == 0 {
+			t.Error("no step was skipped with the reason")
+		}
+		if _, err := b.sys.HumanSend(b.op(), HumanMessage{TaskID: base, Receiver: []string{b.mgr()}, Content: "carry on"}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if n := len(b.sc.callsOf("manager", "")); n != 2*budget {
+			t.Errorf("after the operator's message the manager ran %d steps in all, want the budget again (%d in all)", n, 2*budget)
+		}
+	})
 }

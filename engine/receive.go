@@ -29,6 +29,13 @@ func (a *agent) receive(m Message) {
 		a.mu.Unlock()
 		return
 	}
+	if m.SenderID != SystemSender && (m.TaskID == a.sys.baseTaskID || m.StageRelative == NoRelative) {
+		// New input outside any stage: the steps it leads to have their
+		// budget again (unstagedBudgetLocked).
+		if c := a.counts[stageKey{m.TaskID, m.StageRelative}]; c != nil {
+			c.steps = 0
+		}
+	}
 	var released *Wait
 	if m.ReturnWaitingID != "" {
 		if w, ok := a.releaseWaitLocked(m.ReturnWaitingID); ok {

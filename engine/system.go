@@ -52,6 +52,10 @@ type Config struct {
 	// StageReflectionBudget is how many reflections an agent may run in one
 	// stage before its next reflection becomes a summary. Default 6.
 	StageReflectionBudget int
+	// UnstagedStepBudget is how many steps an agent may run in a row
+	// outside any stage (the base task, no_relative steps) without a
+	// message from an agent or an operator. Default 100.
+	UnstagedStepBudget int
 	// SummaryAttempts is how many failed summary steps make an agent
 	// "failed" in a stage (so the stage can still complete). Default 2.
 	SummaryAttempts int
@@ -121,15 +125,16 @@ func (c *Config) withDefaults() (Config, error) {
 	if cfg.BaseStageGoal == "" {
 		cfg.BaseStageGoal = cfg.Texts.Text("base_stage_goal", nil)
 	}
-	if cfg.WaitTimeout < 0 || cfg.StageStepBudget < 0 || cfg.StageReflectionBudget < 0 || cfg.SummaryAttempts < 0 ||
+	if cfg.WaitTimeout < 0 || cfg.StageStepBudget < 0 || cfg.StageReflectionBudget < 0 || cfg.UnstagedStepBudget < 0 || cfg.SummaryAttempts < 0 ||
 		cfg.RetryStageLimit < 0 || cfg.StallTimeout < 0 || cfg.StallNotices < 0 || cfg.MaxTextChars < 0 || cfg.MaxDocumentBytes < 0 ||
 		cfg.MemoryMaxEntries < 0 || cfg.MemoryMaxChars < 0 {
-		return cfg, errors.New("engine: config: WaitTimeout, StageStepBudget, StageReflectionBudget, SummaryAttempts, RetryStageLimit, StallTimeout, StallNotices, MaxTextChars, MaxDocumentBytes, MemoryMaxEntries and MemoryMaxChars must not be negative")
+		return cfg, errors.New("engine: config: WaitTimeout, StageStepBudget, StageReflectionBudget, UnstagedStepBudget, SummaryAttempts, RetryStageLimit, StallTimeout, StallNotices, MaxTextChars, MaxDocumentBytes, MemoryMaxEntries and MemoryMaxChars must not be negative")
 	}
 	if err := cfg.Budgets.check(); err != nil {
 		return cfg, err
 	}
 	cfg.RetryStageLimit = cmp.Or(cfg.RetryStageLimit, 3)
+	cfg.UnstagedStepBudget = cmp.Or(cfg.UnstagedStepBudget, 100)
 	cfg.StallTimeout = cmp.Or(cfg.StallTimeout, 3*time.Minute)
 	cfg.StallNotices = cmp.Or(cfg.StallNotices, 2)
 	cfg.MaxTextChars = cmp.Or(cfg.MaxTextChars, 16000)

@@ -60,7 +60,7 @@ var TextKeys = []string{
 	"wait_cycle_intention", "wait_cycle_text",
 	"reflection_intention", "reflection_text",
 	"summary_intention", "summary_text",
-	"budget_steps", "budget_reflections", "summary_failed",
+	"budget_steps", "budget_reflections", "budget_unstaged", "summary_failed",
 	"human_reply_needed", "human_stage_started", "human_stage_finished", "human_task_finished",
 	"ask_info_result", "repair_request",
 	"tool_describe_intention", "tool_describe_text", "tool_result_intention", "tool_result_text",

@@ -69,6 +69,7 @@ var textFields = map[string][]string{
 	"summary_text":               {"Reason"},
 	"budget_steps":               {"Budget"},
 	"budget_reflections":         {"Budget"},
+	"budget_unstaged":            {"Budget"},
 	"summary_failed":             {"Reason"},
 	"human_reply_needed":         {"SenderID", "SenderName"},
 	"human_stage_started":        {"TaskID", "StageID"},

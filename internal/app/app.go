@@ -416,6 +416,7 @@ func build(cfg Config, log *slog.Logger, st engine.Store, tr trail) (*engine.Sys
 		WaitTimeout:           cfg.WaitTimeout,
 		StageStepBudget:       cfg.StageStepBudget,
 		StageReflectionBudget: cfg.StageReflectionBudget,
+		UnstagedStepBudget:    cfg.UnstagedStepBudget,
 		RetryStageLimit:       cfg.RetryStageLimit,
 		StallTimeout:          cfg.StallTimeout,
 		StallNotices:          cfg.StallNotices,

@@ -31,7 +31,7 @@ func TestConfigPrecedence(t *testing.T) {
 	if err := os.WriteFile(file, []byte("lang: zh\nllm:\n  model: from-file\n  concurrency: 3\nwait_timeout: 2m\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, err := loadConfig([]string{"--config", file, "--model", "from-flag", "--stage-step-budget", "7"},
+	got, err := loadConfig([]string{"--config", file, "--model", "from-flag", "--stage-step-budget", "7", "--unstaged-step-budget", "40"},
 		env(map[string]string{"OPENAI_BASE_URL": "http://localhost:11434/v1", "MAS_MODEL": "from-env", "OPENAI_API_KEY": "sk-x"}))
 	if err != nil {
 		t.Fatal(err)
@@ -43,6 +43,7 @@ func TestConfigPrecedence(t *testing.T) {
 	want.LLM.BaseURL = "http://localhost:11434/v1" // env
 	want.LLM.Model = "from-flag"                   // flag beats env beats file
 	want.StageStepBudget = 7                       // flag
+	want.UnstagedStepBudget = 40                   // flag
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Config{})); diff != "" {
 		t.Errorf("config mismatch (-want +got):\n%s", diff)
 	}
@@ -64,6 +65,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{[]string{"--lang", "fr"}, `lang "fr"`},
 		{[]string{"--llm-concurrency", "-1"}, "llm.concurrency -1"},
 		{[]string{"--wait-timeout", "-1s"}, "wait_timeout -1s"},
+		{[]string{"--unstaged-step-budget", "0"}, "unstaged_step_budget 0: must be positive"},
 		{[]string{"--log-format", "xml"}, `log_format "xml"`},
 		{[]string{"--log-level", "loud"}, `log_level "loud"`},
 		{[]string{"--config", bad}, "field modle not found"},

@@ -62,6 +62,9 @@ type Config struct {
 	// StageStepBudget and StageReflectionBudget bound an agent's work in a stage.
 	StageStepBudget       int `yaml:"stage_step_budget"`
 	StageReflectionBudget int `yaml:"stage_reflection_budget"`
+	// UnstagedStepBudget bounds the steps an agent runs in a row outside
+	// any stage (the base task) without a new message.
+	UnstagedStepBudget int `yaml:"unstaged_step_budget"`
 	// RetryStageLimit bounds the retries of one stage (retry_stage).
 	RetryStageLimit int `yaml:"retry_stage_limit"`
 	// StallTimeout is how long a task may stay quiet before its manager is
@@ -265,6 +268,7 @@ func defaultConfig() Config {
 		ConfirmTimeout:        10 * time.Minute,
 		StageStepBudget:       60,
 		StageReflectionBudget: 6,
+		UnstagedStepBudget:    100,
 		RetryStageLimit:       3,
 		StallTimeout:          3 * time.Minute,
 		StallNotices:          2,
@@ -329,6 +333,7 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer, vers
 	wait := fs.Duration("wait-timeout", d.WaitTimeout, "how long an agent waits for a reply before carrying on")
 	steps := fs.Int("stage-step-budget", d.StageStepBudget, "steps an agent may run in one stage before it must summarise")
 	refl := fs.Int("stage-reflection-budget", d.StageReflectionBudget, "reflections an agent may run in one stage before it must summarise")
+	unstaged := fs.Int("unstaged-step-budget", d.UnstagedStepBudget, "steps an agent may run in a row outside any stage (the base task) without a new message; past them its steps there are skipped")
 	promptBudget := fs.Int("prompt-budget", d.PromptBudget, "characters of a prompt's variable sections (history, memory, message) before older history folds")
 	memEntries := fs.Int("memory-max-entries", d.MemoryMaxEntries, "entries an agent's persistent memory may hold before adds are refused")
 	memChars := fs.Int("memory-max-chars", d.MemoryMaxChars, "characters an agent's persistent memory may hold before adds are refused")
@@ -418,7 +423,8 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer, vers
 		"stall-notices": func() { cfg.StallNotices = *stallNotices }, "retry-stage-limit": func() { cfg.RetryStageLimit = *retryLimit },
 		"llm-concurrency": func() { cfg.LLM.Concurrency = *conc }, "wait-timeout": func() { cfg.WaitTimeout = *wait },
 		"stage-step-budget": func() { cfg.StageStepBudget = *steps }, "stage-reflection-budget": func() { cfg.StageReflectionBudget = *refl },
-		"prompt-budget": func() { cfg.PromptBudget = *promptBudget }, "memory-max-entries": func() { cfg.MemoryMaxEntries = *memEntries },
+		"unstaged-step-budget": func() { cfg.UnstagedStepBudget = *unstaged },
+		"prompt-budget":        func() { cfg.PromptBudget = *promptBudget }, "memory-max-entries": func() { cfg.MemoryMaxEntries = *memEntries },
 		"memory-max-chars": func() { cfg.MemoryMaxChars = *memChars }, "task-token-budget": func() { cfg.Budgets.TaskTokens = *taskTokens },
 	} {
 		if set[name] {
@@ -470,6 +476,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("stage_step_budget %d: must be positive", c.StageStepBudget)
 	case c.StageReflectionBudget <= 0:
 		return fmt.Errorf("stage_reflection_budget %d: must be positive", c.StageReflectionBudget)
+	case c.UnstagedStepBudget <= 0:
+		return fmt.Errorf("unstaged_step_budget %d: must be positive", c.UnstagedStepBudget)
 	case c.PromptBudget <= 0:
 		return fmt.Errorf("prompt_budget %d: must be positive", c.PromptBudget)
 	case c.MemoryMaxEntries <= 0:
