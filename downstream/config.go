@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mas-mcp/mas-mcp/llm"
 )
 
 // Risk levels of a server (our key beyond the hosts' mcpServers shape).
@@ -196,7 +198,7 @@ func (sc ServerConfig) check() error {
 	if sc.URL != "" {
 		u, err := url.Parse(sc.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("url %q: want an http:// or https:// URL", sc.URL)
+			return fmt.Errorf("url %q: want an http:// or https:// URL", redactURL(sc.URL))
 		}
 	}
 	return nil
@@ -219,11 +221,36 @@ func (sc ServerConfig) timeout() time.Duration {
 	return DefaultTimeout
 }
 
-// describe is a short form of the server for logs (no env values, no
-// headers: they may hold secrets).
+// describe is a short form of the server for logs and errors, without
+// secrets: no env values, no headers, the URL's user information and query
+// values replaced, and the values of secret flags among the args
+// (redactArgs).
 func (sc ServerConfig) describe() string {
 	if sc.URL != "" {
-		return strings.TrimSpace(sc.Transport + " " + sc.URL)
+		return strings.TrimSpace(sc.Transport + " " + redactURL(sc.URL))
 	}
-	return strings.TrimSpace(sc.Command + " " + strings.Join(sc.Args, " "))
+	return strings.TrimSpace(sc.Command + " " + strings.Join(redactArgs(sc.Args), " "))
+}
+
+// redactURL is llm.RedactURL, but for a URL that does not parse (checked
+// when the configuration is loaded, whose error shows it): its user
+// information and query are replaced as they are written.
+func redactURL(raw string) string {
+	if _, err := url.Parse(raw); err == nil {
+		return llm.RedactURL(raw)
+	}
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		scheme, rest = "", raw
+	} else {
+		scheme += "://"
+	}
+	authority, _, _ := strings.Cut(rest, "/")
+	if i := strings.LastIndex(authority, "@"); i >= 0 {
+		rest = redacted + rest[i:]
+	}
+	if i := strings.Index(rest, "?"); i >= 0 {
+		rest = rest[:i] + "?" + redacted
+	}
+	return scheme + rest
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -80,23 +81,34 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	return e, nil
 }
 
-// Execute implements engine.Executor.
+// Execute implements engine.Executor. The step's error and result are
+// scrubbed of the server's configured secrets (secrets.go).
 func (e *Executor) Execute(ctx context.Context, in *engine.ExecInput) *engine.Output {
+	if ins := in.Step.InstructionContent; ins != nil && ins.InstructionType != "get_description" && ins.ToolName != "" {
+		// A copy: the operator's completed or corrected arguments change
+		// the call made, not the step's instruction_content.
+		return e.tracedCall(ctx, in, in.Step.Executor, ins.Clone()) // scrubbed before its span records it
+	}
+	return e.cfg.Pool.scrubber(in.Step.Executor).output(e.execute(ctx, in))
+}
+
+// decide is the tool_decision step that follows a tool step (key: the
+// texts' key prefix).
+func (e *Executor) decide(in *engine.ExecInput, key string) *engine.ToolDecisionRequest {
+	data := map[string]any{"ToolName": in.Step.Executor}
+	return &engine.ToolDecisionRequest{
+		TaskID: in.Step.TaskID, StageID: in.Step.StageID, ToolName: in.Step.Executor,
+		StepIntention: e.cfg.Texts.Text(key+"_intention", data),
+		TextContent:   e.cfg.Texts.Text(key+"_text", data),
+	}
+}
+
+func (e *Executor) execute(ctx context.Context, in *engine.ExecInput) *engine.Output {
 	server := in.Step.Executor
 	if in.Step.InstructionContent == nil {
 		return &engine.Output{Err: fmt.Errorf("tool step for %s has no instruction_content: the instruction_generation step before it did not write one (it failed or was skipped)", server)}
 	}
-	// A copy: the operator's completed or corrected arguments change
-	// the call made, not the step's instruction_content.
-	ins := in.Step.InstructionContent.Clone()
-	decide := func(key string) *engine.ToolDecisionRequest {
-		data := map[string]any{"ToolName": server}
-		return &engine.ToolDecisionRequest{
-			TaskID: in.Step.TaskID, StageID: in.Step.StageID, ToolName: server,
-			StepIntention: e.cfg.Texts.Text(key+"_intention", data),
-			TextContent:   e.cfg.Texts.Text(key+"_text", data),
-		}
-	}
+	ins := in.Step.InstructionContent
 	switch {
 	case ins.InstructionType == "get_description":
 		start := time.Now()
@@ -106,11 +118,9 @@ func (e *Executor) Execute(ctx context.Context, in *engine.ExecInput) *engine.Ou
 			return &engine.Output{Err: err}
 		}
 		return &engine.Output{
-			Result:           map[string]any{"capabilities_list_description": caps},
-			NeedToolDecision: decide("tool_describe"),
+			Result:           map[string]any{"capabilities_list_description": e.described(caps)},
+			NeedToolDecision: e.decide(in, "tool_describe"),
 		}
-	case ins.ToolName != "":
-		return e.tracedCall(ctx, in, server, ins, decide("tool_result"))
 	case ins.ResourceName != "":
 		uri, _ := ins.Arguments["uri"].(string)
 		if uri == "" {
@@ -118,16 +128,18 @@ func (e *Executor) Execute(ctx context.Context, in *engine.ExecInput) *engine.Ou
 		}
 		var res *mcp.ReadResourceResult
 		start := time.Now()
-		err := e.cfg.Pool.do(withCaller(ctx, in, "resource "+uri), server, true, func(ctx context.Context, s *mcp.ClientSession) error {
+		cctx := withCaller(ctx, in, "resource "+uri)
+		err := e.cfg.Pool.do(cctx, server, true, func(ctx context.Context, s *mcp.ClientSession) error {
 			var err error
 			res, err = s.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
 			return err
 		})
 		e.record(ctx, in, server, "read_resource", ins.ResourceName, ins.Arguments, res, err, start, nil)
 		if err != nil {
-			return &engine.Output{Err: fmt.Errorf("mcp server %q: read resource %q: %w", server, uri, err)}
+			return &engine.Output{Err: fmt.Errorf("mcp server %q: read resource %q: %w", server, uri, err), Usage: callerOf(cctx).spent()}
 		}
-		return &engine.Output{Result: map[string]any{"mcp_server_result": e.bounded(res)}, NeedToolDecision: decide("tool_result")}
+		return &engine.Output{Result: map[string]any{"mcp_server_result": e.bounded(res)}, NeedToolDecision: e.decide(in, "tool_result"),
+			Usage: callerOf(cctx).spent()}
 	case ins.PromptName != "":
 		args := map[string]string{}
 		for k, v := range ins.Arguments {
@@ -140,16 +152,18 @@ func (e *Executor) Execute(ctx context.Context, in *engine.ExecInput) *engine.Ou
 		}
 		var res *mcp.GetPromptResult
 		start := time.Now()
-		err := e.cfg.Pool.do(withCaller(ctx, in, "prompt "+ins.PromptName), server, true, func(ctx context.Context, s *mcp.ClientSession) error {
+		cctx := withCaller(ctx, in, "prompt "+ins.PromptName)
+		err := e.cfg.Pool.do(cctx, server, true, func(ctx context.Context, s *mcp.ClientSession) error {
 			var err error
 			res, err = s.GetPrompt(ctx, &mcp.GetPromptParams{Name: ins.PromptName, Arguments: args})
 			return err
 		})
 		e.record(ctx, in, server, "get_prompt", ins.PromptName, args, res, err, start, nil)
 		if err != nil {
-			return &engine.Output{Err: fmt.Errorf("mcp server %q: get prompt %q: %w", server, ins.PromptName, err)}
+			return &engine.Output{Err: fmt.Errorf("mcp server %q: get prompt %q: %w", server, ins.PromptName, err), Usage: callerOf(cctx).spent()}
 		}
-		return &engine.Output{Result: map[string]any{"mcp_server_result": e.bounded(res)}, NeedToolDecision: decide("tool_result")}
+		return &engine.Output{Result: map[string]any{"mcp_server_result": e.bounded(res)}, NeedToolDecision: e.decide(in, "tool_result"),
+			Usage: callerOf(cctx).spent()}
 	}
 	return &engine.Output{Err: errors.New(`instruction_content: needs "instruction_type": "get_description", or one of "tool_name", "resource_name", "prompt_name"`)}
 }
@@ -197,21 +211,24 @@ func (e *Executor) callTool(ctx context.Context, in *engine.ExecInput, server st
 	var res *mcp.CallToolResult
 	safe := tool.Annotations != nil && (tool.Annotations.ReadOnlyHint || tool.Annotations.IdempotentHint)
 	start := time.Now()
-	err = e.cfg.Pool.do(withCaller(ctx, in, ins.ToolName), server, safe, func(ctx context.Context, s *mcp.ClientSession) error {
+	cctx := withCaller(ctx, in, ins.ToolName)
+	err = e.cfg.Pool.do(cctx, server, safe, func(ctx context.Context, s *mcp.ClientSession) error {
 		var err error
 		res, err = s.CallTool(ctx, &mcp.CallToolParams{Name: ins.ToolName, Arguments: ins.Arguments})
 		return err
 	})
 	e.record(ctx, in, server, "call_tool", ins.ToolName, ins.Arguments, res, err, start, result["operator_approval"])
+	// What the server's sampling requests cost the MAS's LLM.
+	usage := callerOf(cctx).spent()
 	if err != nil {
-		return &engine.Output{Err: fmt.Errorf("mcp server %q: call %s: %w", server, ins.ToolName, err), Result: result}
+		return &engine.Output{Err: fmt.Errorf("mcp server %q: call %s: %w", server, ins.ToolName, err), Result: result, Usage: usage}
 	}
 	result["mcp_server_result"] = e.bounded(res)
 	if res.IsError {
 		return &engine.Output{Err: fmt.Errorf("mcp server %q: tool %s reported an error: %s", server, ins.ToolName, contentText(res.Content, 500)),
-			Result: result, NeedToolDecision: next}
+			Result: result, NeedToolDecision: next, Usage: usage}
 	}
-	return &engine.Output{Result: result, NeedToolDecision: next}
+	return &engine.Output{Result: result, NeedToolDecision: next, Usage: usage}
 }
 
 // resolveSchema reads a tool's input schema; nil when there is none or it
@@ -371,10 +388,7 @@ func (e *Executor) bounded(v any) any {
 	if len(b) <= bound {
 		return fresh()
 	}
-	fits := func(data any) bool {
-		out, err := json.Marshal(data)
-		return err == nil && len(out) <= bound
-	}
+	fits := e.fits
 	const minString = 64
 	var data any
 	var cut, dropped int
@@ -407,6 +421,103 @@ func (e *Executor) bounded(v any) any {
 		return data
 	}
 	return map[string]any{"result": data, "_truncated": note}
+}
+
+// fits reports whether data's JSON fits MaxResultBytes.
+func (e *Executor) fits(data any) bool {
+	out, err := json.Marshal(data)
+	return err == nil && len(out) <= e.cfg.MaxResultBytes
+}
+
+// describedKinds are the capability lists of a description, by name.
+var describedKinds = []string{"tools", "resources", "resource_templates", "prompts"}
+
+// described is a server's capabilities as a get_description step keeps
+// them: whole when they fit MaxResultBytes. Otherwise every name stays —
+// what the server offers is what the model needs first — and the details
+// give way: long strings (descriptions, schemas' texts) are cut, each time
+// shorter; then only the first entries of each list (by name) keep their
+// details and the others are listed by name only, in tools_without_details
+// (resources_…, resource_templates_…, prompts_…); and when even the names
+// do not fit, the lists of names are cut. A note says what was cut.
+func (e *Executor) described(caps *Capabilities) any {
+	b, err := json.Marshal(caps)
+	if err != nil {
+		return map[string]any{"error": "unreadable description: " + err.Error()}
+	}
+	fresh := func() map[string]any {
+		var data map[string]any
+		_ = json.Unmarshal(b, &data) // b is a Capabilities' JSON
+		return data
+	}
+	bound := e.cfg.MaxResultBytes
+	if len(b) <= bound {
+		return fresh()
+	}
+	fits := e.fits
+	const minString = 64
+	var data map[string]any
+	var cut, limit int
+	for limit = 1024; limit >= minString; limit /= 4 {
+		data, cut = fresh(), 0
+		cutStrings(data, limit, &cut)
+		if fits(data) {
+			break
+		}
+	}
+	limit = max(limit, minString)
+	most := 0
+	for _, k := range describedKinds {
+		m, _ := data[k].(map[string]any)
+		most = max(most, len(m))
+	}
+	// Details for the first keep entries of each list only, then (names
+	// >= 0) at most names of the others by name.
+	var bare, left map[string]int // per kind: entries listed by name only, names left out
+	shrink := func(keep, names int) {
+		data, cut = fresh(), 0
+		cutStrings(data, limit, &cut)
+		bare, left = map[string]int{}, map[string]int{}
+		for _, k := range describedKinds {
+			m, _ := data[k].(map[string]any)
+			if len(m) <= keep {
+				continue
+			}
+			rest := slices.Sorted(maps.Keys(m))[keep:]
+			for _, n := range rest {
+				delete(m, n)
+			}
+			bare[k] = len(rest)
+			if names >= 0 && len(rest) > names {
+				left[k] = len(rest) - names
+				rest = rest[:names]
+			}
+			data[k+"_without_details"] = rest
+		}
+	}
+	for keep := most / 2; !fits(data); keep /= 2 {
+		shrink(keep, -1)
+		if keep == 0 {
+			break
+		}
+	}
+	for names := most / 2; !fits(data); names /= 2 {
+		shrink(0, names)
+		if names == 0 {
+			break
+		}
+	}
+	note := fmt.Sprintf("the description was %d bytes, more than the limit of %d: %d bytes of long strings (descriptions, schemas' texts) were cut", len(b), bound, cut)
+	for _, k := range describedKinds {
+		if n := bare[k] - left[k]; n > 0 {
+			note += fmt.Sprintf("; %d %s are listed by name only (%s_without_details)", n, strings.ReplaceAll(k, "_", " "), k)
+		}
+		if n := left[k]; n > 0 {
+			note += fmt.Sprintf("; %d more %s were left out", n, strings.ReplaceAll(k, "_", " "))
+		}
+	}
+	data["_truncated"] = note
+	return data
 }
 
 // cutStrings cuts every string of v longer than limit bytes (on a rune

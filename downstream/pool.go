@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -40,9 +40,10 @@ type Pool struct {
 
 // conn is one server's session and its cached description.
 type conn struct {
-	name string
-	sc   ServerConfig
-	log  *slog.Logger
+	name  string
+	sc    ServerConfig
+	log   *slog.Logger
+	scrub *scrubber // the server's configured secrets
 
 	mu      sync.Mutex // guards the fields below; held while connecting
 	session *mcp.ClientSession
@@ -66,9 +67,21 @@ func NewPool(cfg *Config, log *slog.Logger) *Pool {
 	}
 	p := &Pool{cfg: cfg, log: log, conns: map[string]*conn{}}
 	for name, sc := range cfg.Servers {
-		p.conns[name] = &conn{name: name, sc: sc, log: log.With("mcp_server", name), pool: p}
+		p.conns[name] = &conn{name: name, sc: sc, log: log.With("mcp_server", name), scrub: newScrubber(sc), pool: p}
 	}
 	return p
+}
+
+// scrubber returns the scrubber of a server's configured secrets (nil:
+// none, or no such server).
+func (p *Pool) scrubber(server string) *scrubber {
+	if p == nil {
+		return nil
+	}
+	if c, ok := p.conns[server]; ok {
+		return c.scrub
+	}
+	return nil
 }
 
 // ToolGuides maps each server to the description agents see (engine.ToolCatalog).
@@ -138,13 +151,13 @@ func (p *Pool) Close() error {
 }
 
 // session returns the server's session, connecting if needed.
-func (c *conn) sessionFor(ctx context.Context) (*mcp.ClientSession, int, error) {
+func (c *conn) sessionFor() (*mcp.ClientSession, int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.session != nil {
 		return c.session, c.gen, nil
 	}
-	if err := c.connectLocked(ctx); err != nil {
+	if err := c.connectLocked(); err != nil {
 		return nil, c.gen, err
 	}
 	return c.session, c.gen, nil
@@ -152,13 +165,13 @@ func (c *conn) sessionFor(ctx context.Context) (*mcp.ClientSession, int, error) 
 
 // reconnect replaces a broken session, unless another caller already did
 // since generation gen.
-func (c *conn) reconnect(ctx context.Context, gen int) (*mcp.ClientSession, int, error) {
+func (c *conn) reconnect(gen int) (*mcp.ClientSession, int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.gen == gen {
 		c.log.Warn("mcp server connection broken, reconnecting")
 		c.disconnectLocked()
-		if err := c.connectLocked(ctx); err != nil {
+		if err := c.connectLocked(); err != nil {
 			return nil, c.gen, err
 		}
 	}
@@ -168,7 +181,7 @@ func (c *conn) reconnect(ctx context.Context, gen int) (*mcp.ClientSession, int,
 	return c.session, c.gen, nil
 }
 
-func (c *conn) connectLocked(ctx context.Context) error {
+func (c *conn) connectLocked() error {
 	c.pool.mu.Lock()
 	h := c.pool.requests
 	c.pool.mu.Unlock()
@@ -188,18 +201,25 @@ func (c *conn) connectLocked(ctx context.Context) error {
 		// Its own process group, so Close can stop the children it spawns
 		// (npx starts node, for instance).
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		cmd.Stderr = &lineLogger{log: c.log}
+		cmd.Stderr = &lineLogger{log: c.log, scrub: c.scrub}
 		c.cmd = cmd
 		transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
 	case c.sc.Transport == "sse":
-		transport = &mcp.SSEClientTransport{Endpoint: c.sc.URL, HTTPClient: headerClient(c.sc.Headers)}
+		transport = &mcp.SSEClientTransport{Endpoint: c.sc.URL, HTTPClient: c.httpClient(), MaxEventSize: MaxMessageBytes}
 	default:
-		transport = &mcp.StreamableClientTransport{Endpoint: c.sc.URL, HTTPClient: headerClient(c.sc.Headers), MaxRetries: 1}
+		transport = &mcp.StreamableClientTransport{Endpoint: c.sc.URL, HTTPClient: c.httpClient(), MaxRetries: 1,
+			MaxEventSize: MaxMessageBytes}
 	}
 	// The session lives as long as the connection, not as the step that
 	// first needed it (the SSE transport ties its stream to this context);
-	// only the handshake is bounded by the timeout.
-	life, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	// only the handshake is bounded by the timeout. It carries none of the
+	// step's values: the SDK's handlers of the server's requests run in
+	// contexts derived from it, and a sampling request must be gated by
+	// the step of the call it belongs to (sample takes the call's), not
+	// by whichever step connected. Nothing else needs them: telemetry
+	// reads a request's trace from the call's context, so only the
+	// handshake's own spans start a trace of their own.
+	life, cancel := context.WithCancel(context.Background())
 	handshake := time.AfterFunc(c.sc.timeout(), cancel)
 	start := time.Now()
 	session, err := client.Connect(life, transport, nil)
@@ -210,7 +230,8 @@ func (c *conn) connectLocked(ctx context.Context) error {
 	if err != nil {
 		cancel()
 		c.killLocked()
-		return fmt.Errorf("mcp server %q (%s): connect: %w", c.name, c.sc.describe(), err)
+		// net/http quotes the URL in its errors.
+		return c.scrub.err(fmt.Errorf("mcp server %q (%s): connect: %w", c.name, c.sc.describe(), err))
 	}
 	c.session, c.cancel = session, cancel
 	c.caps = nil
@@ -245,19 +266,38 @@ func (c *conn) killLocked() {
 }
 
 // broken reports whether err means the transport broke (the server died or
-// the connection dropped), as opposed to an error answer.
+// the connection dropped, a remote server forgot the session, an answer
+// too large to read), as opposed to an error answer.
 func broken(err error) bool {
+	if err == nil {
+		return false
+	}
+	// A remote server that restarted (or ended the session) answers the
+	// session's requests with 404 from then on: go-sdk fails the session.
+	if errors.Is(err, mcp.ErrSessionMissing) {
+		return true
+	}
+	// The HTTP request failed: no answer came (go-sdk wraps this in its
+	// "rejected by transport" JSON-RPC error, which is no answer either). A
+	// call's own timeout or cancellation is not a broken transport.
+	var uerr *url.Error
+	if errors.As(err, &uerr) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
 	var werr *jsonrpc.Error
-	if err == nil || errors.As(err, &werr) {
+	if errors.As(err, &werr) {
 		return false // the server answered: the transport works
 	}
 	if errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, io.ErrClosedPipe) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.ECONNREFUSED) {
+		errors.Is(err, syscall.ECONNREFUSED) || tooLarge(err) {
 		return true
 	}
+	// go-sdk passes some transport failures on as text only; "failed to
+	// read body" ends a streamable HTTP session for good.
 	msg := err.Error()
-	for _, s := range []string{"connection closed", "broken pipe", "connection reset", "connection refused", "client is closing"} {
+	for _, s := range []string{"connection closed", "broken pipe", "connection reset", "connection refused", "client is closing",
+		"failed to read body"} {
 		if strings.Contains(msg, s) {
 			return true
 		}
@@ -266,22 +306,30 @@ func broken(err error) bool {
 }
 
 // do runs f on the server's session with the server's timeout. When the
-// transport is broken it reconnects once; it runs f again only when retry
-// says it is safe (reads, tools declared read-only or idempotent): a call
-// that may have reached the server is not made twice.
+// transport is broken it reconnects once; it runs f again only when it is
+// safe: the server certainly did not process the call (it answered the
+// call's request with 404 for an unknown session), or retry says so
+// (reads, tools declared read-only or idempotent) — a call that may have
+// reached the server is not made twice. An answer over MaxMessageBytes is
+// not asked for again. Its errors are scrubbed of the server's secrets.
 func (p *Pool) do(ctx context.Context, server string, retry bool, f func(context.Context, *mcp.ClientSession) error) error {
 	c, err := p.conn(server)
 	if err != nil {
 		return err
 	}
-	session, gen, err := c.sessionFor(ctx)
+	session, gen, err := c.sessionFor()
 	if err != nil {
 		return err
 	}
+	var unsent bool
 	call := func(s *mcp.ClientSession) error {
-		cctx, _, end := c.begin(ctx)
+		cctx, fl, end := c.begin(ctx)
 		defer end()
 		err := f(cctx, s)
+		// The sentinel alone is not enough: calls in flight get it too
+		// when another request (or the resumption of their own stream)
+		// met the 404.
+		unsent = errors.Is(err, mcp.ErrSessionMissing) && fl.sessionRefused.Load()
 		if err != nil && context.Cause(cctx) == errCallTimeout && ctx.Err() == nil {
 			return fmt.Errorf("mcp server %q: no answer within %s", server, c.sc.timeout())
 		}
@@ -289,44 +337,26 @@ func (p *Pool) do(ctx context.Context, server string, retry bool, f func(context
 	}
 	err = call(session)
 	if !broken(err) || ctx.Err() != nil {
-		return err
+		return c.scrub.err(err)
 	}
-	session, _, rerr := c.reconnect(ctx, gen)
-	if rerr != nil {
-		return fmt.Errorf("%w (and reconnecting failed: %v)", err, rerr)
+	session, _, rerr := c.reconnect(gen)
+	switch {
+	case rerr != nil:
+		return c.scrub.err(fmt.Errorf("%w (and reconnecting failed: %v)", err, rerr))
+	case tooLarge(err):
+		return c.scrub.err(fmt.Errorf("%w (reconnected for the next call)", err))
+	case !retry && !unsent:
+		return c.scrub.err(fmt.Errorf("the connection to mcp server %q broke during the call, which may have taken effect; it was not repeated (reconnected for the next call): %w", server, err))
 	}
-	if !retry {
-		return fmt.Errorf("the connection to mcp server %q broke during the call, which may have taken effect; it was not repeated (reconnected for the next call): %w", server, err)
-	}
-	return call(session)
-}
-
-// headerClient is an HTTP client that adds the configured headers.
-func headerClient(h map[string]string) *http.Client {
-	if len(h) == 0 {
-		return nil
-	}
-	return &http.Client{Transport: headerTransport{h: h, next: http.DefaultTransport}}
-}
-
-type headerTransport struct {
-	h    map[string]string
-	next http.RoundTripper
-}
-
-func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	for k, v := range t.h {
-		r.Header.Set(k, v)
-	}
-	return t.next.RoundTrip(r)
+	return c.scrub.err(call(session))
 }
 
 // lineLogger turns a stdio server's stderr into log lines.
 type lineLogger struct {
-	log *slog.Logger
-	buf []byte
-	mu  sync.Mutex
+	log   *slog.Logger
+	scrub *scrubber // the server's env values, among others
+	buf   []byte
+	mu    sync.Mutex
 }
 
 func (l *lineLogger) Write(p []byte) (int, error) {
@@ -339,12 +369,12 @@ func (l *lineLogger) Write(p []byte) (int, error) {
 			break
 		}
 		if line := strings.TrimSpace(string(l.buf[:i])); line != "" {
-			l.log.Info("mcp server stderr", "line", line)
+			l.log.Info("mcp server stderr", "line", l.scrub.text(line))
 		}
 		l.buf = l.buf[i+1:]
 	}
 	if len(l.buf) > 64<<10 { // a line without end: log what there is
-		l.log.Info("mcp server stderr", "line", string(l.buf))
+		l.log.Info("mcp server stderr", "line", l.scrub.text(string(l.buf)))
 		l.buf = nil
 	}
 	return len(p), nil

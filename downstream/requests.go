@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -51,6 +52,32 @@ var errCallTimeout = errors.New("the server's timeout passed")
 type caller struct {
 	in   *engine.ExecInput
 	tool string
+
+	mu    sync.Mutex // guards usage
+	usage llm.Usage  // what the MAS's LLM spent answering the call's sampling requests
+}
+
+// spend adds what one sampling request cost to the call's usage.
+func (c *caller) spend(u llm.Usage) {
+	c.mu.Lock()
+	c.usage.Add(u)
+	c.mu.Unlock()
+}
+
+// spent is what the call's sampling requests cost, as the engine accounts
+// it: the tool step's usage (budgets count it). Nil-safe.
+func (c *caller) spent() engine.Usage {
+	if c == nil {
+		return engine.Usage{}
+	}
+	c.mu.Lock()
+	u := c.usage
+	c.mu.Unlock()
+	return engine.Usage{
+		PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens,
+		CachedTokens: u.CachedTokens, Calls: u.Calls, LatencyMS: u.LatencyMS,
+		PromptChars: u.PromptChars, ResponseChars: u.ResponseChars,
+	}
 }
 
 type callerKey struct{}
@@ -59,6 +86,12 @@ type inflightKey struct{}
 // withCaller marks ctx as the context of the step's call of tool.
 func withCaller(ctx context.Context, in *engine.ExecInput, tool string) context.Context {
 	return context.WithValue(ctx, callerKey{}, &caller{in: in, tool: tool})
+}
+
+// callerOf returns the caller withCaller put into ctx (nil if none).
+func callerOf(ctx context.Context) *caller {
+	c, _ := ctx.Value(callerKey{}).(*caller)
+	return c
 }
 
 // inflight is one call on a server's session, with a timeout that can be
@@ -71,12 +104,15 @@ type inflight struct {
 	mu    sync.Mutex // guards timer and holds
 	timer *time.Timer
 	holds int
+
+	// sessionRefused: the server answered the call's own request with 404
+	// for an unknown session (serverTransport), so it did not process it.
+	sessionRefused atomic.Bool
 }
 
 // caller returns who makes the call (nil when it is not a tool step's).
 func (f *inflight) caller() *caller {
-	c, _ := f.ctx.Value(callerKey{}).(*caller)
-	return c
+	return callerOf(f.ctx)
 }
 
 // hold stops the call's timeout until the returned release is called;
@@ -235,6 +271,8 @@ func (e *Executor) elicit(ctx context.Context, server string, call *inflight, p 
 	if p.Mode == "url" {
 		message += "\nOpen: " + p.URL + "\n(approve when you are done there, deny to decline)"
 	}
+	// The question is kept in the operator's inbox (the MAS's state).
+	message = e.cfg.Pool.scrubber(server).text(message)
 	question := e.cfg.Texts.Text("tool_elicit", map[string]any{
 		"AgentID": who.in.Agent.AgentID, "AgentName": who.in.Agent.Name, "Server": server, "ToolName": who.tool,
 		"Message": message, "Fields": f.describe(),
@@ -262,6 +300,10 @@ func (e *Executor) sample(ctx context.Context, server string, call *inflight, p 
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "mas-mcp has no LLM client to answer sampling with"}
 	}
 	who := call.caller()
+	// The server waits for the MAS's LLM, which may be slow or waiting
+	// out an outage (up to --llm-outage-window): not the server's delay.
+	release := call.hold()
+	defer release()
 	req := &llm.Request{MaxTokens: int(p.MaxTokens),
 		Tag: fmt.Sprintf("sampling server=%s agent=%s step=%s", server, who.in.Agent.AgentID, who.in.Step.StepID)}
 	if p.SystemPrompt != "" {
@@ -289,7 +331,17 @@ func (e *Executor) sample(ctx context.Context, server string, call *inflight, p 
 	if len(req.Messages) == 0 {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "sampling: no messages"}
 	}
-	res, err := e.cfg.LLM.Complete(ctx, req)
+	// The calling step's LLM call: under its context's values (its outage
+	// observer and call gate: a task held for its budget makes no call;
+	// its trace), ending with the handler's context.
+	lctx, cancel := context.WithCancelCause(call.ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	defer stop()
+	res, err := e.cfg.LLM.Complete(lctx, req)
+	if res != nil {
+		who.spend(res.Usage) // failed calls cost too
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sampling with the MAS's LLM: %w", err)
 	}

@@ -18,32 +18,39 @@ func (e *Executor) record(ctx context.Context, in *engine.ExecInput, server, op,
 	if e.cfg.Trail == nil {
 		return
 	}
+	// The server's configured secrets are scrubbed: the trail is kept and
+	// exported like the state.
+	scrub := e.cfg.Pool.scrubber(server)
 	t := &engine.TrailTool{
-		Server: server, Op: op, Name: name, Arguments: engine.JSONBody(args),
+		Server: server, Op: op, Name: name, Arguments: engine.JSONBody(scrub.value(args)),
 		DurationMS: time.Since(start).Milliseconds(),
 	}
 	if ap, ok := approval.(map[string]any); ok {
-		t.Approval = ap
+		t.Approval, _ = scrub.value(ap).(map[string]any)
 	}
+	var body any
 	switch r := res.(type) {
 	case *mcp.CallToolResult:
 		if r != nil {
-			t.Result, t.IsError = engine.JSONBody(r), r.IsError
+			body, t.IsError = r, r.IsError
 		}
 	case *mcp.ReadResourceResult:
 		if r != nil {
-			t.Result = engine.JSONBody(r)
+			body = r
 		}
 	case *mcp.GetPromptResult:
 		if r != nil {
-			t.Result = engine.JSONBody(r)
+			body = r
 		}
 	case nil:
 	default:
-		t.Result = engine.JSONBody(r)
+		body = r
+	}
+	if body != nil {
+		t.Result = engine.JSONBody(scrub.value(body))
 	}
 	if err != nil {
-		t.Error = err.Error()
+		t.Error = scrub.text(err.Error())
 	}
 	st := &in.Step
 	e.cfg.Trail.Append(ctx, engine.TrailEntry{
