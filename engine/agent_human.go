@@ -25,6 +25,10 @@ func (a *agent) receiveHuman(m Message) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// The message is stored and delivered: kept through a refused write of
+	// the operator's document, and written by the owner's retries, rather
+	// than withdrawn and lost from the inbox (receive does the same).
+	defer a.mu.keepLocked()
 	pool := a.st.ConversationPool
 	notify := func(key string, d map[string]any) {
 		pool.GlobalMessages = append(pool.GlobalMessages, a.sys.text(key, d))

@@ -165,6 +165,10 @@ func (s *System) humanSend(humanID string, hm HumanMessage) ([]Message, error) {
 			h.markRepliedLocked(r, answeredID)
 		}
 		h.recordSentLocked(r, stage, &m)
+		// The message is stored and is delivered next: the operator's
+		// record of it is kept through a refused write, not withdrawn
+		// (owner.go), as a receiver keeps a message it took.
+		h.mu.keepLocked()
 		h.mu.Unlock()
 		s.hand(m)
 		sent = append(sent, m)

@@ -857,3 +857,57 @@ func TestStoreRefusingReportsTellsTheOperator(t *testing.T) {
 		})
 	})
 }
+
+// TestOperatorKeepsMessagesThroughARefusedWrite: while the store refuses
+// the operator's document, a message another operator sends it, and one it
+// sends itself, are stored and delivered: they stay in its conversations
+// (its inbox, its record of what it sent) and are written once the store
+// takes the document again — not withdrawn and lost.
+func TestOperatorKeepsMessagesThroughARefusedWrite(t *testing.T) {
+	var refusing atomic.Bool
+	var op string
+	st := &refuseAgentStore{MemoryStore: NewMemoryStore(), refuse: func(a *AgentState) bool {
+		return refusing.Load() && a.AgentID == op
+	}}
+	b := newTestbed(t, func(c *Config) { c.Store = st })
+	op = b.op()
+	bea, err := b.sys.AddOperator("bea")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := b.sys.BaseTaskID()
+	refusing.Store(true)
+	in, err := b.sys.HumanSend(bea, HumanMessage{TaskID: base, Receiver: []string{op}, Content: "to the operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := b.sys.HumanSend(op, HumanMessage{TaskID: base, Receiver: []string{bea}, Content: "from the operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	has := func(a AgentState, id string) bool {
+		for _, msgs := range a.ConversationPool.ConversationPrivates {
+			if slices.ContainsFunc(msgs, func(p PrivateMessage) bool { return p.MessageID == id }) {
+				return true
+			}
+		}
+		return false
+	}
+	refusing.Store(false)
+	// The owner's retries write the document (the first after 50 ms);
+	// readers see it once stored.
+	b.waitFor("the operator's conversations to show both messages", func() bool {
+		a := b.agent(op)
+		return has(a, in[0].MessageID) && has(a, out[0].MessageID)
+	})
+	img, err := st.Image()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range img.Agents {
+		if a.AgentID == op && (!has(a, in[0].MessageID) || !has(a, out[0].MessageID)) {
+			t.Errorf("the operator's stored conversations lost a message sent while its writes were refused (received: %v, sent: %v)",
+				has(a, in[0].MessageID), has(a, out[0].MessageID))
+		}
+	}
+}

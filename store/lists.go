@@ -276,7 +276,7 @@ func (r idRuns) MarshalJSON() ([]byte, error) {
 			out = append(out, ',')
 		}
 		if run.lit {
-			b, err := json.Marshal(run.id)
+			b, err := marshal(run.id)
 			if err != nil {
 				return nil, err
 			}
@@ -340,7 +340,7 @@ func (s *Store) putLists(ctx context.Context, a *engine.AgentState, as *agentSte
 	}
 	if d == nil {
 		l := listsOf(a, order)
-		b, err := json.Marshal(chunkEnvelope{Schema: SchemaVersion, Agent: a.AgentID, Lists: &l})
+		b, err := marshal(chunkEnvelope{Schema: SchemaVersion, Agent: a.AgentID, Lists: &l})
 		if err != nil {
 			return err
 		}

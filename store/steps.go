@@ -171,7 +171,7 @@ func (as *agentSteps) encodeHead(e *envelope, chunks []byte) ([]byte, error) {
 	head.AgentStep.StepList = nil
 	cold := *e
 	cold.Agent = &head
-	b, err := json.Marshal(cold)
+	b, err := marshal(cold)
 	if err != nil || (steps == nil && chunks == nil) {
 		return b, err
 	}
@@ -194,7 +194,7 @@ func (as *agentSteps) encodeHead(e *envelope, chunks []byte) ([]byte, error) {
 			kept[st.StepID] = enc
 			continue
 		}
-		sb, err := json.Marshal(st)
+		sb, err := marshal(st)
 		if err != nil {
 			return nil, fmt.Errorf("step %s: %w", st.StepID, err)
 		}
@@ -449,7 +449,7 @@ func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
 			keys[i] = c.key
 		}
 		var err error
-		if chunks, err = json.Marshal(keys); err != nil {
+		if chunks, err = marshal(keys); err != nil {
 			return fmt.Errorf("store: agent %s: %w", a.AgentID, err)
 		}
 	}
@@ -536,7 +536,7 @@ func (s *Store) writeChunks(ctx context.Context, agentID string, as *agentSteps,
 	}
 	start()
 	for _, i := range fresh {
-		b, err := json.Marshal(&steps[i])
+		b, err := marshal(&steps[i])
 		if err != nil {
 			return nil, fmt.Errorf("step %s: %w", steps[i].StepID, err)
 		}

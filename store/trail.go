@@ -229,7 +229,7 @@ func (t *Trail) writeEntry(e *engine.TrailEntry) error {
 			return fmt.Errorf("trail: body of a %s entry of task %s: %w", e.Kind, e.TaskID, err)
 		}
 	}
-	out, err := json.Marshal(e)
+	out, err := marshal(e)
 	if err != nil {
 		return fmt.Errorf("trail: a %s entry of task %s: %w", e.Kind, e.TaskID, err)
 	}
@@ -239,7 +239,7 @@ func (t *Trail) writeEntry(e *engine.TrailEntry) error {
 		n := len(out)
 		*e = engine.TrailEntry{ID: e.ID, Time: e.Time, Kind: e.Kind, TaskID: e.TaskID, StageID: e.StageID, AgentID: e.AgentID,
 			StepID: e.StepID, Skill: e.Skill, Note: fmt.Sprintf("entry of %d bytes left out: over the trail's bound of %d bytes", n, maxTrailEntry)}
-		if out, err = json.Marshal(e); err != nil {
+		if out, err = marshal(e); err != nil {
 			return err
 		}
 	}

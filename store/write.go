@@ -47,7 +47,7 @@ func (s *Store) PutTask(ctx context.Context, t *engine.TaskState) error {
 // never do (each owner commits in order, engine.Store), so s.mu guards
 // only the maps of revisions, never a write.
 func (s *Store) put(ctx context.Context, kv jetstream.KeyValue, what, key string, e envelope) error {
-	b, err := json.Marshal(e)
+	b, err := marshal(e)
 	if err != nil {
 		return fmt.Errorf("store: %s: %w", what, err)
 	}
@@ -160,7 +160,7 @@ func (s *Store) adoptOwnWrite(ctx context.Context, kv jetstream.KeyValue, key, k
 // acknowledgement. A publish tried again carries the same Nats-Msg-Id, so
 // the stream keeps one copy even if an earlier try landed.
 func (s *Store) PutMessage(ctx context.Context, m *engine.Message) error {
-	b, err := json.Marshal(envelope{Schema: SchemaVersion, Message: m})
+	b, err := marshal(envelope{Schema: SchemaVersion, Message: m})
 	if err != nil {
 		return fmt.Errorf("store: message %s: %w", m.MessageID, err)
 	}
@@ -241,4 +241,21 @@ func transient(err error) bool {
 		return false
 	}
 	return true
+}
+
+// marshal encodes what the store writes: JSON as encoding/json writes it,
+// but '<', '>' and '&' as they are. encoding/json writes each as six bytes
+// (\u003c), so a text of markup or code took up to six times its size in
+// a document: the engine's bound on a document's size (MaxDocumentBytes),
+// which counts a text's bytes, let an operator's document that held a few
+// messages of HTML pass NATS's payload limit, and every later write of it
+// was refused. Documents read the same either way.
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

@@ -1,0 +1,98 @@
+package store
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mas-mcp/mas-mcp/engine"
+)
+
+// markup is an operator's message of ordinary markup (HTML, XML, generics
+// in code): 32,000 bytes, within the server's limit on a text
+// (limits.text_bytes, 32 KiB). encoding/json writes each '<' and '>' as
+// \u003c / \u003e, six bytes: 112,000 bytes once stored.
+var markup = strings.Repeat("<br>", 8000)
+
+// privateIDs lists the message IDs of an operator's conversations.
+func privateIDs(a engine.AgentState) []string {
+	var ids []string
+	if a.ConversationPool == nil {
+		return nil
+	}
+	for _, msgs := range a.ConversationPool.ConversationPrivates {
+		for _, p := range msgs {
+			ids = append(ids, p.MessageID)
+		}
+	}
+	return ids
+}
+
+// TestMarkupKeepsOperatorDocumentWritable: an operator's document holding
+// messages of markup stays within NATS's payload limit, so its writes are
+// taken: what the operator sends is in its own conversation, and what
+// another operator sends it reaches its inbox and the store. The engine
+// bounds a document by its texts' bytes (MaxDocumentBytes, 640 KiB); the
+// store writes '<', '>' and '&' as they are, not as six bytes each
+// (\u003c), which put a few pages of HTML past 1 MiB.
+func TestMarkupKeepsOperatorDocumentWritable(t *testing.T) {
+	st := open(t, t.TempDir())
+	defer st.Close()
+	sys := instantSystem(t, st, quickWorker(1), nil)
+	defer sys.Close()
+	op := sys.OperatorID()
+	w, err := sys.CreateAgent(engine.AgentConfig{Template: "researcher", Name: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := sys.AddTask(op, engine.AddTaskRequest{TaskName: "markup", TaskIntention: "review some HTML"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op2, err := sys.AddOperator("second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sys.AgentInstruction(op, engine.AgentInstruction{Action: "add_task_participant", TaskID: task, Agents: []string{w, op2}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The operator sends five pages of markup to its worker; each send
+	// succeeds. The newest one must be in its conversation (older ones
+	// may be shed by the document's bound, never the newest).
+	for i := range 5 {
+		sent, err := sys.HumanSend(op, engine.HumanMessage{TaskID: task, Receiver: []string{w}, Content: markup})
+		if err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+		a, _ := sys.Agent(op)
+		if !slices.Contains(privateIDs(a), sent[0].MessageID) {
+			t.Errorf("send %d: HumanSend succeeded and the message was delivered, but it is not in the operator's own conversation", i)
+		}
+	}
+
+	// Another operator sends it four pages of markup: each is accepted,
+	// so each must reach its inbox and be stored.
+	for i := range 4 {
+		sent, err := sys.HumanSend(op2, engine.HumanMessage{TaskID: task, Receiver: []string{op}, Content: markup, NeedReply: true})
+		if err != nil {
+			t.Fatalf("op2's message %d: %v", i, err)
+		}
+		id := sent[0].MessageID
+		inbox, err := sys.Inbox(op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(inbox, func(e engine.InboxEntry) bool { return e.MessageID == id }) {
+			t.Errorf("op2's message %d: accepted for the operator (HumanSend succeeded) but not in its inbox (%d entries)", i, len(inbox))
+		}
+		stored, err := st.ReadAgent(context.Background(), op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(privateIDs(stored), id) {
+			t.Errorf("op2's message %d: not in the operator's stored document, which is past NATS's payload limit", i)
+		}
+	}
+}
