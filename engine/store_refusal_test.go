@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -165,7 +166,11 @@ func (s *payloadStore) check(v any) error {
 }
 
 func (s *payloadStore) PutTask(ctx context.Context, t *TaskState) error {
-	if err := s.check(t); err != nil {
+	// The conversation is stored as messages, not in the document (as
+	// the durable store does).
+	doc := *t
+	doc.SharedConversationPool = nil
+	if err := s.check(&doc); err != nil {
 		return err
 	}
 	return s.MemoryStore.PutTask(ctx, t)
@@ -909,5 +914,39 @@ func TestOperatorKeepsMessagesThroughARefusedWrite(t *testing.T) {
 			t.Errorf("the operator's stored conversations lost a message sent while its writes were refused (received: %v, sent: %v)",
 				has(a, in[0].MessageID), has(a, out[0].MessageID))
 		}
+	}
+}
+
+// TestManyLongSummariesKeepTheTaskWritable: a task whose stages each end
+// with a long completion summary stays within the store's limit: past
+// MaxDocumentBytes (its shared info gone) the summaries of its oldest
+// ended stages are shortened, so its writes are taken and the newest
+// stage's summary is whole.
+func TestManyLongSummariesKeepTheTaskWritable(t *testing.T) {
+	const docBound, stages = 40_000, 6
+	st := &payloadStore{MemoryStore: NewMemoryStore(), max: docBound * 3 / 2}
+	b := newTestbed(t, func(c *Config) { c.Store = st; c.MaxDocumentBytes = docBound })
+	alice := b.newAgent("alice")
+	long := strings.Repeat("finding ", 1500) // 12,000 bytes
+	b.sc.onAgent("alice", SkillSummary, func(context.Context, *ExecInput) *Output { return &Output{Completion: &long} })
+	id := b.newTask("report", alice)
+	var ids []string
+	for i := range stages {
+		sg := b.addStages(id, StageSpec{StageIntention: "stage " + strconv.Itoa(i), AgentAllocation: map[string]string{alice: "collect"}})[0]
+		ids = append(ids, sg)
+		b.waitFor("alice's summary", func() bool { _, ok := b.stage(id, sg).CompletionSummary[alice]; return ok })
+		if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionFinishStage, TaskID: id, StageID: sg}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.settle()
+	if n := st.refused.Load(); n != 0 {
+		t.Errorf("the store refused %d writes", n)
+	}
+	if got := b.stage(id, ids[0]).CompletionSummary[alice]; len(got) >= len(long) {
+		t.Errorf("the oldest stage's summary is %d bytes: not shortened", len(got))
+	}
+	if got := b.stage(id, ids[stages-1]).CompletionSummary[alice]; got != long {
+		t.Errorf("the newest stage's summary is %d bytes, want it whole (%d)", len(got), len(long))
 	}
 }

@@ -24,8 +24,12 @@ func (t *task) taskSizeLocked() int {
 }
 
 // boundLocked keeps the task's document under MaxDocumentBytes by dropping
-// the oldest shared info entries (each is a one-line report of a step).
-// mu must be held.
+// the oldest shared info entries (each is a one-line report of a step),
+// then, when that is not enough (many stages, each agent's summary up to
+// MaxTextChars), by shortening the completion summaries of the oldest
+// ended stages to a paragraph: the whole summaries stay in their agents'
+// summary steps and the trail. Past the limit every write of the task
+// would be refused, its reports retried for ever. mu must be held.
 func (t *task) boundLocked() {
 	limit := t.sys.cfg.MaxDocumentBytes
 	size := t.taskSizeLocked()
@@ -36,5 +40,20 @@ func (t *task) boundLocked() {
 	}
 	if drop > 0 {
 		t.st.SharedInfoPool = append([]SharedInfo(nil), t.st.SharedInfoPool[drop:]...)
+	}
+	for i := range t.st.StageList {
+		if size <= limit {
+			return
+		}
+		sg := &t.st.StageList[i] // the readers' copies are clones (docLocked)
+		if sg.ExecutionState != StateFinished && sg.ExecutionState != StateFailed {
+			continue
+		}
+		for id, c := range sg.CompletionSummary {
+			if short := t.sys.clip(c, shortened); len(short) < len(c) {
+				sg.CompletionSummary[id] = short
+				size -= len(c) - len(short)
+			}
+		}
 	}
 }
