@@ -12,9 +12,9 @@ func (s *Server) Held() (sessions, events, sse, monitorSessions, throttled int) 
 	return sessions, events, sse, s.sessions.count(), s.throttle.size()
 }
 
-// LongRequests says how many long-lived requests of protocol 2026-07-28
-// (subscriptions/listen streams, wait_for_updates and tasks/result waits)
-// the server holds, in total and of op.
+// LongRequests says how many long-lived requests (subscriptions/listen
+// streams of protocol 2026-07-28, wait_for_updates and tasks/result waits
+// of any) the server holds, in total and of op.
 func (s *Server) LongRequests(op string) (total, byOp int) { return s.longCaps.held(op) }
 
 // AwaitLongRequests waits until op holds n long-lived requests (a request

@@ -2,14 +2,17 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mas-mcp/mas-mcp/server"
@@ -183,5 +186,101 @@ func TestSubscriptionsPerSessionCapped(t *testing.T) {
 	}
 	if err := sub(fourth); err != nil {
 		t.Errorf("subscribe %s after an unsubscription: %v", fourth, err)
+	}
+}
+
+// TestLongPollsPerSessionCapped: limits.long_requests_per_operator bounds
+// the long waits an operator holds within sessions (protocol 2025-11-25),
+// as it bounds the stateless requests of 2026-07-28: with a cap of 2, once
+// bea holds two wait_for_updates long polls in one session (up to 300 s
+// each: a goroutine, a stream and a scan of the event log per change), a
+// third is refused at once with a tool error naming the key, and so is a
+// tasks/result wait in another session of hers (a JSON-RPC error); ann's
+// share is her own; a wait that ends frees its place.
+func TestLongPollsPerSessionCapped(t *testing.T) {
+	o := newOperatorsWith(t, "2025-11-25", func(c *server.Config) {
+		c.Limits.LongRequests, c.Limits.LongRequestsPerOperator = 4, 2
+	})
+	ann, bea, base := o.annPeer, o.beaPC, o.stack.Sys.BaseTaskID()
+	// A task of bea's that waits for her answer: tasks/result would wait.
+	var added server.AddTaskOut
+	bea.call("add_task", map[string]any{"task_name": "bea's", "task_intention": "Research a topic and write a report."}, &added)
+	o.stack.WaitFor("bea's task staffed, and rest", func() bool {
+		return len(o.stack.Task(added.TaskID).StageList) > 0 && atRest(o.stack.Sys)
+	})
+	// Long polls of the base task, where nothing happens at rest.
+	poll := func(timeout int) *mcp.CallToolParams {
+		return mcpCall("wait_for_updates", map[string]any{"timeout_seconds": timeout, "task_id": base})
+	}
+	ctx := context.Background()
+	var stops []func()
+	for i := range 2 {
+		pctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			p := poll(60) // outlasts the test; a failed run's polls end by themselves
+			p.SetProgressToken(fmt.Sprintf("poll-%d", i))
+			_, _ = bea.client.CallTool(pctx, p)
+		}()
+		stops = append(stops, sync.OnceFunc(func() { cancel(); <-done }))
+	}
+	t.Cleanup(func() {
+		// The server ends a poll once the client's cancellation reaches
+		// it: its place is free, and nothing holds the HTTP server open.
+		for _, stop := range stops {
+			stop()
+		}
+		awaitLong(t, o.srv, o.bea, 0)
+	})
+	// Each poll waits once it sends progress (after its place is taken).
+	waiting := map[any]bool{}
+	bea.waitUntil("both polls waiting (a progress notification each)", func() bool {
+		for _, p := range drain(bea.progress) {
+			waiting[p.ProgressToken] = true
+		}
+		return len(waiting) == 2
+	})
+	if _, held := o.srv.LongRequests(o.bea); held != 2 {
+		t.Errorf("bea's two waiting polls hold %d places, want 2", held)
+	}
+
+	// (A poll over the cap that were let in would time out after 1 s, and a
+	// tasks/result after 20: failures, not hangs.)
+	res, err := bea.client.CallTool(ctx, poll(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.IsError || !strings.Contains(resultText(res), "limits.long_requests_per_operator") {
+		t.Fatalf("bea's third wait_for_updates with a cap of 2: %q (isError %v), want a tool error naming limits.long_requests_per_operator", resultText(res), res.IsError)
+	}
+	t.Logf("refused: %s", resultText(res))
+	c := mcp.NewClient(&mcp.Implementation{Name: "tasks-client", Version: "1"}, nil)
+	if err := mcp.AddSendingCustomMethod[*extTaskParams, *mcp.CallToolResult](c, "tasks/result"); err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: o.url + "/mcp", HTTPClient: &http.Client{Transport: bearer{token: tokenBea, base: tr}}, MaxRetries: -1},
+		&mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	_, err = mcp.CallCustomMethod[*extTaskParams, *mcp.CallToolResult](rctx, cs, "tasks/result", &extTaskParams{TaskID: added.TaskID})
+	var rpcErr *jsonrpc.Error
+	if !errors.As(err, &rpcErr) || !strings.Contains(rpcErr.Message, "limits.long_requests_per_operator") {
+		t.Errorf("bea's tasks/result beside her two long polls: %v, want a JSON-RPC error naming limits.long_requests_per_operator", err)
+	}
+	if res := ann.call("wait_for_updates", map[string]any{"timeout_seconds": 1, "task_id": base}, nil); res.IsError {
+		t.Errorf("ann's wait_for_updates while bea is at her cap: %s", resultText(res))
+	}
+
+	stops[0]()
+	awaitLong(t, o.srv, o.bea, 1)
+	if res := bea.call("wait_for_updates", map[string]any{"timeout_seconds": 1, "task_id": base}, nil); res.IsError {
+		t.Errorf("bea's wait_for_updates once one of hers ended: %s", resultText(res))
 	}
 }

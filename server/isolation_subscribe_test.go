@@ -64,3 +64,47 @@ func TestListenSubscriptionChecksOperator(t *testing.T) {
 		t.Errorf("bea got %d resources/updated of ann's task", n)
 	}
 }
+
+// TestTaskListUpdatesHideOtherOperatorsTasks: a change of a task is
+// notified (resources/updated of mas://tasks) only to the operators who see
+// the task: bea, subscribed to mas://tasks, is not told when ann's task
+// changes (her mas://tasks does not change; the notification alone would
+// tell her when ann works), and is told when her own task appears.
+func TestTaskListUpdatesHideOtherOperatorsTasks(t *testing.T) {
+	o := newOperatorsWith(t, "2025-11-25", func(c *server.Config) { c.Coalesce = time.Millisecond })
+	sys := o.stack.Sys
+	ann, bea := o.annPeer, o.beaPC
+	task := annTaskAtRest(o)
+	ann.subscribe("mas://tasks")
+	bea.subscribe("mas://tasks", "mas://agents/"+o.bea)
+	var before []server.TaskBrief
+	bea.read("mas://tasks", &before)
+
+	ann.call("manage_task", map[string]any{"action": "pause_task", "task_id": task}, nil)
+	ann.waitUntil("ann's notification of mas://tasks", func() bool { return len(ann.noticesOf("mas://tasks")) > 0 })
+	// A change of bea's own: its notification comes after any that went to
+	// bea for ann's pause (one stream, in order).
+	bea.call("send_message", map[string]any{"task_id": sys.BaseTaskID(), "receiver": []string{sys.ManagerID()}, "content": "bea marker", "need_reply": false}, nil)
+	bea.waitUntil("bea's notification of her own agent", func() bool { return len(bea.noticesOf("mas://agents/"+o.bea)) > 0 })
+
+	var after []server.TaskBrief
+	bea.read("mas://tasks", &after)
+	bea.mu.Lock()
+	var early int
+	for _, n := range bea.notices {
+		if n.uri == "mas://agents/"+o.bea {
+			break
+		}
+		if n.uri == "mas://tasks" {
+			early++
+		}
+	}
+	bea.mu.Unlock()
+	if early > 0 {
+		t.Errorf("bea got %d resources/updated of mas://tasks when ann paused her task (bea's mas://tasks: %d tasks before, %d after, none of them ann's)", early, len(before), len(after))
+	}
+
+	// Her own task's changes reach her.
+	bea.call("add_task", map[string]any{"task_name": "bea's", "task_intention": "Research a topic and write a report."}, nil)
+	bea.waitUntil("bea's notification of mas://tasks for her own task", func() bool { return len(bea.noticesOf("mas://tasks")) > 0 })
+}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -30,11 +31,13 @@ type Limits struct {
 	// SSEStreams bounds the open legacy SSE streams (GET /sse), in total
 	// and per operator. Default 256 and 16.
 	SSEStreams, SSEStreamsPerOperator int
-	// LongRequests bounds the long-lived requests of protocol 2026-07-28
-	// (stateless, so not bounded by Sessions) open at once, in total and
-	// per operator: subscriptions/listen streams (open until the client
-	// ends them), wait_for_updates long polls (up to 300 s) and tasks/result
-	// waits (until the task ends). Default 512 and 64.
+	// LongRequests bounds the long-lived requests open at once, in total
+	// and per operator: subscriptions/listen streams of protocol
+	// 2026-07-28 (open until the client ends them), and wait_for_updates
+	// long polls (up to 300 s) and tasks/result waits (until the task
+	// ends) of any protocol — within a session (where Sessions bounds the
+	// sessions, not what each holds) as well as stateless. Default 512
+	// and 64.
 	//
 	// One pair covers all three rather than one pair each: they hold the
 	// same things (a connection, a goroutine, an SDK session) for as long
@@ -268,7 +271,8 @@ func (s *Server) limitStreams(c *streamCaps, asJSON bool, next http.Handler) htt
 // its method, and a tools/call its tool, in its headers, which the SDK
 // checks against the body (a mismatch is refused, 400), and it cannot be a
 // batch: the headers are the request's. Requests of older protocols are
-// within a stateful session (limitSessions).
+// within a stateful session (limitSessions): their waits take their place
+// in their handlers (holdLong).
 func longRequest(r *http.Request) string {
 	if r.Method != http.MethodPost || r.Header.Get("Mcp-Protocol-Version") < statelessFrom {
 		return ""
@@ -306,8 +310,38 @@ func (s *Server) limitLongRequests(next http.Handler) http.Handler {
 			return
 		}
 		defer release()
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), longCounted{}, true)))
 	})
+}
+
+// codeOverLimit is the JSON-RPC error of a request refused over a cap
+// within a session (tasks/result; a tool's refusal is a tool error), where
+// no HTTP status can say it: a server error of JSON-RPC's implementation-
+// defined range.
+const codeOverLimit = -32000
+
+// longCounted marks the context of a request limitLongRequests holds a
+// place for: the stateless handler serves it within that context, so the
+// wait it makes (holdLong) is not counted again.
+type longCounted struct{}
+
+// holdLong holds a place under the long-request caps for a wait of what
+// (wait_for_updates, tasks/result) by op, for as long as the wait lasts:
+// within a session (protocols before 2026-07-28, over every transport) a
+// client may make any number of such requests at once, each of which
+// holds a goroutine and a stream for up to 300 s (or until its task ends).
+// A request of 2026-07-28 holds one already (limitLongRequests), from its
+// HTTP request on. The refusal names the key, as a 429 or 503 would.
+func (s *Server) holdLong(ctx context.Context, op, what string) (release func(), err error) {
+	if counted, _ := ctx.Value(longCounted{}).(bool); counted {
+		return func() {}, nil
+	}
+	release, cerr := s.longCaps.acquire(op)
+	if cerr != nil {
+		s.log.Warn("long-lived request refused", "what", what, "operator", op, "status", cerr.status)
+		return nil, fmt.Errorf("%s: %w", what, cerr)
+	}
+	return release, nil
 }
 
 // requestOperator is the operator an HTTP request acts as: for the MCP
@@ -434,37 +468,58 @@ func (b *deadlineBody) Close() error { return b.body.Close() }
 // keeps them without a bound (and for URIs of anything): a session could
 // make the server hold, and scan on every change, any number of them. A
 // session the SDK closed is forgotten lazily, as mcpSessions does, since the
-// SDK tells no one.
+// SDK tells no one. It also knows the operator each session subscribed as,
+// so that updates of a task go only to the operators who may see it
+// (updates.go).
 type sessionSubs struct {
 	max int
 
-	mu     sync.Mutex
-	bySess map[*mcp.ServerSession]map[string]bool // guarded by mu
+	mu      sync.Mutex
+	bySess  map[*mcp.ServerSession]*sessionSub // guarded by mu
+	byURI   map[string]map[string]int          // URI → operator → its sessions subscribed; guarded by mu
+	sweepAt int                                // forget closed sessions when bySess reaches it; guarded by mu
 }
 
-// add records ss's subscription to uri, or says why not: ss holds max
-// already. A URI subscribed to again counts once, as the SDK keeps it once.
-func (c *sessionSubs) add(s *Server, ss *mcp.ServerSession, uri string) error {
+// sessionSub is one session's subscriptions and the operator it acts as.
+type sessionSub struct {
+	op   string
+	uris map[string]bool
+}
+
+// add records ss's subscription to uri as operator op, or says why not: ss
+// holds max already. A URI subscribed to again counts once, as the SDK
+// keeps it once.
+func (c *sessionSubs) add(s *Server, ss *mcp.ServerSession, uri, op string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.bySess == nil {
-		c.bySess = map[*mcp.ServerSession]map[string]bool{}
+		c.bySess, c.byURI = map[*mcp.ServerSession]*sessionSub{}, map[string]map[string]int{}
 	}
-	subs := c.bySess[ss]
-	if subs[uri] {
+	sub := c.bySess[ss]
+	if sub != nil && sub.uris[uri] {
 		return nil
 	}
-	if len(subs) >= c.max {
+	if sub != nil && len(sub.uris) >= c.max {
 		c.forgetClosedLocked(s)
-		if subs = c.bySess[ss]; len(subs) >= c.max {
+		if sub = c.bySess[ss]; sub != nil && len(sub.uris) >= c.max {
 			return fmt.Errorf("uri %q: this session is subscribed to %d resources, the most one session may be (%s): unsubscribe from one first", uri, c.max, keySubsPerSession)
 		}
 	}
-	if subs == nil {
-		subs = map[string]bool{}
-		c.bySess[ss] = subs
+	if sub == nil {
+		// Sessions that closed without unsubscribing are forgotten once
+		// their number doubles: the map stays within twice the live ones.
+		if len(c.bySess) >= c.sweepAt {
+			c.forgetClosedLocked(s)
+			c.sweepAt = 2*len(c.bySess) + 64
+		}
+		sub = &sessionSub{op: op, uris: map[string]bool{}}
+		c.bySess[ss] = sub
 	}
-	subs[uri] = true
+	sub.uris[uri] = true
+	if c.byURI[uri] == nil {
+		c.byURI[uri] = map[string]int{}
+	}
+	c.byURI[uri][sub.op]++
 	return nil
 }
 
@@ -472,12 +527,46 @@ func (c *sessionSubs) add(s *Server, ss *mcp.ServerSession, uri string) error {
 func (c *sessionSubs) remove(ss *mcp.ServerSession, uri string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if subs := c.bySess[ss]; subs != nil {
-		delete(subs, uri)
-		if len(subs) == 0 {
+	if sub := c.bySess[ss]; sub != nil && sub.uris[uri] {
+		c.dropLocked(sub, uri)
+		if len(sub.uris) == 0 {
 			delete(c.bySess, ss)
 		}
 	}
+}
+
+// dropLocked forgets sub's subscription to uri. mu must be held.
+func (c *sessionSubs) dropLocked(sub *sessionSub, uri string) {
+	delete(sub.uris, uri)
+	ops := c.byURI[uri]
+	if ops[sub.op]--; ops[sub.op] <= 0 {
+		delete(ops, sub.op)
+		if len(ops) == 0 {
+			delete(c.byURI, uri)
+		}
+	}
+}
+
+// operators returns the operators with a session subscribed to uri.
+func (c *sessionSubs) operators(uri string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ops := make([]string, 0, len(c.byURI[uri]))
+	for op := range c.byURI[uri] {
+		ops = append(ops, op)
+	}
+	return ops
+}
+
+// operator returns the operator ss subscribed as; ok is false for a
+// session with no subscription.
+func (c *sessionSubs) operator(ss *mcp.ServerSession) (op string, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if sub := c.bySess[ss]; sub != nil {
+		return sub.op, true
+	}
+	return "", false
 }
 
 // forgetClosedLocked drops the sessions the SDK no longer lists. mu must
@@ -487,8 +576,11 @@ func (c *sessionSubs) forgetClosedLocked(s *Server) {
 	for ss := range s.mcp.Sessions() {
 		open[ss] = true
 	}
-	for ss := range c.bySess {
+	for ss, sub := range c.bySess {
 		if !open[ss] {
+			for uri := range sub.uris {
+				c.dropLocked(sub, uri)
+			}
 			delete(c.bySess, ss)
 		}
 	}

@@ -27,15 +27,35 @@ type operators struct {
 	*env
 	ann, bea       string // the operators' agent IDs
 	annPeer, beaPC *peer
+	url            string // the HTTP server's
 }
 
 func newOperators(t *testing.T, version string) *operators {
 	t.Helper()
 	o := &operators{}
-	var url string
-	o.env, o.ann, o.bea, url = newTwoOperatorEnv(t)
-	o.annPeer = o.httpPeer(url, tokenAnn, version)
-	o.beaPC = o.httpPeer(url, tokenBea, version)
+	o.env, o.ann, o.bea, o.url = newTwoOperatorEnv(t)
+	o.annPeer = o.httpPeer(o.url, tokenAnn, version)
+	o.beaPC = o.httpPeer(o.url, tokenBea, version)
+	return o
+}
+
+// newOperatorsWith is newOperators with the server's configuration
+// adjusted (limits, coalescing) after the operators and tokens are set.
+func newOperatorsWith(t *testing.T, version string, adjust func(*server.Config)) *operators {
+	t.Helper()
+	o := &operators{}
+	tok := tokenOperators(t, &o.ann, &o.bea)
+	o.env = newEnvWith(t, envOptions{Config: func(c *server.Config) {
+		tok.Config(c)
+		if adjust != nil {
+			adjust(c)
+		}
+	}})
+	ts := httptest.NewServer(o.srv.Handler())
+	t.Cleanup(ts.Close)
+	o.url = ts.URL
+	o.annPeer = o.httpPeer(o.url, tokenAnn, version)
+	o.beaPC = o.httpPeer(o.url, tokenBea, version)
 	return o
 }
 

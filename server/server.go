@@ -62,8 +62,9 @@ type Server struct {
 	// Caps of what clients hold open, and add_task's quotas (limits.go).
 	mcpSessions        *mcpSessions
 	eventCaps, sseCaps *streamCaps
-	longCaps           *streamCaps // long-lived requests of protocol 2026-07-28
+	longCaps           *streamCaps // long-lived requests: listen streams, long polls, tasks/result waits
 	subs               sessionSubs
+	listCursors        *listCursors // resources/list cursors (visibility.go)
 	quota              *taskQuota
 
 	ctx    context.Context
@@ -126,6 +127,10 @@ func New(cfg Config) (*Server, error) {
 	s.longCaps = newStreamCaps("long-lived requests (subscriptions/listen streams, wait_for_updates and tasks/result waits)",
 		l.LongRequests, l.LongRequestsPerOperator, keyLongRequests, keyLongRequestsOp)
 	s.subs.max = l.SubscriptionsPerSession
+	var err error
+	if s.listCursors, err = newListCursors(); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	s.quota = newTaskQuota(l, s.sys)
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: cfg.Name, Title: "mas-mcp multi-agent system", Version: cfg.Version},
 		&mcp.ServerOptions{
@@ -157,6 +162,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: tasks: %w", err)
 	}
 	s.updates = newUpdates(s)
+	s.mcp.AddSendingMiddleware(s.updates.forOperator)
 	s.goTracked(s.updates.run)
 	return s, nil
 }

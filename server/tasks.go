@@ -206,6 +206,14 @@ func (s *Server) taskResult(ctx context.Context, ss *mcp.ServerSession, p *taskI
 	if err != nil {
 		return nil, err
 	}
+	if !ended(t) {
+		op, _ := s.callerOperator(ctx, ss)
+		release, err := s.holdLong(ctx, op, "tasks/result")
+		if err != nil {
+			return nil, &jsonrpc.Error{Code: codeOverLimit, Message: err.Error()}
+		}
+		defer release()
+	}
 	sub := s.sys.Subscribe(64)
 	defer sub.Close()
 	for !ended(t) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -13,19 +14,24 @@ import (
 )
 
 // updates relays the MAS's change events to MCP clients: resources/updated
-// for subscribed URIs (coalesced to one per Coalesce per URI),
+// for subscribed URIs (coalesced to one per Coalesce per URI and operator),
 // resources/list_changed when tasks and agents appear, logging
 // notifications of agents' steps, and the event log wait_for_updates reads.
-// Its run loop is the only goroutine that touches the coalescing state.
+// Its run loop is the only goroutine that touches the coalescing state, and
+// the only one that sends resources/updated.
 type updates struct {
 	s   *Server
 	sub *engine.Subscription
 
 	// coalescing (run goroutine only)
-	last    map[string]time.Time // when each URI was last notified
-	pending map[string]bool      // URIs changed since then
+	last    map[target]time.Time // when each target was last notified
+	pending map[target]bool      // targets changed since then
 	timer   *time.Timer
 	known   map[string]bool // tasks and agents with their own resources
+
+	// only is the operator whose sessions the resources/updated being sent
+	// is for, nil while one for every subscriber is (forOperator).
+	only atomic.Pointer[string]
 
 	mu     sync.Mutex // guards the event log
 	events []engine.Event
@@ -37,8 +43,8 @@ func newUpdates(s *Server) *updates {
 	u := &updates{
 		s:       s,
 		sub:     s.sys.Subscribe(4096),
-		last:    map[string]time.Time{},
-		pending: map[string]bool{},
+		last:    map[target]time.Time{},
+		pending: map[target]bool{},
 		known:   map[string]bool{},
 		changed: make(chan struct{}),
 	}
@@ -83,20 +89,24 @@ func (u *updates) handle(ev engine.Event) {
 	u.changed = make(chan struct{})
 	u.mu.Unlock()
 
-	var uris []string
+	// uris change for every reader; ofTask, the task's own documents and the
+	// list of tasks, only for the operators who may see the task (one they
+	// do not see is not in their mas://tasks: telling them that the list
+	// changed would tell them when others work, and on what).
+	var uris, ofTask []string
 	switch ev.Kind {
 	case engine.EventTaskAdded:
 		u.addTask(ev.TaskID)
-		uris = append(uris, uriTasks, taskURI(ev.TaskID))
+		ofTask = append(ofTask, uriTasks, taskURI(ev.TaskID))
 	case engine.EventTaskChanged:
-		uris = append(uris, uriTasks, taskURI(ev.TaskID))
+		ofTask = append(ofTask, uriTasks, taskURI(ev.TaskID))
 	case engine.EventStageChanged:
-		uris = append(uris, uriTasks, taskURI(ev.TaskID))
+		ofTask = append(ofTask, uriTasks, taskURI(ev.TaskID))
 		if ev.StageID != "" && ev.StageID != engine.NoRelative {
-			uris = append(uris, stageURI(ev.TaskID, ev.StageID))
+			ofTask = append(ofTask, stageURI(ev.TaskID, ev.StageID))
 		}
 	case engine.EventMessageDelivered:
-		uris = append(uris, taskURI(ev.TaskID), conversationURI(ev.TaskID))
+		ofTask = append(ofTask, taskURI(ev.TaskID), conversationURI(ev.TaskID))
 	case engine.EventAgentAdded:
 		u.addAgent(ev.AgentID, ev.Detail)
 		uris = append(uris, uriAgents, agentURI(ev.AgentID))
@@ -112,34 +122,75 @@ func (u *updates) handle(ev engine.Event) {
 			uris = append(uris, agentURI(ev.AgentID), stepsURI(ev.AgentID))
 		}
 		if ev.TaskID != "" {
-			uris = append(uris, taskURI(ev.TaskID))
+			ofTask = append(ofTask, taskURI(ev.TaskID))
+		}
+	}
+	targets := make([]target, 0, len(uris)+len(ofTask))
+	for _, uri := range uris {
+		targets = append(targets, target{uri: uri})
+	}
+	for _, uri := range ofTask {
+		for _, op := range u.s.subs.operators(uri) {
+			if u.s.sys.Visible(op, ev.TaskID) {
+				targets = append(targets, target{uri: uri, op: op})
+			}
 		}
 	}
 	now := time.Now()
-	for _, uri := range uris {
-		if now.Sub(u.last[uri]) >= u.s.cfg.Coalesce {
-			u.send(uri, now)
+	for _, t := range targets {
+		if now.Sub(u.last[t]) >= u.s.cfg.Coalesce {
+			u.send(t, now)
 			continue
 		}
-		u.pending[uri] = true
+		u.pending[t] = true
 	}
 	u.schedule(now)
 }
 
-// send notifies the URI's subscribers (the SDK knows them).
-func (u *updates) send(uri string, now time.Time) {
-	u.last[uri] = now
-	delete(u.pending, uri)
-	if err := u.s.mcp.ResourceUpdated(u.s.ctx, &mcp.ResourceUpdatedNotificationParams{URI: uri}); err != nil {
-		u.s.log.Debug("resources/updated failed", "uri", uri, "err", err)
+// target is whom a resources/updated is for: the sessions subscribed to
+// uri, only those of operator op unless op is "". Each is coalesced on its
+// own, so that one operator's changes neither trigger nor delay another's
+// notifications.
+type target struct{ uri, op string }
+
+// send notifies the target's subscribers (the SDK knows them; forOperator
+// leaves out those of other operators).
+func (u *updates) send(t target, now time.Time) {
+	u.last[t] = now
+	delete(u.pending, t)
+	if t.op != "" {
+		u.only.Store(&t.op)
+		defer u.only.Store(nil)
+	}
+	if err := u.s.mcp.ResourceUpdated(u.s.ctx, &mcp.ResourceUpdatedNotificationParams{URI: t.uri}); err != nil {
+		u.s.log.Debug("resources/updated failed", "uri", t.uri, "err", err)
 	}
 }
 
-// schedule arms the timer for the earliest pending URI's window end.
+// forOperator is a sending middleware that withholds a resources/updated
+// sent for one operator's sessions (send, with only set) from the others.
+// go-sdk's Server.ResourceUpdated notifies every subscriber of the URI, in
+// the caller's goroutine (notifySessions, notifySubscribedSessions): only
+// the run loop calls it, so only holds for exactly that call.
+func (u *updates) forOperator(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method == "notifications/resources/updated" {
+			if only := u.only.Load(); only != nil {
+				ss, _ := req.GetSession().(*mcp.ServerSession)
+				if op, ok := u.s.subs.operator(ss); ss == nil || !ok || op != *only {
+					return nil, nil
+				}
+			}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// schedule arms the timer for the earliest pending target's window end.
 func (u *updates) schedule(now time.Time) {
 	var due time.Time
-	for uri := range u.pending {
-		at := u.last[uri].Add(u.s.cfg.Coalesce)
+	for t := range u.pending {
+		at := u.last[t].Add(u.s.cfg.Coalesce)
 		if due.IsZero() || at.Before(due) {
 			due = at
 		}
@@ -150,12 +201,12 @@ func (u *updates) schedule(now time.Time) {
 	u.timer.Reset(max(due.Sub(now), 0))
 }
 
-// flush sends the pending URIs whose window has passed.
+// flush sends the pending targets whose window has passed.
 func (u *updates) flush() {
 	now := time.Now()
-	for uri := range u.pending {
-		if now.Sub(u.last[uri]) >= u.s.cfg.Coalesce {
-			u.send(uri, now)
+	for t := range u.pending {
+		if now.Sub(u.last[t]) >= u.s.cfg.Coalesce {
+			u.send(t, now)
 		}
 	}
 	u.schedule(now)
@@ -241,10 +292,11 @@ func (s *Server) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error
 	if _, err := parseURI(req.Params.URI); err != nil {
 		return err
 	}
-	if err := s.checkSubscribe(req.Params.URI, s.operator(ctx, req.Extra)); err != nil {
+	op := s.operator(ctx, req.Extra)
+	if err := s.checkSubscribe(req.Params.URI, op); err != nil {
 		return err
 	}
-	return s.subs.add(s, req.Session, req.Params.URI)
+	return s.subs.add(s, req.Session, req.Params.URI, op)
 }
 
 // unsubscribe forgets a subscription (the SDK drops its own).
@@ -355,6 +407,12 @@ func (s *Server) waitForUpdates(ctx context.Context, req *mcp.CallToolRequest, i
 		tick = t.C
 	}
 	start := time.Now()
+	var release func()
+	defer func() {
+		if release != nil {
+			release()
+		}
+	}()
 	for {
 		evs, latest, lost, changed := s.updates.since(op, cursor, in.TaskID, in.AgentID)
 		if len(evs) > 0 || lost {
@@ -364,6 +422,14 @@ func (s *Server) waitForUpdates(ctx context.Context, req *mcp.CallToolRequest, i
 			}
 			out := WaitOut{Cursor: latest, Events: evs, Lost: lost}
 			return textResult("%d event(s); next cursor %d.\n%s", len(evs), out.Cursor, jsonText(evs)), out, nil
+		}
+		if release == nil {
+			// A wait holds a place under limits.long_requests_per_operator
+			// (an answer at once does not).
+			var err error
+			if release, err = s.holdLong(ctx, op, "wait_for_updates"); err != nil {
+				return nil, WaitOut{}, err
+			}
 		}
 		select {
 		case <-changed:

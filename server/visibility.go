@@ -2,9 +2,13 @@ package server
 
 import (
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
-	"slices"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -17,21 +21,113 @@ import (
 
 // filterLists is a receiving middleware that leaves out of resources/list
 // the resources of tasks the session's operator may not see.
+//
+// go-sdk pages the list (mcp.DefaultPageSize resources a page) before this
+// filter, and its nextCursor is the base64 of the page's last URI: another
+// operator's task, as often as not. So the SDK's cursor never reaches the
+// client: it goes out sealed (listCursors), bound to the operator, and
+// comes back opened, and a page filtered down to less than a page's worth
+// is completed from the SDK's next pages. A cursor this server did not give
+// the operator is refused (invalid params).
 func (s *Server) filterLists(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		res, err := next(ctx, method, req)
-		lr, ok := res.(*mcp.ListResourcesResult)
-		if err != nil || !ok || method != "resources/list" {
-			return res, err
+		lreq, ok := req.(*mcp.ListResourcesRequest)
+		if method != "resources/list" || !ok {
+			return next(ctx, method, req)
 		}
 		op := s.operator(ctx, req.GetExtra())
-		out := *lr
-		out.Resources = slices.DeleteFunc(slices.Clone(lr.Resources), func(r *mcp.Resource) bool {
-			id, ok := uriTask(r.URI)
-			return ok && !s.sys.Visible(op, id)
-		})
+		params := mcp.ListResourcesParams{}
+		if lreq.Params != nil {
+			params = *lreq.Params
+		}
+		if params.Cursor != "" {
+			c, err := s.listCursors.open(params.Cursor, op)
+			if err != nil {
+				return nil, err
+			}
+			params.Cursor = c
+		}
+		var out mcp.ListResourcesResult
+		kept := []*mcp.Resource{}
+		for {
+			page := *lreq
+			page.Params = &params
+			res, err := next(ctx, method, &page)
+			if err != nil {
+				return nil, err
+			}
+			lr, ok := res.(*mcp.ListResourcesResult)
+			if !ok {
+				return res, nil
+			}
+			for _, r := range lr.Resources {
+				if id, ok := uriTask(r.URI); !ok || s.sys.Visible(op, id) {
+					kept = append(kept, r)
+				}
+			}
+			out = *lr
+			if lr.NextCursor == "" || len(kept) >= mcp.DefaultPageSize {
+				break
+			}
+			params.Cursor = lr.NextCursor
+		}
+		out.Resources = kept
+		if out.NextCursor != "" {
+			out.NextCursor = s.listCursors.seal(out.NextCursor, op)
+		}
 		return &out, nil
 	}
+}
+
+// listCursors seals the SDK's resources/list cursors for the operator they
+// were made for: AES-GCM with a key of this process, the operator's ID as
+// additional data. The client can neither read one (it names the URI the
+// unfiltered page ended at), nor make one, nor use another operator's. A
+// cursor does not outlive the process, which a client learns from the
+// refusal.
+type listCursors struct{ aead cipher.AEAD }
+
+func newListCursors() (*listCursors, error) {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, err
+	}
+	return &listCursors{aead: aead}, nil
+}
+
+func (c *listCursors) seal(cursor, op string) string {
+	nonce := make([]byte, c.aead.NonceSize(), c.aead.NonceSize()+len(cursor)+c.aead.Overhead())
+	_, _ = rand.Read(nonce) // never fails (crypto/rand)
+	return base64.RawURLEncoding.EncodeToString(c.aead.Seal(nonce, nonce, []byte(cursor), []byte(op)))
+}
+
+func (c *listCursors) open(cursor, op string) (string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err == nil && len(b) >= c.aead.NonceSize() {
+		var plain []byte
+		n := c.aead.NonceSize()
+		if plain, err = c.aead.Open(nil, b[:n], b[n:], []byte(op)); err == nil {
+			return string(plain), nil
+		}
+	}
+	return "", &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf(
+		"cursor %q: not a cursor this server gave operator %s for resources/list (cursors do not survive a restart): list again without one", clipCursor(cursor), op)}
+}
+
+// clipCursor keeps an echoed cursor short.
+func clipCursor(c string) string {
+	if len(c) > 64 {
+		return c[:64] + "…"
+	}
+	return c
 }
 
 // uriTask returns the task a mas://tasks/{id}… URI names.
