@@ -137,6 +137,9 @@ func (u *updates) handle(ev engine.Event) {
 		}
 	}
 	now := time.Now()
+	if len(u.last) > lastKept {
+		u.forget(now)
+	}
 	for _, t := range targets {
 		if now.Sub(u.last[t]) >= u.s.cfg.Coalesce {
 			u.send(t, now)
@@ -199,6 +202,22 @@ func (u *updates) schedule(now time.Time) {
 		return
 	}
 	u.timer.Reset(max(due.Sub(now), 0))
+}
+
+// lastKept is how many targets' last notification times the updates keep
+// before forgetting those whose window has passed (forget).
+const lastKept = 4096
+
+// forget drops the last notification times whose window has passed: such
+// a target is notified at once whether or not its time is known, and the
+// times would otherwise grow with every task and operator over the MAS's
+// life.
+func (u *updates) forget(now time.Time) {
+	for t, at := range u.last {
+		if !u.pending[t] && now.Sub(at) >= u.s.cfg.Coalesce {
+			delete(u.last, t)
+		}
+	}
 }
 
 // flush sends the pending targets whose window has passed.
