@@ -152,7 +152,10 @@ func (s *Server) Handler() http.Handler {
 }
 
 // guard is the MCP endpoints' perimeter plus the protocol version header
-// (400) and the bearer token (401).
+// (400) and the bearer token (401). A wrong token counts against its
+// source address in bind_human_agent's throttle (bearerKeys); while the
+// address backs off, its requests with a token are refused (429 with
+// Retry-After) without the token being checked, as the monitor API's are.
 func (s *Server) guard(next http.Handler) http.Handler {
 	cfg := s.cfg.HTTP
 	inner := next
@@ -173,7 +176,11 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			// (it reads the token as bearerToken does).
 			if tok, ok := bearerToken(r); !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="mas-mcp"`)
+			} else if wait := s.throttle.wait(bearerKeys(r)...); wait > 0 {
+				s.tooEarly(wait).write(w, false)
+				return
 			} else if _, ok := s.tokenOperator(tok); !ok {
+				s.throttle.failed(bearerKeys(r)...)
 				w.Header().Set("WWW-Authenticate", `Bearer realm="mas-mcp", error="invalid_token"`)
 			}
 			authed.ServeHTTP(w, r)
@@ -261,7 +268,10 @@ func (s *Server) ServeHTTP(ctx context.Context, ready func(addr string)) error {
 	if err != nil {
 		return fmt.Errorf("server: http: %w", err)
 	}
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// IdleTimeout closes keep-alive connections no request came on for
+	// limits.idle_timeout: without it (and without ReadTimeout, which would
+	// cut the streams) anyone reaching the port could hold any number.
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: s.cfg.Limits.IdleTimeout}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	if ready != nil {

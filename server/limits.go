@@ -55,6 +55,9 @@ type Limits struct {
 	// BodyTimeout bounds the time to receive a request's body once its
 	// headers arrived. Default 30s.
 	BodyTimeout time.Duration
+	// IdleTimeout closes a keep-alive HTTP connection that waited that
+	// long for its next request. Default 2m.
+	IdleTimeout time.Duration
 	// MonitorSessionTTL is how long a web monitor session bound with
 	// bind_human_agent lasts. Default 12h. An operator keeps at most
 	// MonitorSessionsPerOperator (default 32): binding one more ends its
@@ -96,6 +99,7 @@ const (
 	keyLongRequestsOp   = "limits.long_requests_per_operator"
 	keySubsPerSession   = "limits.subscriptions_per_session"
 	keyBodyTimeout      = "limits.body_timeout"
+	keyIdleTimeout      = "limits.idle_timeout"
 	keyNameBytes        = "limits.name_bytes"
 	keyTextBytes        = "limits.text_bytes"
 	keyListItems        = "limits.list_items"
@@ -134,6 +138,7 @@ func (l *Limits) check() error {
 		key string
 	}{
 		{&l.BodyTimeout, 30 * time.Second, keyBodyTimeout},
+		{&l.IdleTimeout, 2 * time.Minute, keyIdleTimeout},
 		{&l.MonitorSessionTTL, 12 * time.Hour, "limits.monitor_session_ttl"},
 		{&l.PasswordBackoff, time.Second, "limits.password_backoff"},
 		{&l.PasswordBackoffMax, 15 * time.Minute, "limits.password_backoff_max"},
@@ -243,7 +248,9 @@ func (c *streamCaps) held(op string) (total, byOp int) {
 // limitStreams holds one of c for the life of each GET request (a stream)
 // of the operator the request acts as; asJSON answers a refusal in the
 // monitor API's shape. Requests whose operator is unknown pass through:
-// the handler refuses them itself.
+// the handler refuses them itself. Other methods pass through uncounted:
+// they stream nothing (HEAD /api/events, which the mux serves with GET's
+// handler, gets the headers only and returns at once: apiEvents).
 func (s *Server) limitStreams(c *streamCaps, asJSON bool, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mas-mcp/mas-mcp/internal/teststack"
 	"github.com/mas-mcp/mas-mcp/server"
 )
 
@@ -506,5 +508,117 @@ func TestShareOperatorBounded(t *testing.T) {
 	txt = e.callErr("manage_task", map[string]any{"action": "share", "task_id": base, "operator": "bea\nINJECTED LINE"})
 	if !strings.Contains(txt, "control character") {
 		t.Errorf("share with an operator holding a newline: %q, want the control-character refusal", txt)
+	}
+}
+
+// TestMonitorAPIIDsBounded: the monitor API holds the IDs it takes to
+// limits.name_bytes and refuses control and bidirectional-override
+// characters in them, as the MCP tools doing the same thing do
+// (manage_task, manage_agent, answer_approval): task_id, agent_id and
+// step_id of /api/control, message_id of /api/answer_approval and the query
+// values of /api/trail are refused with 400 naming the field and the key,
+// before the engine sees them (it would echo them whole in a 404).
+func TestMonitorAPIIDsBounded(t *testing.T) {
+	m := newMonitorEnv(t, envOptions{Config: func(c *server.Config) { c.Limits.NameBytes = 64 }})
+	c := m.client()
+	long := strings.Repeat("x", 4096)
+	for _, tc := range []struct {
+		name, method, path string
+		body               any
+		want               []string
+	}{
+		{"control task_id too long", http.MethodPost, "/api/control", map[string]any{"action": "pause_task", "task_id": long}, []string{"task_id", "limits.name_bytes"}},
+		{"control agent_id too long", http.MethodPost, "/api/control", map[string]any{"action": "pause_agent", "agent_id": long}, []string{"agent_id", "limits.name_bytes"}},
+		{"control step_id too long", http.MethodPost, "/api/control", map[string]any{"action": "cancel_step", "agent_id": "a", "step_id": long}, []string{"step_id", "limits.name_bytes"}},
+		{"control task_id with a bidi override", http.MethodPost, "/api/control", map[string]any{"action": "pause_task", "task_id": "abc\u202edef"}, []string{"task_id", "control character"}},
+		{"control reason too long", http.MethodPost, "/api/control", map[string]any{"action": "interrupt", "agent_id": "a", "reason": strings.Repeat("r", 40000)}, []string{"reason", "limits.text_bytes"}},
+		{"answer_approval message_id too long", http.MethodPost, "/api/answer_approval", map[string]any{"message_id": long, "approve": true}, []string{"message_id", "limits.name_bytes"}},
+		{"answer_approval message_id with a newline", http.MethodPost, "/api/answer_approval", map[string]any{"message_id": "m\nFORGED", "approve": true}, []string{"message_id", "control character"}},
+		{"trail task_id too long", http.MethodGet, "/api/trail?task_id=" + long, nil, []string{"task_id", "limits.name_bytes"}},
+		{"trail agent too long", http.MethodGet, "/api/trail?task_id=t&agent=" + long, nil, []string{"agent", "limits.name_bytes"}},
+		{"trail step with a bidi override", http.MethodGet, "/api/trail?task_id=t&step=a%E2%80%AEb", nil, []string{"step", "control character"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := c.do(tc.method, tc.path, tc.body)
+			var f apiFailure
+			_ = json.Unmarshal(r.body, &f)
+			ok := r.status == http.StatusBadRequest && len(f.Message) < 1000
+			for _, w := range tc.want {
+				ok = ok && strings.Contains(f.Message, w)
+			}
+			if !ok {
+				t.Errorf("status %d, message %.120q (%d bytes); want 400 naming %q", r.status, f.Message, len(f.Message), tc.want)
+			}
+		})
+	}
+}
+
+// TestEventStreamHeadHoldsNothing: HEAD /api/events (the mux serves it
+// with GET's handler) gets the stream's headers and returns at once: it
+// holds no stream, so limits.event_streams(_per_operator) do not count it
+// — an operator at its cap gets it, and the streams held stay as they were.
+func TestEventStreamHeadHoldsNothing(t *testing.T) {
+	m := newMonitorEnv(t, envOptions{Config: func(c *server.Config) { c.Limits.EventStreamsPerOperator = 1 }})
+	m.client().events() // the operator's one stream
+	if _, n, _, _, _ := m.srv.Held(); n != 1 {
+		t.Fatalf("event streams held: %d, want 1", n)
+	}
+	r := m.client().do(http.MethodHead, "/api/events", nil)
+	if r.status != http.StatusOK || r.header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("HEAD /api/events: status %d, Content-Type %q; want 200, text/event-stream", r.status, r.header.Get("Content-Type"))
+	}
+	select {
+	case <-m.eventsDone: // its handler returned
+	case <-time.After(30 * time.Second):
+		t.Fatal("HEAD /api/events: its handler still runs 30s after the answer (an endless stream, uncounted)")
+	}
+	if _, n, _, _, _ := m.srv.Held(); n != 1 {
+		t.Errorf("event streams held after HEAD: %d, want 1", n)
+	}
+}
+
+// TestIdleConnectionsClosed: ServeHTTP closes a keep-alive connection
+// that waits limits.idle_timeout for its next request — whatever its one
+// request was, even an unauthenticated, refused one — so that nobody can
+// hold any number of connections open without a token.
+func TestIdleConnectionsClosed(t *testing.T) {
+	st := teststack.New(t, teststack.Options{})
+	srv, err := server.New(server.Config{System: st.Sys, Logger: st.Log,
+		HTTP:   server.HTTPConfig{Addr: "127.0.0.1:0"},
+		Limits: server.Limits{IdleTimeout: 300 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan string, 1)
+	served := make(chan error, 1)
+	go func() { served <- srv.ServeHTTP(ctx, func(a string) { addrc <- a }) }()
+	t.Cleanup(func() { cancel(); <-served })
+
+	conn, err := net.Dial("tcp", <-addrc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Unauthenticated and refused: a Host not on the allowlist.
+	if _, err := io.WriteString(conn, "GET /favicon.svg HTTP/1.1\r\nHost: evil.example\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || resp.Close {
+		t.Fatalf("status %d, close %v: want a 403 on a kept-alive connection", resp.StatusCode, resp.Close)
+	}
+	// The server closes it: the read returns EOF. The deadline only
+	// bounds a hang.
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Fatalf("reading the idle connection: %v; want EOF (closed by the server after limits.idle_timeout, 300ms)", err)
 	}
 }

@@ -34,8 +34,18 @@ import (
 //
 // A page binds to an operator with bind_human_agent and gets an HttpOnly
 // session cookie (EventSource cannot send headers); programs may send the
-// bearer token instead. Without configured tokens (loopback only) every
-// request acts as the default operator unless it bound another one.
+// bearer token instead. The cookie is Secure when the page is an https
+// page: the request came over TLS, or through a proxy that terminated it
+// (the bind request's Origin is https://, or X-Forwarded-Proto says https).
+// An /api/events stream opened with a session ends when the session does.
+// Without configured tokens (loopback only) every request acts as the
+// default operator unless it bound another one.
+//
+// Wrong bearer tokens count as failed attempts of their source address in
+// bind_human_agent's throttle (limits.password_failures …), here and on
+// /mcp and /sse: while the address backs off, every request from it with a
+// bearer token is answered 429 without the token being checked, a correct
+// one included, as bind_human_agent does.
 
 const sessionCookie = "mas_session"
 
@@ -78,21 +88,28 @@ var apiMethods = map[string]string{
 // apiOperator is the operator an API request acts as: its bearer token's,
 // its bound session's, or (without configured tokens) the default one.
 func (s *Server) apiOperator(r *http.Request) (string, bool) {
+	op, _, ok := s.apiAuth(r)
+	return op, ok
+}
+
+// apiAuth is apiOperator's answer and, when a bound session gave it, the
+// session's ID (its cookie's value; "" otherwise).
+func (s *Server) apiAuth(r *http.Request) (op, session string, ok bool) {
 	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
 		if op, ok := s.tokenOperator(strings.TrimPrefix(h, "Bearer ")); ok {
-			return op, true
+			return op, "", true
 		}
-		return "", false
+		return "", "", false
 	}
 	if c, err := r.Cookie(sessionCookie); err == nil {
 		if op, ok := s.sessions.lookup(c.Value); ok {
-			return op, true
+			return op, c.Value, true
 		}
 	}
 	if len(s.cfg.HTTP.Tokens) == 0 {
-		return s.sys.OperatorID(), true
+		return s.sys.OperatorID(), "", true
 	}
-	return "", false
+	return "", "", false
 }
 
 // tokenOperator maps a bearer token to its operator (constant time).
@@ -105,14 +122,33 @@ func (s *Server) tokenOperator(token string) (string, bool) {
 	return "", false
 }
 
-// authed wraps an API handler that needs an operator.
+// authed wraps an API handler that needs an operator. A request with a
+// bearer token from an address that is backing off is refused (429), and
+// a wrong token counts against its address (bearerKeys).
 func (s *Server) authed(w http.ResponseWriter, r *http.Request) (string, bool) {
-	op, ok := s.apiOperator(r)
+	op, _, ok := s.authedSession(w, r)
+	return op, ok
+}
+
+// authedSession is authed, also giving the ID of the bound session the
+// request acts through ("" for a bearer token or the default operator).
+func (s *Server) authedSession(w http.ResponseWriter, r *http.Request) (op, session string, ok bool) {
+	bearer := strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if bearer {
+		if wait := s.throttle.wait(bearerKeys(r)...); wait > 0 {
+			s.tooEarly(wait).write(w, true)
+			return "", "", false
+		}
+	}
+	op, session, ok = s.apiAuth(r)
 	if !ok {
+		if bearer {
+			s.throttle.failed(bearerKeys(r)...)
+		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="mas-mcp"`)
 		apiError(w, http.StatusUnauthorized, "bind an operator first (POST /api/bind_human_agent) or send its bearer token")
 	}
-	return op, ok
+	return op, session, ok
 }
 
 func apiJSON(w http.ResponseWriter, status int, v any) {
@@ -203,8 +239,12 @@ func (s *Server) apiStates(w http.ResponseWriter, r *http.Request) {
 // apiEvents streams the MAS's change events as server-sent events, each as
 // it happens. A client that fell behind gets an "resync" event (re-read the
 // states); ": ping" comments keep idle connections open through proxies.
+// A stream opened with a bound session ends when the session does
+// (limits.monitor_session_ttl, or a newer binding ended it): the session
+// is looked up again before each write and each ping. One opened with a
+// bearer token lasts as long as its connection.
 func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
-	op, ok := s.authed(w, r)
+	op, session, ok := s.authedSession(w, r)
 	if !ok {
 		return
 	}
@@ -213,11 +253,27 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusInternalServerError, "streaming is not supported by this connection")
 		return
 	}
-	sub := s.sys.Subscribe(1024)
-	defer sub.Close()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Accel-Buffering", "no")
+	// HEAD (which the mux serves with GET's handler) gets the stream's
+	// headers and returns at once: it subscribes to nothing and holds
+	// nothing, so limitStreams need not count it.
+	if r.Method == http.MethodHead {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	sub := s.sys.Subscribe(1024)
+	defer sub.Close()
+	// live says whether the stream may go on writing: its session, if it
+	// has one, still acts as op.
+	live := func() bool {
+		if session == "" {
+			return true
+		}
+		sop, ok := s.sessions.lookup(session)
+		return ok && sop == op
+	}
 	w.WriteHeader(http.StatusOK)
 	fmt.Fprintf(w, "retry: 2000\nevent: hello\ndata: {\"seq\":%d}\n\n", s.sys.EventSeq())
 	flusher.Flush()
@@ -227,7 +283,7 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
 	for {
 		select {
 		case ev, ok := <-sub.C:
-			if !ok {
+			if !ok || !live() {
 				return
 			}
 			if d := sub.Dropped(); d != dropped {
@@ -248,6 +304,9 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			flusher.Flush()
 		case <-ping.C:
+			if !live() {
+				return
+			}
 			fmt.Fprint(w, ": ping\n\n")
 			flusher.Flush()
 		case <-r.Context().Done():
@@ -303,9 +362,22 @@ func (s *Server) apiBind(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: s.sessions.bind(op), Path: "/api/", HttpOnly: true, MaxAge: int(s.cfg.Limits.MonitorSessionTTL / time.Second),
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+		SameSite: http.SameSiteStrictMode, Secure: httpsPage(r),
 	})
 	apiJSON(w, http.StatusOK, map[string]any{"success": true, "human_agent_id": op, "message": "bound to operator " + op})
+}
+
+// httpsPage says whether r comes from an https page: it came over TLS, or
+// through a proxy that terminated TLS — the browser's Origin is https://
+// (the perimeter let it through: the server's own or an allowed one) or
+// the proxy says so in X-Forwarded-Proto. Its session cookie is then
+// Secure, so that the browser never sends it over plain http.
+func httpsPage(r *http.Request) bool {
+	if r.TLS != nil || strings.HasPrefix(strings.ToLower(r.Header.Get("Origin")), "https://") {
+		return true
+	}
+	proto, _, _ := strings.Cut(r.Header.Get("X-Forwarded-Proto"), ",")
+	return strings.EqualFold(strings.TrimSpace(proto), "https")
 }
 
 // sendRequest is spec §7.4.1's POST /api/send_message body.

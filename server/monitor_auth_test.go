@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"mime"
 	"net/http"
 	"os"
@@ -232,5 +233,115 @@ func TestMonitorPage(t *testing.T) {
 	}
 	if !slices.Contains(files, filepath.Join("web", "index.html")) {
 		t.Error("web/index.html is missing")
+	}
+}
+
+// TestMonitorEventStreamEndsWithSession: an /api/events stream opened with
+// a bound monitor session ends when the session does — it expired
+// (limits.monitor_session_ttl) or a newer binding ended it
+// (limits.monitor_sessions_per_operator) — and delivers nothing after
+// that; a stream opened with the operator's bearer token goes on.
+func TestMonitorEventStreamEndsWithSession(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(m *monitorEnv, clock *fakeClock)
+	}{
+		{"ended by a newer binding", func(m *monitorEnv, _ *fakeClock) {
+			m.client().json(http.MethodPost, "/api/bind_human_agent", map[string]any{"token": tokenAnn}, http.StatusOK, nil)
+		}},
+		{"expired", func(_ *monitorEnv, clock *fakeClock) { clock.advance(2 * time.Hour) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := newFakeClock()
+			var ann, bea string
+			tok := tokenOperators(t, &ann, &bea)
+			m := newMonitorEnv(t, envOptions{Config: func(c *server.Config) {
+				tok.Config(c)
+				c.Limits.MonitorSessionTTL, c.Limits.MonitorSessionsPerOperator, c.Limits.Now = time.Hour, 1, clock.Now
+			}})
+			page := m.client()
+			page.json(http.MethodPost, "/api/bind_human_agent", map[string]any{"token": tokenAnn}, http.StatusOK, nil)
+			es := page.events()
+			program := m.client()
+			program.token = tokenAnn
+			bs := program.events()
+			for _, s := range []*eventStream{es, bs} {
+				if ev := s.next(t, 10*time.Second); ev.Event != "hello" {
+					t.Fatalf("first event %q, want hello", ev.Event)
+				}
+			}
+			tc.end(m, clock)
+			page.fails(http.MethodGet, "/api/whoami", nil, http.StatusUnauthorized, "bind an operator first")
+			after := m.stack.Sys.EventSeq()
+			taskID, err := m.stack.Sys.AddTask(ann, engine.AddTaskRequest{TaskName: "secret-plan", TaskIntention: "Research a topic and write a report."})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The bearer token's stream delivers the task's event…
+			for {
+				ev := bs.next(t, 20*time.Second)
+				var e engine.Event
+				if json.Unmarshal([]byte(ev.Data), &e) == nil && e.Seq > after && e.TaskID == taskID {
+					break
+				}
+			}
+			// …the ended session's stream ends without it.
+			for {
+				select {
+				case ev, ok := <-es.events:
+					if !ok {
+						return
+					}
+					var e engine.Event
+					if json.Unmarshal([]byte(ev.Data), &e) == nil && e.Seq > after {
+						t.Fatalf("the session has ended, but its /api/events stream delivered %s %s", ev.Event, ev.Data)
+					}
+				case <-time.After(20 * time.Second):
+					t.Fatal("the ended session's /api/events stream has not ended 20s after an event for it")
+				}
+			}
+		})
+	}
+}
+
+// TestMonitorSessionCookieSecureBehindTLSProxy: the monitor session cookie
+// is Secure when the page is an https page, also behind a proxy that
+// terminates TLS (the README's deployment: the https origin listed in
+// http.allowed_origins) — the bind request's Origin is https://, or the
+// proxy sends X-Forwarded-Proto: https — so that the browser never sends
+// it over plain http. A plain http page's cookie is not Secure (the
+// browser would drop it).
+func TestMonitorSessionCookieSecureBehindTLSProxy(t *testing.T) {
+	var ann, bea string
+	tok := tokenOperators(t, &ann, &bea)
+	m := newMonitorEnv(t, envOptions{Config: func(c *server.Config) {
+		tok.Config(c)
+		c.HTTP.AllowedOrigins = []string{"https://mas.example"}
+	}})
+	for _, tc := range []struct {
+		name   string
+		header []string
+		secure bool
+	}{
+		{"https Origin", []string{"Origin", "https://mas.example"}, true},
+		{"X-Forwarded-Proto https", []string{"X-Forwarded-Proto", "https"}, true},
+		{"X-Forwarded-Proto https of a chain", []string{"X-Forwarded-Proto", "HTTPS, http"}, true},
+		{"plain http", nil, false},
+		{"X-Forwarded-Proto http", []string{"X-Forwarded-Proto", "http"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := m.client()
+			for i := 0; i+1 < len(tc.header); i += 2 {
+				c.header.Set(tc.header[i], tc.header[i+1])
+			}
+			r := c.json(http.MethodPost, "/api/bind_human_agent", map[string]any{"token": tokenAnn}, http.StatusOK, nil)
+			ck := r.header.Get("Set-Cookie")
+			if !strings.Contains(ck, "mas_session=") {
+				t.Fatalf("no session cookie: %q", ck)
+			}
+			if got := strings.Contains(ck, "; Secure"); got != tc.secure {
+				t.Errorf("session cookie %q: Secure %v, want %v", ck, got, tc.secure)
+			}
+		})
 	}
 }

@@ -46,11 +46,18 @@ func (s *Server) apiControl(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusBadRequest, fmt.Sprintf("action %q: must be one of %s", req.Action, strings.Join(controlActions, ", ")))
 		return
 	}
-	for _, f := range []struct{ name, v string }{{"reason", req.Reason}, {"instruction", req.Instruction}} {
-		if len(f.v) > s.cfg.Limits.TextBytes {
-			apiError(w, http.StatusBadRequest, fmt.Sprintf("%s: %d bytes, at most %d", f.name, len(f.v), s.cfg.Limits.TextBytes))
-			return
-		}
+	// The IDs are held to what the MCP tools hold them to (manage_task,
+	// manage_agent: inputs.go) before the engine sees them, which would
+	// echo them whole in its errors.
+	c := inputCheck{l: &s.cfg.Limits}
+	c.name("task_id", req.TaskID)
+	c.name("agent_id", req.AgentID)
+	c.name("step_id", req.StepID)
+	c.text("reason", req.Reason)
+	c.text("instruction", req.Instruction)
+	if c.err != nil {
+		apiError(w, http.StatusBadRequest, c.err.Error())
+		return
 	}
 	var res any
 	var err error
@@ -107,8 +114,9 @@ func (s *Server) apiAnswerApproval(w http.ResponseWriter, r *http.Request) {
 	case req.Approve == nil:
 		apiError(w, http.StatusBadRequest, "approve: is required (true or false)")
 		return
-	case len(req.Note) > s.cfg.Limits.TextBytes:
-		apiError(w, http.StatusBadRequest, fmt.Sprintf("note: %d bytes, at most %d", len(req.Note), s.cfg.Limits.TextBytes))
+	}
+	if err := (AnswerApprovalIn{MessageID: req.MessageID, Note: req.Note}).check(&s.cfg.Limits); err != nil {
+		apiError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	if err := s.sys.AnswerApproval(op, req.MessageID, engine.Decision{Approve: *req.Approve, Note: req.Note}); err != nil {

@@ -76,7 +76,9 @@ func (a *apiSessions) count() int {
 	return len(a.m)
 }
 
-// bindThrottle slows password (and token) guessing on bind_human_agent:
+// bindThrottle slows password (and token) guessing on bind_human_agent,
+// and token guessing with "Authorization: Bearer" on /api, /mcp and /sse
+// (bearerKeys: the same source-address key, so the doors share a count):
 // each operator ID and each source address has Limits.PasswordFailures
 // free failures; after that every attempt waits a backoff that doubles
 // with each failure, up to Limits.PasswordBackoffMax. Attempts that come
@@ -203,9 +205,22 @@ func bindKeys(r *http.Request, humanAgentID string) []string {
 	return keys
 }
 
+// bearerKeys are the throttle's keys of a request's bearer token: its
+// source address only (a token names no operator until it is right).
+// Only wrong tokens are counted (failed); a right one clears nothing,
+// or an operator holding one token could clear its address's count
+// between guesses at another's.
+func bearerKeys(r *http.Request) []string { return bindKeys(r, "") }
+
 // refuseTooEarly answers 429 to a bind attempt that must still wait.
 func (s *Server) refuseTooEarly(w http.ResponseWriter, wait time.Duration) {
-	(&capError{status: http.StatusTooManyRequests, retryAfter: wait, msg: fmt.Sprintf(
+	s.tooEarly(wait).write(w, true)
+}
+
+// tooEarly is the 429 of an attempt (a bind, a bearer token) that must
+// still wait.
+func (s *Server) tooEarly(wait time.Duration) *capError {
+	return &capError{status: http.StatusTooManyRequests, retryAfter: wait, msg: fmt.Sprintf(
 		"too many failed attempts from this address or for this operator: try again in %ds (limits.password_failures, limits.password_backoff)",
-		int((wait+time.Second-1)/time.Second))}).write(w, true)
+		int((wait+time.Second-1)/time.Second))}
 }

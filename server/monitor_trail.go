@@ -19,6 +19,16 @@ func (s *Server) apiTrail(w http.ResponseWriter, r *http.Request) {
 	}
 	v := r.URL.Query()
 	q := engine.TrailQuery{TaskID: v.Get("task_id"), StepID: v.Get("step"), AgentID: v.Get("agent"), Kind: v.Get("kind"), Cursor: v.Get("cursor")}
+	// Held to the limits of names and IDs (inputs.go) before the engine
+	// sees them, which would echo them whole in its errors.
+	c := inputCheck{l: &s.cfg.Limits}
+	for _, f := range []struct{ name, v string }{{"task_id", q.TaskID}, {"step", q.StepID}, {"agent", q.AgentID}, {"kind", q.Kind}, {"cursor", q.Cursor}} {
+		c.name(f.name, f.v)
+	}
+	if c.err != nil {
+		apiError(w, http.StatusBadRequest, c.err.Error())
+		return
+	}
 	if l := v.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil {

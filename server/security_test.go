@@ -669,3 +669,80 @@ func testShutdown(t *testing.T, pending []string) {
 		}
 	}
 }
+
+// TestBearerGuessesThrottled: a wrong "Authorization: Bearer" token on the
+// monitor API or the MCP endpoints counts as a failed attempt of its
+// source address in bind_human_agent's throttle (one count for all the
+// doors): past limits.password_failures, every request from the address
+// with a bearer token is answered 429 with Retry-After, unchecked — a right
+// token included, as bind_human_agent refuses a right token then — until
+// the backoff (doubling with each failure) is over. Right tokens are never
+// counted, and requests without a token (a bound session) are not refused.
+func TestBearerGuessesThrottled(t *testing.T) {
+	clock := newFakeClock()
+	var ann, bea string
+	tok := tokenOperators(t, &ann, &bea)
+	m := newMonitorEnv(t, envOptions{Config: func(c *server.Config) {
+		tok.Config(c)
+		c.Limits.PasswordFailures, c.Limits.PasswordBackoff, c.Limits.PasswordBackoffMax = 2, time.Minute, time.Hour
+		c.Limits.Now = clock.Now
+	}})
+	client := func(token string) *apiClient {
+		c := m.client()
+		c.token = token
+		c.header.Set("Accept", "application/json, text/event-stream")
+		return c
+	}
+	good, guess := client(tokenAnn), client("guess-0000000000000000")
+	page := client("")
+	page.json(http.MethodPost, "/api/bind_human_agent", map[string]any{"token": tokenBea}, http.StatusOK, nil)
+	// mcpInit opens an MCP session, and closes it if it opened.
+	mcpInit := func(c *apiClient) apiResponse {
+		b, _ := io.ReadAll(initBody("2025-11-25"))
+		r := c.do(http.MethodPost, "/mcp", string(b))
+		if id := r.header.Get("Mcp-Session-Id"); id != "" {
+			c.header.Set("Mcp-Session-Id", id)
+			if d := c.do(http.MethodDelete, "/mcp", nil); d.status != http.StatusNoContent && d.status != http.StatusOK {
+				t.Errorf("DELETE /mcp: status %d", d.status)
+			}
+			c.header.Del("Mcp-Session-Id")
+		}
+		return r
+	}
+	want := func(what string, r apiResponse, status int, retryAfter string) {
+		t.Helper()
+		if r.status != status || r.header.Get("Retry-After") != retryAfter {
+			t.Errorf("%s: status %d, Retry-After %q; want %d, %q (body %.200s)", what, r.status, r.header.Get("Retry-After"), status, retryAfter, r.body)
+		}
+	}
+
+	// Right tokens, however many, are not counted.
+	for range 5 {
+		want("a right token on /api/whoami", good.do(http.MethodGet, "/api/whoami", nil), http.StatusOK, "")
+	}
+	want("a right token on /mcp", mcpInit(good), http.StatusOK, "")
+	if _, _, _, _, n := m.srv.Held(); n != 0 {
+		t.Fatalf("throttle entries after right tokens only: %d, want 0", n)
+	}
+
+	// Two wrong tokens, one on each door (GET /api/events counts once).
+	want("guess 1 on /api/events", guess.do(http.MethodGet, "/api/events", nil), http.StatusUnauthorized, "")
+	want("guess 2 on /mcp", mcpInit(guess), http.StatusUnauthorized, "")
+	// The address backs off: 1 minute.
+	want("guess 3 on /api/whoami", guess.do(http.MethodGet, "/api/whoami", nil), http.StatusTooManyRequests, "60")
+	want("guess 4 on /mcp", mcpInit(guess), http.StatusTooManyRequests, "60")
+	want("guess 5 on /sse", guess.do(http.MethodGet, "/sse", nil), http.StatusTooManyRequests, "60")
+	want("a right token on /api/whoami meanwhile", good.do(http.MethodGet, "/api/whoami", nil), http.StatusTooManyRequests, "60")
+	want("a right token on /mcp meanwhile", mcpInit(good), http.StatusTooManyRequests, "60")
+	want("bind_human_agent with a right token meanwhile", page.do(http.MethodPost, "/api/bind_human_agent", map[string]any{"token": tokenAnn}),
+		http.StatusTooManyRequests, "60")
+	want("a bound session meanwhile", page.do(http.MethodGet, "/api/whoami", nil), http.StatusOK, "")
+
+	// Once the backoff is over, right tokens pass; the next wrong one
+	// doubles it.
+	clock.advance(time.Minute)
+	want("a right token on /api/whoami after the backoff", good.do(http.MethodGet, "/api/whoami", nil), http.StatusOK, "")
+	want("a right token on /mcp after the backoff", mcpInit(good), http.StatusOK, "")
+	want("guess 6 after the backoff", guess.do(http.MethodGet, "/api/whoami", nil), http.StatusUnauthorized, "")
+	want("guess 7", mcpInit(guess), http.StatusTooManyRequests, "120")
+}

@@ -179,6 +179,7 @@ type LimitsConfig struct {
 	LongRequestsPerOperator    int           `yaml:"long_requests_per_operator"`
 	SubscriptionsPerSession    int           `yaml:"subscriptions_per_session"`
 	BodyTimeout                time.Duration `yaml:"body_timeout"`
+	IdleTimeout                time.Duration `yaml:"idle_timeout"`
 	MonitorSessionTTL          time.Duration `yaml:"monitor_session_ttl"`
 	MonitorSessionsPerOperator int           `yaml:"monitor_sessions_per_operator"`
 	PasswordFailures           int           `yaml:"password_failures"`
@@ -199,8 +200,8 @@ func (l LimitsConfig) server() server.Limits {
 		SSEStreams: l.SSEStreams, SSEStreamsPerOperator: l.SSEStreamsPerOperator,
 		LongRequests: l.LongRequests, LongRequestsPerOperator: l.LongRequestsPerOperator,
 		SubscriptionsPerSession: l.SubscriptionsPerSession,
-		BodyTimeout:             l.BodyTimeout,
-		MonitorSessionTTL:       l.MonitorSessionTTL, MonitorSessionsPerOperator: l.MonitorSessionsPerOperator,
+		BodyTimeout:             l.BodyTimeout, IdleTimeout: l.IdleTimeout,
+		MonitorSessionTTL: l.MonitorSessionTTL, MonitorSessionsPerOperator: l.MonitorSessionsPerOperator,
 		PasswordFailures: l.PasswordFailures, PasswordBackoff: l.PasswordBackoff, PasswordBackoffMax: l.PasswordBackoffMax,
 		NameBytes: l.NameBytes, TextBytes: l.TextBytes, ListItems: l.ListItems,
 		RunningTasksPerOperator: l.RunningTasksPerOperator, TasksPerMinute: l.TasksPerMinute,
