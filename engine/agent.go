@@ -435,8 +435,8 @@ func (a *agent) budgetLocked(step *StepState) bool {
 // unstagedBudgetLocked bounds the steps an agent runs outside any stage
 // (in the base task, or a task's no_relative steps), where no stage budget
 // or stage end ever stops a plan that plans again: UnstagedStepBudget of
-// them in a row without a message from an agent or an operator (receive starts
-// the count again). Past it the step and the planned steps queued there
+// them in a row without new input (freshInputLocked starts the count
+// again). Past it the step and the planned steps queued there
 // are skipped, with the reason; message steps still run. It reports
 // whether the step was skipped. a.mu must be held.
 func (a *agent) unstagedBudgetLocked(step *StepState) bool {
@@ -449,6 +449,18 @@ func (a *agent) unstagedBudgetLocked(step *StepState) bool {
 	a.dropPlannedLocked(step.TaskID, step.StageID, reason)
 	a.sys.log.Warn("steps outside any stage skipped: their budget is spent until a message comes", "agent", a.id, "task", step.TaskID, "budget", a.sys.cfg.UnstagedStepBudget)
 	return true
+}
+
+// freshInputLocked gives the steps outside any stage that new input leads
+// to (a message from an agent, an operator or the engine, an operator's
+// interrupt) their budget again (unstagedBudgetLocked). a.mu must be held.
+func (a *agent) freshInputLocked(taskID, stageID string) {
+	if taskID != a.sys.baseTaskID && stageID != NoRelative {
+		return
+	}
+	if c := a.counts[stageKey{taskID, stageID}]; c != nil {
+		c.steps = 0
+	}
 }
 
 // isMessageStep reports whether a step answers or digests a message.

@@ -7,8 +7,10 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -385,7 +387,7 @@ func TestUnstagedStepsAreBounded(t *testing.T) {
 			return &Output{AddSteps: []StepSpec{spec(SkillPlanning, "plan from the message")}}
 		})
 		base := b.sys.BaseTaskID()
-		b.inject(b.mgr(), base, b.sys.baseStageID, false, spec(SkillPlanning, "start"))
+		b.inject(b.mgr(), base, NoRelative, false, spec(SkillPlanning, "start"))
 		synctest.Wait()
 		if n := len(b.sc.callsOf("manager", "")); n != budget {
 			t.Fatalf("the manager ran %d steps outside any stage, want the budget of %d", n, budget)
@@ -397,12 +399,127 @@ func TestUnstagedStepsAreBounded(t *testing.T) {
 		if len(skipped) == 0 {
 			t.Error("no step was skipped with the reason")
 		}
+		// Supervision's notice about the stop is not new input: the
+		// manager digests it (message steps run) but plans no more.
+		st := b.task(base)
+		b.sys.noticeStalled(&st, "its last step was skipped", 1)
+		synctest.Wait()
+		const notices = 1
+		if n := len(b.sc.callsOf("manager", "")); n != budget+notices {
+			t.Fatalf("after supervision's notice the manager ran %d steps in all, want only the notice's past the budget (%d)", n, budget+notices)
+		}
 		if _, err := b.sys.HumanSend(b.op(), HumanMessage{TaskID: base, Receiver: []string{b.mgr()}, Content: "carry on"}); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if n := len(b.sc.callsOf("manager", "")); n != 2*budget {
-			t.Errorf("after the operator's message the manager ran %d steps in all, want the budget again (%d in all)", n, 2*budget)
+		if n := len(b.sc.callsOf("manager", "")); n != 2*budget+notices {
+			t.Errorf("after the operator's message the manager ran %d steps in all, want the budget again (%d in all)", n, 2*budget+notices)
+		}
+	})
+}
+
+// TestInterruptGivesTheUnstagedBudgetAgain: an operator's interrupt is new
+// input, as a message is: outside any stage, the steps the agent plans on
+// its instruction run, even when the loop it stopped had used the budget.
+func TestInterruptGivesTheUnstagedBudgetAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// Four: the interrupted step, the instruction's process_message
+		// and the reflection queued before leave room for the step the
+		// instruction leads to only when the interrupt gave the budget
+		// again (without it: two loop steps before, and it is skipped).
+		b := bubbleBed(t, func(c *Config) { c.UnstagedStepBudget = 4 })
+		alice := b.newAgent("alice")
+		task := b.newTask("t", alice)
+		var loops atomic.Int32
+		var blocked atomic.Bool
+		b.sc.onText("loop", func(ctx context.Context, in *ExecInput) *Output {
+			if loops.Add(1) == 2 {
+				blocked.Store(true)
+				<-ctx.Done()
+				return &Output{Err: ctx.Err()}
+			}
+			return &Output{AddSteps: []StepSpec{spec(SkillPlanning, "loop")}}
+		})
+		b.sc.onAgent("alice", SkillProcessMessage, func(_ context.Context, in *ExecInput) *Output {
+			if strings.Contains(in.Step.TextContent, "do X instead") {
+				return &Output{AddSteps: []StepSpec{spec(SkillPlanning, "X")}}
+			}
+			return &Output{}
+		})
+		synctest.Wait()
+		b.inject(alice, task, NoRelative, false, spec(SkillPlanning, "loop"))
+		b.until("alice's second loop step to run", time.Minute, blocked.Load)
+		if _, err := b.sys.Interrupt(b.op(), alice, "it loops", "do X instead"); err != nil {
+			t.Fatal(err)
+		}
+		var x []StepState
+		b.until("the step the operator's instruction led to to end", time.Minute, func() bool {
+			x = b.steps(alice, func(s StepState) bool {
+				return s.TextContent == "X" && (s.ExecutionState == StateFinished || s.ExecutionState == StateFailed)
+			})
+			return len(x) == 1
+		})
+		if x[0].ExecutionState != StateFinished {
+			t.Errorf("the step alice planned on the operator's interrupt instruction: %s, %v; want it run", x[0].ExecutionState, x[0].ExecuteResult["error"])
+		}
+	})
+}
+
+// TestEngineNoticesGiveTheUnstagedBudgetAgain: a manager's steps of a task
+// outside its stages (start_task planning, staffing, the judge notice's
+// handling) have their budget again with each notice of the engine that
+// asks it to act: its finish_task after the judge notice runs and the task
+// ends finished, not failed by supervision.
+func TestEngineNoticesGiveTheUnstagedBudgetAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := bubbleBed(t, func(c *Config) { c.UnstagedStepBudget = 2 })
+		alice := b.newAgent("alice")
+		// The manager's start_task planning queues one more step: its
+		// staffing, say (2 steps outside any stage).
+		b.sc.onAgent("manager", SkillPlanning, func(_ context.Context, in *ExecInput) *Output {
+			if in.Step.StageID == NoRelative && strings.Contains(in.Step.TextContent, "intention of t") {
+				return &Output{AddSteps: []StepSpec{spec(SkillThink, "staff the task")}}
+			}
+			return &Output{AddSteps: []StepSpec{}}
+		})
+		var finish atomic.Bool
+		b.sc.onAgent("manager", SkillProcessMessage, func(_ context.Context, in *ExecInput) *Output {
+			if in.Step.StageID == NoRelative && !strings.Contains(in.Step.TextContent, "[Supervision]") {
+				finish.Store(true)
+				return &Output{AddSteps: []StepSpec{spec(SkillTaskManager, "finish the task")}}
+			}
+			return &Output{}
+		})
+		var task string
+		b.sc.onText("finish the task", func(context.Context, *ExecInput) *Output {
+			return &Output{TaskInstruction: &TaskInstruction{Action: ActionFinishTask, TaskID: task, Summary: "done"}}
+		})
+		task = b.newTask("t", alice)
+		b.until("the manager to plan the task", time.Minute, func() bool {
+			return len(b.steps(b.mgr(), func(s StepState) bool { return s.TextContent == "staff the task" && s.ExecutionState == StateFinished })) == 1
+		})
+		stages := b.addStages(task, StageSpec{StageIntention: "work", AgentAllocation: map[string]string{alice: "do the work"}})
+		b.until("alice to finish her part", 10*testStall, func() bool { return len(b.stage(task, stages[0]).CompletionSummary) == 1 })
+		if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionFinishStage, TaskID: task, StageID: stages[0]}); err != nil {
+			t.Fatal(err)
+		}
+		b.until("the judge notice to be handled", 10*testStall, finish.Load)
+		var fin StepState
+		b.until("the manager's finish step to end", 10*testStall, func() bool {
+			done := b.steps(b.mgr(), func(s StepState) bool {
+				return s.TextContent == "finish the task" && (s.ExecutionState == StateFinished || s.ExecutionState == StateFailed)
+			})
+			if len(done) > 0 {
+				fin = done[0]
+			}
+			return len(done) > 0 || b.ended(task)
+		})
+		if fin.ExecutionState == StateFailed {
+			t.Errorf("the manager's finish_task, planned on the judge notice: %s: %v", fin.ExecutionState, fin.ExecuteResult["error"])
+		}
+		b.until("the task to end", 10*testStall, func() bool { return b.ended(task) })
+		if st := b.task(task); st.ExecutionState != StateFinished {
+			t.Errorf("task %s ended %s: %.120s", task, st.ExecutionState, st.TaskSummary)
 		}
 	})
 }

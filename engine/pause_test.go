@@ -389,3 +389,35 @@ func TestPausedAgentJoinsNoTask(t *testing.T) {
 		}
 	})
 }
+
+// TestPausedAgentManagesNoNewTask: a paused agent joins no task as its
+// manager either: add_task naming it (or defaulting to it) is refused, so
+// the new task does not wait on a manager that starts no step, and its
+// pauser can still resume it.
+func TestPausedAgentManagesNoNewTask(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := bubbleBed(t, nil)
+		m2, err := b.sys.CreateAgent(AgentConfig{Template: b.sys.cfg.ManagerTemplate, Name: "m2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.sys.AgentInstruction(b.op(), AgentInstruction{Action: ActionPauseAgent, Agents: StringList{m2}}); err != nil {
+			t.Fatal(err)
+		}
+		bea, err := b.sys.AddOperator("bea")
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := b.sys.AddTask(bea, AddTaskRequest{TaskName: "report", TaskIntention: "write a report", Manager: m2})
+		if err == nil {
+			synctest.Wait()
+			t.Errorf("add_task took the paused agent %s as its manager (task %s, group %v)", m2, id, b.task(id).TaskGroup)
+			_, rerr := b.sys.AgentInstruction(b.op(), AgentInstruction{Action: ActionResumeAgent, Agents: StringList{m2}})
+			if rerr != nil {
+				t.Errorf("and its pauser can no longer resume it: %v", rerr)
+			}
+			return
+		}
+		isErr(t, err, ErrInvalid, "is paused")
+	})
+}

@@ -29,12 +29,8 @@ func (a *agent) receive(m Message) {
 		a.mu.Unlock()
 		return
 	}
-	if m.SenderID != SystemSender && (m.TaskID == a.sys.baseTaskID || m.StageRelative == NoRelative) {
-		// New input outside any stage: the steps it leads to have their
-		// budget again (unstagedBudgetLocked).
-		if c := a.counts[stageKey{m.TaskID, m.StageRelative}]; c != nil {
-			c.steps = 0
-		}
+	if _, stall := a.sys.stallNotices.Load(m.MessageID); !stall {
+		a.freshInputLocked(m.TaskID, m.StageRelative)
 	}
 	var released *Wait
 	if m.ReturnWaitingID != "" {

@@ -258,7 +258,14 @@ func (s *System) noticeStalled(st *TaskState, outstanding string, n int) {
 		"Outstanding": outstanding, "Notice": n, "Notices": s.cfg.StallNotices, "Base": st.Base,
 	})
 	s.log.Warn("task stalled: manager told", "task", st.TaskID, "manager", st.TaskManager, "notice", n, "outstanding", outstanding)
-	s.deliver(s.newMessage("", st.TaskID, SystemSender, []string{st.TaskManager}, text, NoRelative))
+	m := s.newMessage("", st.TaskID, SystemSender, []string{st.TaskManager}, text, NoRelative)
+	// Not new input for the budget of steps outside any stage
+	// (freshInputLocked): an agent that budget stopped would be started
+	// again by the notice its stop brings, for ever. Delivery is
+	// synchronous: the mark is needed only while it runs.
+	s.stallNotices.Store(m.MessageID, struct{}{})
+	defer s.stallNotices.Delete(m.MessageID)
+	s.deliver(m)
 }
 
 // failStalled ends a task that stayed quiet through every notice.

@@ -134,6 +134,9 @@ func (s *System) addTask(actor *agent, ti TaskInstruction, origin string) (*AddT
 	if m.kind != KindLLM || !slices.Contains(m.brief().Skills, SkillTaskManager) {
 		return nil, errf(ErrInvalid, "task_manager %q: must be an LLM agent with the task_manager skill", manager)
 	}
+	if err := s.checkJoinable("task_manager", m); err != nil {
+		return nil, err
+	}
 	operator := s.operatorID
 	if actor.kind == KindHuman {
 		operator = actor.id
