@@ -71,7 +71,7 @@ var TextKeys = []string{
 	"reply_lost_intention", "reply_lost_text", "operator_task_failed", "operator_reply_lost",
 	"budget_reached", "budget_question", "budget_declined", "budget_waiting",
 	"interrupt_intention", "interrupt_text",
-	"history_digest",
+	"history_digest", "pending_digest",
 	"memory_added", "memory_deleted", "memory_no_key", "memory_ignored", "memory_refused",
 	"shared_info_step", "stage_no_step_left", "stage_step_failed", "tool_instruction_intention",
 	"base_task_name", "base_task_intention", "base_stage_goal",

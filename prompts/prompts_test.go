@@ -108,6 +108,7 @@ var textFields = map[string][]string{
 	"interrupt_intention":        {"Reason", "Instruction"},
 	"interrupt_text":             {"Reason", "Instruction"},
 	"history_digest":             {"N", "Finished", "Failed"},
+	"pending_digest":             {"N"},
 	"memory_added":               {"Key"},
 	"memory_deleted":             {"Key"},
 	"memory_no_key":              {"Key"},

@@ -26,7 +26,7 @@ func agentManager() skill {
 				}
 			case engine.ActionAddTaskParticipant:
 			default:
-				return nil, errorf("<agent_instruction>: action %q: must be init_new_agent or add_task_participant", ai.Action)
+				return nil, errorf("<agent_instruction>: action %q: must be init_new_agent or add_task_participant", quoted(ai.Action))
 			}
 			return &engine.Output{AgentInstruction: &ai, Result: map[string]any{"agent_instruction": ai}}, nil
 		},

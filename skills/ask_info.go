@@ -21,7 +21,7 @@ func askInfo() skill {
 			}
 			q.Type = strings.TrimSpace(q.Type)
 			if !slices.Contains(engine.QueryTypes, q.Type) {
-				return nil, errorf("<ask_info>: type %q: must be one of %s", q.Type, strings.Join(engine.QueryTypes, ", "))
+				return nil, errorf("<ask_info>: type %q: must be one of %s", quoted(q.Type), strings.Join(engine.QueryTypes, ", "))
 			}
 			return &engine.Output{AskInfo: &q, Result: map[string]any{"ask_instruction": q}}, nil
 		},

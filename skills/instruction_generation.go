@@ -92,7 +92,7 @@ func checkToolInstruction(ins map[string]any) error {
 			return nil
 		}
 		if t != "function_call" {
-			return fmt.Errorf(`<tool_instruction>: instruction_type %q: must be "get_description" (or omitted for a call)`, t)
+			return fmt.Errorf(`<tool_instruction>: instruction_type %q: must be "get_description" (or omitted for a call)`, quoted(t))
 		}
 	}
 	switch {

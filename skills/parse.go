@@ -631,7 +631,12 @@ func closingFence(s string, from int) int {
 		if b == 0 || s[b-1] == '\n' || e == len(s) || s[e] == '\n' {
 			return i
 		}
-		i++
+		// Past the whole run of backticks: none of its later positions
+		// can close the fence either (each is as far from a line start),
+		// and stepping one at a time walked a long run again at each
+		// (a model repeating backticks made the scan quadratic).
+		for i += 3; i < len(s) && s[i] == '`'; i++ {
+		}
 	}
 }
 

@@ -264,15 +264,22 @@ func (r *runner) writeHistory(b *strings.Builder, in *engine.ExecInput, budget i
 		return
 	}
 	// Pending steps: whole while they fit in half the budget, else one
-	// line each (they have no result yet; their texts are the plan).
+	// line each (they have no result yet; their texts are the plan), the
+	// first ones while they fit and a count of the others.
 	var pb strings.Builder
 	for _, s := range pending {
 		writeHistoryStep(&pb, s, false)
 	}
 	if utf8.RuneCountInString(pb.String()) > budget/2 {
 		pb.Reset()
-		for _, s := range pending {
-			pb.WriteString(foldedStep(s))
+		n := 0
+		for i, s := range pending {
+			line := foldedStep(s)
+			if n += utf8.RuneCountInString(line); n > budget/2 && i > 0 {
+				fmt.Fprintf(&pb, "%s\n", p.Text("pending_digest", map[string]any{"N": len(pending) - i}))
+				break
+			}
+			pb.WriteString(line)
 		}
 	}
 	pendingText := pb.String()
@@ -390,7 +397,7 @@ func foldedStep(s engine.StepState) string {
 }
 
 func writeHistoryStep(b *strings.Builder, s engine.StepState, results bool) {
-	fmt.Fprintf(b, "- step_id %s [%s] %s (%s): %s\n", s.StepID, s.ExecutionState, s.Executor, s.Type, oneLine(s.StepIntention))
+	fmt.Fprintf(b, "- step_id %s [%s] %s (%s): %s\n", s.StepID, s.ExecutionState, s.Executor, s.Type, engine.Truncate(oneLine(s.StepIntention), maxTextShown))
 	if t := strings.TrimSpace(s.TextContent); t != "" {
 		fmt.Fprintf(b, "  - text_content: %s\n", indent(engine.Truncate(t, maxTextShown)))
 	}

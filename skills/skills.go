@@ -159,7 +159,7 @@ func (r *runner) Execute(ctx context.Context, in *engine.ExecInput) *engine.Outp
 		// One repair round: the same prompt, the answer, the exact error.
 		r.cfg.Logger.Debug("skill output rejected, repairing", "skill", r.sk.name, "step", in.Step.StepID, "err", perr)
 		req.Messages = append(req.Messages,
-			llm.Message{Role: llm.RoleAssistant, Content: answer},
+			llm.Message{Role: llm.RoleAssistant, Content: echoed(answer)},
 			llm.Message{Role: llm.RoleUser, Content: r.cfg.Prompts.Text("repair_request", map[string]any{"Error": perr.Error()})},
 		)
 		answer, err = call()
@@ -237,6 +237,9 @@ func stepList(answer, tag string, empty bool) ([]engine.StepSpec, error) {
 		}
 		return nil, err
 	}
+	if len(steps) > maxStepsPerList {
+		return nil, fmt.Errorf("<%s>: %d steps, more than the %d one answer may add: plan the next steps only, and plan again later", tag, len(steps), maxStepsPerList)
+	}
 	for i, s := range steps {
 		if strings.TrimSpace(s.Executor) == "" {
 			return nil, fmt.Errorf("<%s> step %d: executor is empty", tag, i)
@@ -246,6 +249,30 @@ func stepList(answer, tag string, empty bool) ([]engine.StepSpec, error) {
 		steps = []engine.StepSpec{}
 	}
 	return steps, nil
+}
+
+// quoted bounds a value of the model's that a parse error quotes: the
+// error goes into the repair prompt and the step's result.
+func quoted(v string) string { return engine.Truncate(v, 80) }
+
+// maxStepsPerList bounds the steps one answer may add (a plan, a
+// reflection's steps): a plan longer than that is a runaway answer, and
+// each step is an LLM call to come.
+const maxStepsPerList = 50
+
+// maxEchoedAnswer bounds the rejected answer the repair round sends back to
+// the model (its start and its end, where blocks usually are).
+const maxEchoedAnswer = 8000
+
+// echoed is a rejected answer as the repair round shows it.
+func echoed(answer string) string {
+	if len(answer) <= maxEchoedAnswer {
+		return answer
+	}
+	head, tail := answer[:maxEchoedAnswer/2], answer[len(answer)-maxEchoedAnswer/2:]
+	head = strings.ToValidUTF8(head, "")
+	tail = strings.ToValidUTF8(tail, "")
+	return fmt.Sprintf("%s\n[… %d bytes of the answer left out …]\n%s", head, len(answer)-len(head)-len(tail), tail)
 }
 
 // errorf builds a parse error (shown to the model in the repair round).

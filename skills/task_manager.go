@@ -26,7 +26,7 @@ func taskManager() skill {
 			}
 			ti.Action = strings.TrimSpace(ti.Action)
 			if !slices.Contains(taskActions, ti.Action) {
-				return nil, errorf("<task_instruction>: action %q: must be one of %s", ti.Action, strings.Join(taskActions, ", "))
+				return nil, errorf("<task_instruction>: action %q: must be one of %s", quoted(ti.Action), strings.Join(taskActions, ", "))
 			}
 			return &engine.Output{TaskInstruction: &ti, Result: map[string]any{"task_instruction": ti}}, nil
 		},

@@ -164,7 +164,7 @@ func (r *runner) writeToolHistory(b *strings.Builder, in *engine.ExecInput, budg
 	}
 	// Field-style labels, like the rest of the prompt, read the same in
 	// every language set.
-	fmt.Fprintf(b, "- tool: %s\n- initial_step_intention: %s\n", name, oneLine(chain[0].tool.StepIntention))
+	fmt.Fprintf(b, "- tool: %s\n- initial_step_intention: %s\n", name, engine.Truncate(oneLine(chain[0].tool.StepIntention), maxTextShown))
 	entries := make([]string, len(chain))
 	used, whole, folded := 0, true, false
 	for n := len(chain) - 1; n >= 0; n-- {
@@ -172,7 +172,7 @@ func (r *runner) writeToolHistory(b *strings.Builder, in *engine.ExecInput, budg
 		if whole {
 			var e strings.Builder
 			fmt.Fprintf(&e, "\n#### [%d] step_id %s (%s)\n", n+1, c.tool.StepID, c.tool.ExecutionState)
-			fmt.Fprintf(&e, "- step_intention: %s\n", oneLine(c.tool.StepIntention))
+			fmt.Fprintf(&e, "- step_intention: %s\n", engine.Truncate(oneLine(c.tool.StepIntention), maxTextShown))
 			if t := strings.TrimSpace(c.tool.TextContent); t != "" {
 				fmt.Fprintf(&e, "- text_content: %s\n", indent(engine.Truncate(t, maxTextShown)))
 			}
