@@ -378,6 +378,11 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer, vers
 		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
 			return cfg, fmt.Errorf("config file %s: %w", *configPath, err)
 		}
+		// One document: settings after a "---" would be ignored silently.
+		var more yaml.Node
+		if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+			return cfg, fmt.Errorf("config file %s: holds more than one YAML document (a \"---\" line); put every setting in one", *configPath)
+		}
 	}
 
 	if v := getenv("OPENAI_BASE_URL"); v != "" {
@@ -495,6 +500,16 @@ func (c Config) validate() error {
 		return fmt.Errorf("budgets.task_cost %v: must not be negative (0: no limit)", c.Budgets.TaskCost)
 	case c.Budgets.TaskCost > 0 && len(c.Budgets.Prices) == 0:
 		return errors.New("budgets.task_cost: a cost budget needs budgets.prices (per model, per million tokens)")
+	case c.Budgets.RaiseTokens < 0:
+		return fmt.Errorf("budgets.raise_tokens %d: must not be negative (0: the limit itself)", c.Budgets.RaiseTokens)
+	case c.Budgets.RaiseCost < 0:
+		return fmt.Errorf("budgets.raise_cost %v: must not be negative (0: the limit itself)", c.Budgets.RaiseCost)
+	case c.Trail.MaxAge < 0:
+		return fmt.Errorf("trail.max_age %s: must not be negative (0: the default, 90 days)", c.Trail.MaxAge)
+	case c.HTTP.SessionTimeout < 0:
+		return fmt.Errorf("http.session_timeout %s: must not be negative (0: the default, 10m)", c.HTTP.SessionTimeout)
+	case c.HTTP.MaxBodyBytes < 0:
+		return fmt.Errorf("http.max_body_bytes %d: must not be negative (0: the default)", c.HTTP.MaxBodyBytes)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("log_format %q: must be text or json", c.LogFormat)
 	}

@@ -27,7 +27,9 @@ func Export(ctx context.Context, args []string, getenv func(string) string, stdo
 	fs.SetOutput(stderr)
 	task := fs.String("task", "", "the task whose trail to export (required)")
 	dataDir := fs.String("data-dir", getenv("MAS_DATA_DIR"), "the data directory (env MAS_DATA_DIR; default: the user's mas-mcp directory)")
-	natsURL := fs.String("nats-url", getenv("MAS_NATS_URL"), "read from this NATS server instead of a data directory (env MAS_NATS_URL)")
+	// Not the environment's value as the default: --help prints defaults,
+	// and the URL may hold a password.
+	natsURL := fs.String("nats-url", "", "read from this NATS server instead of a data directory (default: env MAS_NATS_URL)")
 	out := fs.String("out", "", "write to this file instead of stdout")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: mas-mcp export --task ID [--data-dir DIR | --nats-url URL] [--out FILE]")
@@ -35,6 +37,9 @@ func Export(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *natsURL == "" {
+		*natsURL = getenv("MAS_NATS_URL")
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("export: unexpected argument %q", fs.Arg(0))

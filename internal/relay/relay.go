@@ -20,6 +20,7 @@ package relay
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -60,7 +61,19 @@ type Config struct {
 	Ready func(tookOver bool)
 	// Logger receives the relay's lines (nil: none).
 	Logger *slog.Logger
+	// OwnerWait bounds the wait for an owner that holds the data
+	// directory but does not answer on its socket (default
+	// DefaultOwnerWait): past it Serve fails saying so.
+	OwnerWait time.Duration
 }
+
+// DefaultOwnerWait is Config.OwnerWait's default: an owner starts in
+// seconds; one that does not answer for a minute is wedged, or could not
+// make its socket (a data directory path too long for one).
+const DefaultOwnerWait = time.Minute
+
+// errHostGone ends a wait for the owner when the host leaves.
+var errHostGone = errors.New("the host left")
 
 // idPrefix marks the IDs of requests the relay makes itself; their
 // answers are not the host's.
@@ -150,9 +163,9 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		}
 	}()
 	for first := true; ; first = false {
-		conn, owned, err := r.connect(ctx, cfg)
+		conn, owned, err := r.connect(ctx, cfg, hostGone)
 		if err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || errors.Is(err, errHostGone) {
 				return nil
 			}
 			return err
@@ -192,9 +205,11 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 
 // connect reaches the owner's socket or, when nobody owns the directory
 // any more, becomes the owner and talks to its own server through a pipe.
-func (r *relay) connect(ctx context.Context, cfg Config) (net.Conn, Owner, error) {
+// It gives up when the host leaves (errHostGone) or after cfg.OwnerWait.
+func (r *relay) connect(ctx context.Context, cfg Config, hostGone <-chan struct{}) (net.Conn, Owner, error) {
 	wait := 50 * time.Millisecond
-	for warned := time.Now(); ; {
+	start, bound := time.Now(), cmp.Or(cfg.OwnerWait, DefaultOwnerWait)
+	for warned := start; ; {
 		if c, err := net.DialTimeout("unix", cfg.Socket, 2*time.Second); err == nil {
 			return c, nil, nil
 		}
@@ -212,6 +227,9 @@ func (r *relay) connect(ctx context.Context, cfg Config) (net.Conn, Owner, error
 		}
 		// Another process holds the lock but does not answer yet (it is
 		// starting, or another relay is taking over): try again shortly.
+		if time.Since(start) > bound {
+			return nil, nil, fmt.Errorf("relay: %v, and it has not answered on its socket %s for %s: it is wedged, or could not make its socket (see its log); stop it, or use another data directory", err, cfg.Socket, bound)
+		}
 		if time.Since(warned) > 10*time.Second {
 			r.log.Warn("waiting for the owner of the data directory", "socket", cfg.Socket, "err", err)
 			warned = time.Now()
@@ -219,6 +237,8 @@ func (r *relay) connect(ctx context.Context, cfg Config) (net.Conn, Owner, error
 		select {
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
+		case <-hostGone:
+			return nil, nil, errHostGone
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, time.Second)
