@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -109,16 +110,7 @@ func (s *Server) addTasks() error {
 			return &taskResult{mcpTask: s.mcpTaskOf(t)}, nil
 		}),
 		mcp.AddReceivingCustomMethod(s.mcp, "tasks/update", s.extUpdate),
-		mcp.AddReceivingCustomMethod(s.mcp, "tasks/list", func(ctx context.Context, ss *mcp.ServerSession, p *listTasksParams) (*listTasksResult, error) {
-			op, _ := s.callerOperator(ctx, ss)
-			out := &listTasksResult{Tasks: []mcpTask{}}
-			for _, t := range s.sys.Tasks() {
-				if !t.Base && s.sys.Visible(op, t.TaskID) {
-					out.Tasks = append(out.Tasks, s.mcpTaskOf(t))
-				}
-			}
-			return out, nil
-		}),
+		mcp.AddReceivingCustomMethod(s.mcp, "tasks/list", s.listTasks),
 		mcp.AddReceivingCustomMethod(s.mcp, "tasks/result", s.taskResult),
 		mcp.AddReceivingCustomMethod(s.mcp, "tasks/cancel", func(ctx context.Context, ss *mcp.ServerSession, p *taskIDParams) (mcp.Result, error) {
 			if extRequest(p.Meta) {
@@ -155,6 +147,81 @@ func (s *Server) visibleTask(ctx context.Context, ss *mcp.ServerSession, taskID 
 		return engine.TaskState{}, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("taskId %q: no such task", taskID)}
 	}
 	return t, nil
+}
+
+// listTasks answers tasks/list: the operator's tasks, oldest first, in
+// pages of limits.list_items (MCP tasks are kept: the list only grows),
+// each with its status message cut to a line (tasks/get and tasks/result
+// give the whole summary).
+func (s *Server) listTasks(ctx context.Context, ss *mcp.ServerSession, p *listTasksParams) (*listTasksResult, error) {
+	op, _ := s.callerOperator(ctx, ss)
+	var after *taskPos
+	if p != nil && p.Cursor != "" { // a request without params has none
+		pos, err := parseTaskCursor(p.Cursor)
+		if err != nil {
+			return nil, err
+		}
+		after = &pos
+	}
+	var mine []engine.TaskState
+	for _, t := range s.sys.Tasks() {
+		if !t.Base && s.sys.Visible(op, t.TaskID) && (after == nil || after.before(posOf(t))) {
+			mine = append(mine, t)
+		}
+	}
+	slices.SortFunc(mine, func(a, b engine.TaskState) int { return posOf(a).cmp(posOf(b)) })
+	out := &listTasksResult{Tasks: []mcpTask{}}
+	page := max(s.cfg.Limits.ListItems, 1)
+	for i, t := range mine {
+		if i == page {
+			out.NextCursor = posOf(mine[i-1]).cursor()
+			break
+		}
+		mt := s.mcpTaskOf(t)
+		mt.StatusMessage = engine.Truncate(mt.StatusMessage, listedStatusChars)
+		out.Tasks = append(out.Tasks, mt)
+	}
+	return out, nil
+}
+
+// listedStatusChars is how much of a task's status message tasks/list shows.
+const listedStatusChars = 300
+
+// taskPos is a task's place in tasks/list: by creation, then ID.
+type taskPos struct {
+	created time.Time
+	id      string
+}
+
+func posOf(t engine.TaskState) taskPos { return taskPos{t.CreatedAt.UTC(), t.TaskID} }
+
+func (a taskPos) cmp(b taskPos) int {
+	if c := a.created.Compare(b.created); c != 0 {
+		return c
+	}
+	return strings.Compare(a.id, b.id)
+}
+
+func (a taskPos) before(b taskPos) bool { return a.cmp(b) < 0 }
+
+// cursor is tasks/list's cursor after a: opaque to the client. It names
+// only a task of the operator's own page.
+func (a taskPos) cursor() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(a.created.Format(time.RFC3339Nano) + " " + a.id))
+}
+
+func parseTaskCursor(c string) (taskPos, error) {
+	bad := &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("cursor %q: not a cursor tasks/list gave: list again without one", clipCursor(c))}
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return taskPos{}, bad
+	}
+	at, id, ok := strings.Cut(string(b), " ")
+	created, err := time.Parse(time.RFC3339Nano, at)
+	if !ok || err != nil || id == "" {
+		return taskPos{}, bad
+	}
+	return taskPos{created, id}, nil
 }
 
 func ended(t engine.TaskState) bool {

@@ -431,3 +431,93 @@ func TestTasksExtensionApprovals(t *testing.T) {
 		}
 	}
 }
+
+type listedTasks struct {
+	mcp.ResultBase
+	Tasks []struct {
+		TaskID        string `json:"taskId"`
+		Status        string `json:"status"`
+		StatusMessage string `json:"statusMessage"`
+	} `json:"tasks"`
+	NextCursor string `json:"nextCursor"`
+}
+
+type listTasksParams struct {
+	mcp.ParamsBase
+	Cursor string `json:"cursor,omitempty"`
+}
+
+// TestTasksListPaged: tasks/list pages the operator's tasks (MCP tasks
+// are kept, ttl null: the list only grows) by limits.list_items, each
+// status message cut, and the pages reach every task once; another
+// operator's tasks are in none of them.
+func TestTasksListPaged(t *testing.T) {
+	r := newExtRig(t)
+	const n = 70
+	summary := strings.Repeat("s", 16<<10)
+	want := map[string]bool{}
+	for i := range n {
+		id, err := r.stack.Sys.AddTask(r.ann, engine.AddTaskRequest{TaskName: "t", TaskIntention: "do it"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.stack.Sys.TaskInstruction(r.ann, engine.TaskInstruction{Action: engine.ActionCancelTask, TaskID: id, Summary: summary}); err != nil {
+			t.Fatal(i, err)
+		}
+		want[id] = true
+	}
+	list := func(token string) (pages, biggest int, got map[string]int) {
+		c := mcp.NewClient(&mcp.Implementation{Name: "lister", Version: "1"}, nil)
+		if err := mcp.AddSendingCustomMethod[*listTasksParams, *listedTasks](c, "tasks/list"); err != nil {
+			t.Fatal(err)
+		}
+		cs := r.httpClient(c, token)
+		got = map[string]int{}
+		cursor := ""
+		for pages < n+2 {
+			res, err := mcp.CallCustomMethod[*listTasksParams, *listedTasks](context.Background(), cs, "tasks/list", &listTasksParams{Cursor: cursor})
+			if err != nil {
+				t.Fatalf("tasks/list: %v", err)
+			}
+			pages++
+			biggest = max(biggest, len(res.Tasks))
+			for _, tk := range res.Tasks {
+				got[tk.TaskID]++
+			}
+			if res.NextCursor == "" {
+				break
+			}
+			cursor = res.NextCursor
+		}
+		return pages, biggest, got
+	}
+	pages, biggest, got := list(tokenAnn)
+	for id := range want {
+		if got[id] != 1 {
+			t.Errorf("task %s listed %d times over the pages, want once", id, got[id])
+			break
+		}
+	}
+	if biggest > 64 {
+		t.Errorf("tasks/list answered %d tasks (%d KB of summaries) in one result over %d page(s): want pages of at most limits.list_items (64) with nextCursor",
+			biggest, biggest*len(summary)>>10, pages)
+	}
+	if _, _, beas := list(tokenBea); len(beas) != 0 {
+		t.Errorf("bea's tasks/list shows %d of ann's tasks", len(beas))
+	}
+}
+
+// httpClient connects c over streamable HTTP (protocol 2025-11-25) with token.
+func (r *extRig) httpClient(c *mcp.Client, token string) *mcp.ClientSession {
+	r.t.Helper()
+	tr := &http.Transport{}
+	r.t.Cleanup(tr.CloseIdleConnections)
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: r.url,
+		HTTPClient: &http.Client{Transport: bearer{token: token, base: tr}}, MaxRetries: -1},
+		&mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
