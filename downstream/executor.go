@@ -388,7 +388,6 @@ func (e *Executor) bounded(v any) any {
 	if len(b) <= bound {
 		return fresh()
 	}
-	fits := e.fits
 	const minString = 64
 	var data any
 	var cut, dropped int
@@ -396,18 +395,18 @@ func (e *Executor) bounded(v any) any {
 		limit = max(limit, minString)
 		data, cut = fresh(), 0
 		data = cutStrings(data, limit, &cut)
-		if fits(data) || limit == minString {
+		if e.fits(data) || limit == minString {
 			break
 		}
 	}
-	if !fits(data) {
+	if !e.fits(data) {
 		// Strings are as short as they go: keep fewer items of each list.
 		for keep := 64; keep >= 1; keep /= 2 {
 			trial, c, d := fresh(), 0, 0
 			trial = cutStrings(trial, minString, &c)
 			trial = keepItems(trial, keep, &d)
 			data, cut, dropped = trial, c, d
-			if fits(data) {
+			if e.fits(data) {
 				break
 			}
 		}
@@ -454,14 +453,13 @@ func (e *Executor) described(caps *Capabilities) any {
 	if len(b) <= bound {
 		return fresh()
 	}
-	fits := e.fits
 	const minString = 64
 	var data map[string]any
 	var cut, limit int
 	for limit = 1024; limit >= minString; limit /= 4 {
 		data, cut = fresh(), 0
 		cutStrings(data, limit, &cut)
-		if fits(data) {
+		if e.fits(data) {
 			break
 		}
 	}
@@ -495,13 +493,13 @@ func (e *Executor) described(caps *Capabilities) any {
 			data[k+"_without_details"] = rest
 		}
 	}
-	for keep := most / 2; !fits(data); keep /= 2 {
+	for keep := most / 2; !e.fits(data); keep /= 2 {
 		shrink(keep, -1)
 		if keep == 0 {
 			break
 		}
 	}
-	for names := most / 2; !fits(data); names /= 2 {
+	for names := most / 2; !e.fits(data); names /= 2 {
 		shrink(0, names)
 		if names == 0 {
 			break

@@ -53,8 +53,8 @@ type Config struct {
 	// stage before its next reflection becomes a summary. Default 6.
 	StageReflectionBudget int
 	// UnstagedStepBudget is how many steps an agent may run in a row
-	// outside any stage (the base task, no_relative steps) without a
-	// message from an agent or an operator. Default 100.
+	// outside any stage (the base task, no_relative steps) without new
+	// input (a message, an operator's interrupt). Default 100.
 	UnstagedStepBudget int
 	// SummaryAttempts is how many failed summary steps make an agent
 	// "failed" in a stage (so the stage can still complete). Default 2.

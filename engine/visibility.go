@@ -358,8 +358,8 @@ func (s *System) EventVisible(viewerID string, ev Event) bool {
 	if !s.restricted(viewerID) {
 		return true
 	}
-	if ev.AgentID != "" && ev.AgentID != viewerID && s.isHuman(ev.AgentID) &&
-		(ev.MessageID != "" || ev.Kind == EventAgentChanged || ev.Kind == EventStepChanged || ev.Kind == EventLLMCall) {
+	if (ev.MessageID != "" || ev.Kind == EventAgentChanged || ev.Kind == EventStepChanged || ev.Kind == EventLLMCall) &&
+		ev.AgentID != "" && ev.AgentID != viewerID && s.isHuman(ev.AgentID) {
 		return false
 	}
 	return ev.MessageID == "" || ev.TaskID == "" || !s.messageHidden(viewerID, ev.TaskID, ev.MessageID)

@@ -109,12 +109,7 @@ func (o *OpenAI) classify(ctx, actx context.Context, ex *exchange, err error) *f
 		// by its status.
 		detail := fmt.Sprintf("the endpoint's answer (HTTP %d) passed %d MiB and was cut (a runaway answer, or a proxy's page that does not end: check the endpoint and the model's max_tokens)", ex.status, ex.limit>>20)
 		f := &failure{status: ex.status, detail: detail}
-		switch {
-		case ex.status == http.StatusTooManyRequests:
-			f.kind, f.retryable = ErrRateLimited, true
-		case ex.status >= 500:
-			f.kind, f.retryable = ErrServer, true
-		}
+		f.byStatus(ex.status)
 		return f
 	}
 	var apiErr *openai.APIError
@@ -135,12 +130,7 @@ func (o *OpenAI) classify(ctx, actx context.Context, ex *exchange, err error) *f
 			f.kind, f.refused = kind, words
 			return f
 		}
-		switch {
-		case status == http.StatusTooManyRequests:
-			f.kind, f.retryable = ErrRateLimited, true
-		case status >= 500:
-			f.kind, f.retryable = ErrServer, true
-		}
+		f.byStatus(status)
 		if f.retryable && ex.status == status {
 			f.retryAfter, f.hasRetry = ex.retryAfter, ex.hasRetry
 		}
@@ -157,6 +147,17 @@ func (o *OpenAI) classify(ctx, actx context.Context, ex *exchange, err error) *f
 		}
 	}
 	return f
+}
+
+// byStatus makes an error answer of the endpoint retryable by its status:
+// 429 (rate limited) and 5xx (the server's fault) are.
+func (f *failure) byStatus(status int) {
+	switch {
+	case status == http.StatusTooManyRequests:
+		f.kind, f.retryable = ErrRateLimited, true
+	case status >= 500:
+		f.kind, f.retryable = ErrServer, true
+	}
 }
 
 // transient reports whether err looks like a connection that broke while the

@@ -176,8 +176,7 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			// (it reads the token as bearerToken does).
 			if tok, ok := bearerToken(r); !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="mas-mcp"`)
-			} else if wait := s.throttle.wait(bearerKeys(r)...); wait > 0 {
-				s.tooEarly(wait).write(w, false)
+			} else if s.bearerBackingOff(w, r, false) {
 				return
 			} else if _, ok := s.tokenOperator(tok); !ok {
 				s.throttle.failed(bearerKeys(r)...)

@@ -134,11 +134,8 @@ func (s *Server) authed(w http.ResponseWriter, r *http.Request) (string, bool) {
 // request acts through ("" for a bearer token or the default operator).
 func (s *Server) authedSession(w http.ResponseWriter, r *http.Request) (op, session string, ok bool) {
 	bearer := strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if bearer {
-		if wait := s.throttle.wait(bearerKeys(r)...); wait > 0 {
-			s.tooEarly(wait).write(w, true)
-			return "", "", false
-		}
+	if bearer && s.bearerBackingOff(w, r, true) {
+		return "", "", false
 	}
 	op, session, ok = s.apiAuth(r)
 	if !ok {

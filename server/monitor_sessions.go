@@ -212,6 +212,17 @@ func bindKeys(r *http.Request, humanAgentID string) []string {
 // between guesses at another's.
 func bearerKeys(r *http.Request) []string { return bindKeys(r, "") }
 
+// bearerBackingOff refuses (429, as JSON for the API) a request with a
+// bearer token whose source address backs off after wrong tokens, and
+// reports whether it did: the token is not checked then.
+func (s *Server) bearerBackingOff(w http.ResponseWriter, r *http.Request, asJSON bool) bool {
+	wait := s.throttle.wait(bearerKeys(r)...)
+	if wait > 0 {
+		s.tooEarly(wait).write(w, asJSON)
+	}
+	return wait > 0
+}
+
 // refuseTooEarly answers 429 to a bind attempt that must still wait.
 func (s *Server) refuseTooEarly(w http.ResponseWriter, wait time.Duration) {
 	s.tooEarly(wait).write(w, true)

@@ -11,17 +11,6 @@ import (
 	"github.com/mas-mcp/mas-mcp/internal/fakellm"
 )
 
-// boundsRunner is the runner of one skill with the en prompt set and the
-// given PromptBudget (0: the default).
-func boundsRunner(t *testing.T, name string, budget int) *runner {
-	t.Helper()
-	ex, err := Executors(Config{LLM: fakellm.NewInstant(nil), Prompts: loadSet(t, "en"), Tools: testCatalog, PromptBudget: budget})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ex[name].(*runner)
-}
-
 // variableChars is what the prompt of in takes beyond its fixed part
 // (the role and the static sections): the part PromptBudget bounds.
 func variableChars(r *runner, in *engine.ExecInput) int {
@@ -62,7 +51,7 @@ func TestFenceScanIsLinear(t *testing.T) {
 // prompt's variable part within PromptBudget: the first ones are listed,
 // one line each, and the others counted.
 func TestPromptBudgetPendingSteps(t *testing.T) {
-	r := boundsRunner(t, engine.SkillReflection, 0)
+	r := skillRunner(t, loadSet(t, "en"), engine.SkillReflection, 0)
 	in := longStage(5)
 	for i := range 300 {
 		in.Agent.AgentStep.StepList = append(in.Agent.AgentStep.StepList,
@@ -78,7 +67,7 @@ func TestPromptBudgetPendingSteps(t *testing.T) {
 // in the history like its text, so one long intention does not break the
 // budget.
 func TestPromptBudgetLongIntention(t *testing.T) {
-	r := boundsRunner(t, engine.SkillReflection, 0)
+	r := skillRunner(t, loadSet(t, "en"), engine.SkillReflection, 0)
 	in := longStage(5)
 	in.Agent.AgentStep.StepList[4].StepIntention = strings.Repeat("intent ", 20000/7)
 	if n := variableChars(r, in); n > DefaultPromptBudget {
@@ -118,7 +107,7 @@ func TestParseErrorsQuoteBoundedValues(t *testing.T) {
 		{engine.SkillAskInfo, tagged("ask_info", `{"type": "`+huge+`"}`)},
 		{engine.SkillInstructionGeneration, tagged("tool_instruction", `{"instruction_type": "`+huge+`"}`)},
 	} {
-		r := boundsRunner(t, tc.skill, 0)
+		r := skillRunner(t, loadSet(t, "en"), tc.skill, 0)
 		_, err := r.parse(tc.answer, fixture(tc.skill))
 		if err == nil {
 			t.Errorf("%s: accepted", tc.skill)
@@ -142,7 +131,7 @@ func TestStepListIsBounded(t *testing.T) {
 		fmt.Fprintf(&b, `{"step_intention": "s%d", "type": "skill", "executor": "think", "text_content": "x"}`, i)
 	}
 	b.WriteString("]")
-	r := boundsRunner(t, engine.SkillPlanning, 0)
+	r := skillRunner(t, loadSet(t, "en"), engine.SkillPlanning, 0)
 	out, err := r.parse(tagged("planned_step", b.String()), fixture(engine.SkillPlanning))
 	if err == nil {
 		t.Fatalf("planning kept %d steps from one answer, no limit and no message to the model", len(out.AddSteps))

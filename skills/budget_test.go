@@ -34,11 +34,18 @@ func longStage(n int) *engine.ExecInput {
 
 func budgetRunner(t *testing.T, set *prompts.Set, budget int) *runner {
 	t.Helper()
+	return skillRunner(t, set, engine.SkillThink, budget)
+}
+
+// skillRunner is the runner of one skill with the set and the given
+// PromptBudget (0: the default).
+func skillRunner(t *testing.T, set *prompts.Set, name string, budget int) *runner {
+	t.Helper()
 	ex, err := Executors(Config{LLM: fakellm.NewInstant(nil), Prompts: set, Tools: testCatalog, PromptBudget: budget})
 	if err != nil {
 		t.Fatalf("Executors: %v", err)
 	}
-	return ex[engine.SkillThink].(*runner)
+	return ex[name].(*runner)
 }
 
 // TestHistoryFolding: with the budget reached, the newest steps stay whole,
