@@ -193,6 +193,20 @@ func (a *agent) outageOver() {
 	a.mu.Unlock()
 }
 
+// putBack takes back the running step, to run again from its start (its
+// LLM call gave up on the endpoint, endpoint.go): its calls count, and it
+// is queued first, unstarted.
+func (a *agent) putBack(step *StepState, u Usage) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.st.Usage.Add(u)
+	if cur := a.stepLocked(step.StepID); cur != nil {
+		cur.Usage.Add(u)
+	}
+	a.notStartedLocked(step.StepID)
+	a.changedLocked(Event{Kind: EventStepChanged, StepID: step.StepID, TaskID: step.TaskID, StageID: step.StageID, Detail: StateInit})
+}
+
 // stepReturned takes back a step its executor returned: the step's cancel
 // func is released, and an operator's stop of it turns its output into the
 // stop's (not a shutdown: cancelled is false then, its outcome applies).

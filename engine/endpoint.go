@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"sync"
@@ -18,6 +19,16 @@ import (
 // is logged at error level once per cause, and each affected operator is
 // told once per cause; a task whose manager meets it before the task has
 // any stage fails with that reason.
+//
+// An outage longer than the call's window pauses, it does not destroy: a
+// step whose call gave up (llm.ErrUnavailable) is put back unrun, first in
+// its agent's queue, and its task is paused with PausedFor "llm_outage" and
+// its operator told (holdOutage). No call of it is made meanwhile. Such a
+// task resumes by itself, and its operator is told, as soon as any call
+// gets an answer, or Config.ProbeLLM finds the endpoint answering again
+// (every LLMProbeInterval while such a task exists, restarts included); its
+// operator may resume it sooner (resume_task) or pause it as its own. The
+// base task cannot be paused: a step there whose call gave up fails.
 
 // stepOutage is a running step's llm.OutageObserver.
 type stepOutage struct {
@@ -45,6 +56,146 @@ type outageTracker struct {
 	waiting int
 	since   time.Time
 	told    []string // operators told that it began, in order
+	// held is set while a task may be paused for the outage (holdOutage)
+	// and probing while the probe runs (probeOutage).
+	held, probing bool
+}
+
+// pausedOutage is TaskState.PausedFor of a task whose steps gave up
+// waiting for the LLM endpoint.
+const pausedOutage = "llm_outage"
+
+// holdOutage takes back a step whose LLM call waited out the whole outage
+// window and gave up: in a task, the task is paused for the outage, and the
+// step is put back unrun, its calls counted. It reports whether it did (not
+// in the base task, nor in an ended task: the step then fails as any).
+func (s *System) holdOutage(a *agent, step *StepState, out *Output) bool {
+	t, ok := s.task(step.TaskID)
+	if !ok {
+		return false
+	}
+	st := t.brief()
+	if st.Base || st.ExecutionState == StateFinished || st.ExecutionState == StateFailed {
+		return false
+	}
+	// Paused before the step is queued again, so that the agent's loop
+	// does not start it again at once.
+	res, err := s.pauseTaskFor(t, SystemSender, true, true, pausedOutage)
+	if err != nil {
+		s.log.Error("LLM endpoint unavailable: could not pause the task, its step fails", "task", st.TaskID, "err", err)
+		return false
+	}
+	a.putBack(step, out.Usage)
+	s.addTaskUsage(step.TaskID, out)
+	if res.Changed {
+		s.log.Warn("task paused: its step gave up waiting for the LLM endpoint", "task", st.TaskID, "step", step.StepID, "err", out.Err)
+		s.tellOperator(s.operatorOf(st.TaskID), "llm_outage_paused", map[string]any{
+			"TaskID": st.TaskID, "TaskName": st.TaskName, "Reason": Truncate(out.Err.Error(), 300),
+		})
+	}
+	s.watchOutage()
+	return true
+}
+
+// watchOutage records that a task may be paused for an outage and starts
+// the probe, if there is one and it is not running.
+func (s *System) watchOutage() {
+	o := &s.outage
+	o.mu.Lock()
+	o.held = true
+	start := !o.probing && s.cfg.ProbeLLM != nil && !s.isClosed()
+	if start {
+		o.probing = true
+	}
+	o.mu.Unlock()
+	if start {
+		s.goTracked(s.probeOutage)
+	}
+}
+
+// rewatchOutage watches again, after a restart, the tasks stored paused
+// for an outage.
+func (s *System) rewatchOutage() {
+	for _, t := range s.allTasks() {
+		st := t.brief()
+		if st.Paused && st.PausedFor == pausedOutage && st.ExecutionState != StateFinished && st.ExecutionState != StateFailed {
+			s.watchOutage()
+			return
+		}
+	}
+}
+
+// probeOutage asks Config.ProbeLLM every LLMProbeInterval whether the
+// endpoint answers again, while a task may be paused for an outage; when
+// it does, those tasks resume.
+func (s *System) probeOutage() {
+	o := &s.outage
+	timer := time.NewTimer(s.cfg.LLMProbeInterval)
+	defer timer.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			o.mu.Lock()
+			o.probing = false
+			o.mu.Unlock()
+			return
+		case <-timer.C:
+		}
+		o.mu.Lock()
+		if !o.held {
+			o.probing = false
+			o.mu.Unlock()
+			s.log.Debug("LLM endpoint probe stops: no task is paused for an outage")
+			return
+		}
+		o.mu.Unlock()
+		ctx, cancel := context.WithTimeout(s.ctx, min(s.cfg.LLMProbeInterval, 30*time.Second))
+		err := s.cfg.ProbeLLM(ctx)
+		cancel()
+		if err == nil {
+			s.resumeOutage()
+		} else {
+			s.log.Debug("LLM endpoint still unavailable: paused tasks stay paused", "err", err)
+		}
+		timer.Reset(s.cfg.LLMProbeInterval)
+	}
+}
+
+// endpointAnswered is told that an LLM call got an answer: the tasks
+// paused for an outage resume, on a goroutine of their own.
+func (s *System) endpointAnswered() {
+	o := &s.outage
+	o.mu.Lock()
+	held := o.held
+	o.mu.Unlock()
+	if held && !s.isClosed() {
+		s.goTracked(s.resumeOutage)
+	}
+}
+
+// resumeOutage resumes the tasks paused for an outage, each operator told.
+// One whose resume the store refuses stays watched.
+func (s *System) resumeOutage() {
+	o := &s.outage
+	o.mu.Lock()
+	o.held = false
+	o.mu.Unlock()
+	for _, t := range s.allTasks() {
+		st := t.brief()
+		if !st.Paused || st.PausedFor != pausedOutage {
+			continue
+		}
+		res, err := s.pauseTaskFor(t, SystemSender, true, false, pausedOutage)
+		switch {
+		case errors.Is(err, ErrEnded):
+		case err != nil:
+			s.log.Error("LLM endpoint available: could not resume a task paused for its outage", "task", st.TaskID, "err", err)
+			s.watchOutage()
+		case res.Changed:
+			s.log.Info("task resumed: the LLM endpoint answers again", "task", st.TaskID)
+			s.tellOperator(s.operatorOf(st.TaskID), "llm_outage_resumed", map[string]any{"TaskID": st.TaskID, "TaskName": st.TaskName})
+		}
+	}
 }
 
 // began records one more call waiting; the operator of its task is told

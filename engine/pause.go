@@ -31,6 +31,12 @@ func (s *System) isPaused(taskID string) bool {
 // pauseTask pauses or resumes a task (pause_task, resume_task): its
 // operators, or its manager, may.
 func (s *System) pauseTask(t *task, actorID string, human, pause bool) (*PauseTaskResult, error) {
+	return s.pauseTaskFor(t, actorID, human, pause, "")
+}
+
+// pauseTaskFor is pauseTask with the MAS's own reason (TaskState.PausedFor,
+// task.setPaused); "" for an operator's, a manager's or a budget's.
+func (s *System) pauseTaskFor(t *task, actorID string, human, pause bool, reason string) (*PauseTaskResult, error) {
 	if !pause && actorID != SystemSender {
 		if err := s.mayResume(t); err != nil {
 			return nil, err
@@ -46,7 +52,7 @@ func (s *System) pauseTask(t *task, actorID string, human, pause bool) (*PauseTa
 	// against the liveness promise.
 	t.pauseMu.Lock()
 	defer t.pauseMu.Unlock()
-	changed, held, group, err := t.setPaused(actorID, human, pause, s.now())
+	changed, held, group, err := t.setPaused(actorID, human, pause, reason, s.now())
 	if err != nil || !changed {
 		if err != nil {
 			return nil, err

@@ -93,6 +93,11 @@ type TaskState struct {
 	// It survives restarts until resume_task.
 	Paused   bool      `json:"paused,omitempty"`
 	PausedAt time.Time `json:"paused_at,omitzero"`
+	// PausedFor says why the MAS itself paused the task: "llm_outage",
+	// its steps gave up waiting for the LLM endpoint (endpoint.go). Such
+	// a pause ends by itself once the endpoint answers again. It is empty
+	// when an operator or a budget holds the task.
+	PausedFor string `json:"paused_for,omitempty"`
 	// Budget is the task's token and cost limits and what counts against
 	// them (budget_tokens.go).
 	Budget TaskBudget `json:"budget,omitzero"`

@@ -29,6 +29,13 @@ func (a *agent) runStep(ctx context.Context, step StepState, view AgentState) {
 	}
 	out, cancelled := a.stepReturned(&step, out, ctx.Err() != nil)
 	endStep(span, out, cancelled)
+	if !cancelled && errors.Is(out.Err, llm.ErrUnavailable) && s.holdOutage(a, &step, out) {
+		// Outages pause, not destroy: the step runs again when its task
+		// resumes (endpoint.go).
+		s.meter(a.id, &step, &view, out)
+		a.notRunning()
+		return
+	}
 	s.apply(a, step, out, cancelled)
 	s.meter(a.id, &step, &view, out)
 	a.notRunning()
@@ -84,6 +91,7 @@ func (s *System) apply(a *agent, step StepState, out *Output, cancelled bool) {
 	failure := out.Err
 	if failure == nil && out.Usage.Calls > 0 {
 		s.refused.answered()
+		s.endpointAnswered()
 	}
 
 	// Agent-local effects first: memory, usage, planned steps.

@@ -64,6 +64,15 @@ type Config struct {
 	// Default 3.
 	RetryStageLimit int
 
+	// ProbeLLM, when set, asks the LLM endpoint once whether it answers
+	// (nil: it does). While a task is paused because its steps gave up
+	// waiting for the endpoint, it is asked every LLMProbeInterval
+	// (default 1 minute), and the task resumes when it answers
+	// (endpoint.go). Without it such a task resumes when any other call
+	// gets an answer, or by resume_task.
+	ProbeLLM         func(context.Context) error
+	LLMProbeInterval time.Duration
+
 	// StallTimeout is how long a task that has not ended may stay quiet —
 	// no step to run or running, no LLM or tool call in flight, no wait a
 	// timeout will release — before its manager is told what is
@@ -127,8 +136,8 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.WaitTimeout < 0 || cfg.StageStepBudget < 0 || cfg.StageReflectionBudget < 0 || cfg.UnstagedStepBudget < 0 || cfg.SummaryAttempts < 0 ||
 		cfg.RetryStageLimit < 0 || cfg.StallTimeout < 0 || cfg.StallNotices < 0 || cfg.MaxTextChars < 0 || cfg.MaxDocumentBytes < 0 ||
-		cfg.MemoryMaxEntries < 0 || cfg.MemoryMaxChars < 0 {
-		return cfg, errors.New("engine: config: WaitTimeout, StageStepBudget, StageReflectionBudget, UnstagedStepBudget, SummaryAttempts, RetryStageLimit, StallTimeout, StallNotices, MaxTextChars, MaxDocumentBytes, MemoryMaxEntries and MemoryMaxChars must not be negative")
+		cfg.MemoryMaxEntries < 0 || cfg.MemoryMaxChars < 0 || cfg.LLMProbeInterval < 0 {
+		return cfg, errors.New("engine: config: WaitTimeout, StageStepBudget, StageReflectionBudget, UnstagedStepBudget, SummaryAttempts, RetryStageLimit, StallTimeout, StallNotices, MaxTextChars, MaxDocumentBytes, MemoryMaxEntries, MemoryMaxChars and LLMProbeInterval must not be negative")
 	}
 	if err := cfg.Budgets.check(); err != nil {
 		return cfg, err
@@ -137,6 +146,7 @@ func (c *Config) withDefaults() (Config, error) {
 	cfg.UnstagedStepBudget = cmp.Or(cfg.UnstagedStepBudget, 100)
 	cfg.StallTimeout = cmp.Or(cfg.StallTimeout, 3*time.Minute)
 	cfg.StallNotices = cmp.Or(cfg.StallNotices, 2)
+	cfg.LLMProbeInterval = cmp.Or(cfg.LLMProbeInterval, time.Minute)
 	cfg.MaxTextChars = cmp.Or(cfg.MaxTextChars, 16000)
 	cfg.MaxDocumentBytes = cmp.Or(cfg.MaxDocumentBytes, 640<<10)
 	cfg.MemoryMaxEntries = cmp.Or(cfg.MemoryMaxEntries, 30)

@@ -7,7 +7,12 @@ import (
 
 // setPaused pauses or resumes the task for actorID and reports whether that
 // changed it, how long it was held (on resume) and its group then.
-func (t *task) setPaused(actorID string, human, pause bool, now time.Time) (changed bool, held time.Duration, group []string, err error) {
+//
+// reason is the MAS's own reason for a pause (TaskState.PausedFor); an
+// operator's or a budget's pause of a task the MAS paused takes it over
+// (the reason is cleared, so it no longer ends by itself). A resume with a
+// reason resumes only a task the MAS paused for that reason.
+func (t *task) setPaused(actorID string, human, pause bool, reason string, now time.Time) (changed bool, held time.Duration, group []string, err error) {
 	if err := t.mu.lockDurable(); err != nil {
 		return false, 0, nil, err
 	}
@@ -24,13 +29,25 @@ func (t *task) setPaused(actorID string, human, pause bool, now time.Time) (chan
 		t.mu.Unlock()
 		return false, 0, nil, errf(ErrEnded, "task_id %q: has already ended (%s)", id, t.st.ExecutionState)
 	case t.st.Paused == pause:
+		if pause && reason == "" && t.st.PausedFor != "" {
+			t.st.PausedFor = ""
+			t.changedLocked(Event{Detail: "paused"})
+			err := t.mu.syncLocked()
+			t.mu.Unlock()
+			return false, 0, nil, err
+		}
+		t.mu.Unlock()
+		return false, 0, nil, nil
+	case !pause && reason != "" && t.st.PausedFor != reason:
 		t.mu.Unlock()
 		return false, 0, nil, nil
 	}
 	held = now.Sub(t.st.PausedAt) // on resume: how long it was held
 	t.st.Paused = pause
+	t.st.PausedFor = ""
 	if pause {
 		t.st.PausedAt = now
+		t.st.PausedFor = reason
 	}
 	detail := "resumed"
 	if pause {

@@ -38,6 +38,11 @@ var (
 	ErrModelNotFound = errors.New("model not found")
 	// ErrContextLength: HTTP 400, the prompt exceeds the model's context.
 	ErrContextLength = errors.New("context length exceeded")
+
+	// ErrUnavailable: the call waited out an outage (connection errors,
+	// timeouts, 429, 5xx) for the whole outage window and gave up. The
+	// error also matches the last failure's sentinel, if it had one.
+	ErrUnavailable = errors.New("endpoint unavailable")
 )
 
 // refusal names, in plain words, why the endpoint refused a request that no
@@ -85,6 +90,8 @@ type failure struct {
 	hasRetry   bool
 	// detail describes the failure for errors and logs, secrets redacted.
 	detail string
+	// gaveUp is set when the call waited the whole outage window.
+	gaveUp bool
 }
 
 // classify turns the error of one CreateChatCompletion attempt into a
@@ -238,6 +245,9 @@ func (o *OpenAI) fail(f *failure, model string, attempts int) error {
 		msg = fmt.Sprintf("llm: chat completion: %v: %s %s", f.kind, f.detail, where)
 	default:
 		msg = fmt.Sprintf("llm: chat completion: %s %s", f.detail, where)
+	}
+	if f.gaveUp {
+		errs = append(errs, ErrUnavailable)
 	}
 	return &callError{msg: o.redact(msg), errs: errs}
 }

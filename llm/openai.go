@@ -242,6 +242,7 @@ func (o *OpenAI) complete(ctx context.Context, req *Request) (*Response, error) 
 				outage.end(false)
 				if o.window > 0 {
 					f.detail += fmt.Sprintf("; the endpoint stayed unavailable for %s", now.Sub(outage.first).Round(time.Second))
+					f.gaveUp = true
 				}
 				return done(o.fail(f, model, attempt))
 			}

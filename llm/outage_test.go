@@ -155,8 +155,8 @@ func TestOutageLongerThanTheWindowFails(t *testing.T) {
 	log := &outageLog{}
 	start := clock.read()
 	_, err := o.Complete(WithOutageObserver(t.Context(), log), userRequest("hi"))
-	if !errors.Is(err, ErrServer) {
-		t.Fatalf("error %v: want ErrServer", err)
+	if !errors.Is(err, ErrServer) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("error %v: want ErrServer and ErrUnavailable", err)
 	}
 	if !strings.Contains(err.Error(), "stayed unavailable for 2m0s") {
 		t.Errorf("error %q does not say how long the endpoint was unavailable", err)
@@ -185,6 +185,9 @@ func TestOutageWaitEndsWithTheCaller(t *testing.T) {
 	_, err := o.Complete(WithOutageObserver(ctx, log), userRequest("hi"))
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("error %v: want context.Canceled", err)
+	}
+	if errors.Is(err, ErrUnavailable) {
+		t.Errorf("error %v: a call its caller ended did not give up on the endpoint", err)
 	}
 	if diff := cmp.Diff([]string{"began: status 503: overloaded", "gave up"}, log.got()); diff != "" {
 		t.Errorf("observer mismatch (-want +got):\n%s", diff)

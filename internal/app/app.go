@@ -420,6 +420,7 @@ func build(cfg Config, log *slog.Logger, st engine.Store, tr trail) (*engine.Sys
 		RetryStageLimit:       cfg.RetryStageLimit,
 		StallTimeout:          cfg.StallTimeout,
 		StallNotices:          cfg.StallNotices,
+		ProbeLLM:              client.Check,
 		MemoryMaxEntries:      cfg.MemoryMaxEntries,
 		MemoryMaxChars:        cfg.MemoryMaxChars,
 		Budgets:               cfg.Budgets.engine(cfg.LLM.Model),

@@ -5,6 +5,7 @@ package teststack
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -64,6 +65,10 @@ type Options struct {
 	// OutageWindow is how long LLM calls wait out an unavailable endpoint
 	// (0: no outage waiting, so scripted 5xx answers fail at once).
 	OutageWindow time.Duration
+	// ProbeLLM and ProbeInterval are the engine's probe of an unavailable
+	// endpoint (engine.Config.ProbeLLM; nil: none).
+	ProbeLLM      func(context.Context) error
+	ProbeInterval time.Duration
 	// StallTimeout and StallNotices tune the engine's supervision
 	// (0: the engine's defaults).
 	StallTimeout time.Duration
@@ -140,6 +145,8 @@ func New(t testing.TB, o Options) *Stack {
 			StageReflectionBudget: o.ReflBudget,
 			StallTimeout:          o.StallTimeout,
 			StallNotices:          o.StallNotices,
+			ProbeLLM:              o.ProbeLLM,
+			LLMProbeInterval:      o.ProbeInterval,
 			Budgets:               o.Budgets,
 			Store:                 store,
 			Trail:                 trail,
