@@ -15,6 +15,15 @@
 // Messages are read with go-sdk's JSON-RPC types (jsonrpc.DecodeMessage)
 // only to note what a new owner must be told; they are forwarded as the
 // bytes the host wrote.
+//
+// Bounds: a line either side may be at most server.MaxLineBytes (16 MiB,
+// what an MCP session of mas-mcp takes as one message). An over-long line
+// of the host is answered by the LineReader; one of the owner is dropped,
+// and the host's request it answered gets an error naming the limit.
+// Failed writes to the host are logged once, with a count of the messages
+// it missed when a write succeeds again or the relay ends. Cancelling the
+// context (SIGTERM) ends Serve also while it reopens the session on a new
+// owner: it does not wait for that owner's answers.
 package relay
 
 import (
@@ -81,8 +90,9 @@ const idPrefix = "mas-relay-"
 
 // relay holds what a new owner must be told to continue the host's session.
 type relay struct {
-	log *slog.Logger
-	out *lineWriter
+	log     *slog.Logger
+	out     *lineWriter
+	maxLine int // bounds a line of the owner: server.MaxLineBytes
 
 	mu       sync.Mutex
 	init     *jsonrpc.Request            // the host's initialize request
@@ -99,30 +109,9 @@ func newRelay(log *slog.Logger, out io.Writer) *relay {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &relay{log: log.With("component", "relay"), out: &lineWriter{w: out},
+	log = log.With("component", "relay")
+	return &relay{log: log, out: &lineWriter{log: log, w: out}, maxLine: server.MaxLineBytes,
 		subs: map[string]*jsonrpc.Request{}, inflight: map[jsonrpc.ID]string{}, listens: map[jsonrpc.ID][]byte{}}
-}
-
-// lineWriter writes whole lines to the host.
-type lineWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (w *lineWriter) line(b []byte) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	_, err := w.w.Write(append(bytes.TrimRight(b, "\r\n"), '\n'))
-	return err
-}
-
-// send encodes msg and writes it to the host.
-func (w *lineWriter) send(msg jsonrpc.Message) error {
-	b, err := jsonrpc.EncodeMessage(msg)
-	if err != nil {
-		return err
-	}
-	return w.line(b)
 }
 
 // Serve serves the host on in/out through the owner of the data
@@ -136,6 +125,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r := newRelay(cfg.Logger, out)
+	defer r.out.report()
 	hostLines := make(chan []byte)
 	hostGone := make(chan struct{})
 	go func() {
@@ -175,12 +165,15 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 			if cfg.Ready != nil {
 				cfg.Ready(owned != nil)
 			}
-		} else if err := r.resume(conn, br); err != nil {
-			r.log.Warn("resuming the session with the new owner", "err", err)
+		} else if err := r.resume(ctx, conn, br); err != nil {
 			conn.Close()
 			if owned != nil {
 				owned.Close()
 			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			r.log.Warn("resuming the session with the new owner", "err", err)
 			continue
 		}
 		if owned != nil {
@@ -194,7 +187,9 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		broke := r.fromHost(ctx, conn, hostLines, hostGone, backendGone)
 		conn.Close()
 		<-backendGone
-		if !broke {
+		// A cancelled ctx may also break the owner's side (resume's
+		// connection closes): it ends Serve all the same.
+		if !broke || ctx.Err() != nil {
 			r.log.Info("shutting down")
 			return nil
 		}
@@ -337,11 +332,14 @@ func ownID(id jsonrpc.ID) bool {
 }
 
 // fromOwner forwards the owner's messages to the host until the
-// connection ends, dropping the answers to the relay's own requests.
+// connection ends, dropping the answers to the relay's own requests and
+// lines over the limit (see dropOverLong).
 func (r *relay) fromOwner(br *bufio.Reader) {
 	for {
-		b, err := br.ReadBytes('\n')
-		if b = bytes.TrimSpace(b); len(b) > 0 {
+		b, tooLong, id, err := readOwnerLine(br, r.maxLine)
+		if tooLong {
+			r.dropOverLong(id)
+		} else if b = bytes.TrimSpace(b); len(b) > 0 {
 			if msg, derr := jsonrpc.DecodeMessage(b); derr == nil {
 				if resp, ok := msg.(*jsonrpc.Response); ok {
 					if ownID(resp.ID) {
@@ -353,14 +351,31 @@ func (r *relay) fromOwner(br *bufio.Reader) {
 					r.mu.Unlock()
 				}
 			}
-			if err := r.out.line(b); err != nil {
-				r.log.Warn("writing to the host", "err", err)
-			}
+			_ = r.out.line(b) // the writer logs a host that does not take it
 		}
 		if err != nil {
 			return
 		}
 	}
+}
+
+// dropOverLong handles an owner's line longer than r.maxLine, already
+// read past: the host's request it answered (by id) is answered with an
+// error naming the limit; any other line is logged and dropped.
+func (r *relay) dropOverLong(id jsonrpc.ID) {
+	r.mu.Lock()
+	method, ok := r.inflight[id]
+	delete(r.inflight, id)
+	delete(r.listens, id)
+	r.mu.Unlock()
+	if !ok {
+		r.log.Warn("dropped a message of the owner longer than the line limit", "limit_bytes", r.maxLine, "id", id.Raw())
+		return
+	}
+	r.log.Warn("dropped the owner's answer to a request of the host, longer than the line limit; answered the request with an error",
+		"limit_bytes", r.maxLine, "id", id.Raw(), "method", method)
+	r.answerFailed(id, method, fmt.Sprintf("the answer to this request is longer than %d bytes, the limit of one message "+
+		"between mas-mcp processes (server.MaxLineBytes); it was dropped: ask for less", r.maxLine))
 }
 
 // inflightReason is the answer to a call a stopped owner left open.
@@ -385,21 +400,24 @@ func (r *relay) failInflight() {
 		}
 	}
 	r.mu.Unlock()
-	toolError, _ := json.Marshal(map[string]any{
-		"content": []any{map[string]any{"type": "text", "text": inflightReason}}, "isError": true,
-	})
 	for id, method := range open {
-		resp := &jsonrpc.Response{ID: id}
-		if method == "tools/call" {
-			// A tool's failure is a tool result the host's model reads.
-			resp.Result = toolError
-		} else {
-			resp.Error = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: inflightReason}
-		}
-		if err := r.out.send(resp); err != nil {
-			r.log.Warn("writing to the host", "err", err)
-		}
+		r.answerFailed(id, method, inflightReason)
 	}
+}
+
+// answerFailed answers the host's request id, a call of method, with the
+// reason it failed.
+func (r *relay) answerFailed(id jsonrpc.ID, method, reason string) {
+	resp := &jsonrpc.Response{ID: id}
+	if method == "tools/call" {
+		// A tool's failure is a tool result the host's model reads.
+		resp.Result, _ = json.Marshal(map[string]any{
+			"content": []any{map[string]any{"type": "text", "text": reason}}, "isError": true,
+		})
+	} else {
+		resp.Error = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: reason}
+	}
+	_ = r.out.send(resp) // the writer logs a host that does not take it
 }
 
 // resume opens the host's session on a new owner (and sends it what the
@@ -408,8 +426,11 @@ func (r *relay) failInflight() {
 // IDs (the host still reads them). An older host's session is initialized
 // again as it was (initialize, the initialized notification, the log
 // level, the subscriptions), each answered before the next. Then the host
-// is told that resources changed.
-func (r *relay) resume(conn net.Conn, br *bufio.Reader) error {
+// is told that resources changed. Cancelling ctx ends it at once (conn
+// is closed); an owner that does not answer one of its requests within
+// 10 s fails it.
+func (r *relay) resume(ctx context.Context, conn net.Conn, br *bufio.Reader) error {
+	defer context.AfterFunc(ctx, func() { conn.Close() })()
 	r.mu.Lock()
 	init, inited, level := r.init, r.inited, r.level
 	subs := make([]*jsonrpc.Request, 0, len(r.subs))
@@ -444,9 +465,17 @@ func (r *relay) resume(conn net.Conn, br *bufio.Reader) error {
 		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 		defer conn.SetReadDeadline(time.Time{})
 		for {
-			line, err := br.ReadBytes('\n')
-			if err != nil {
+			line, tooLong, lineID, err := readOwnerLine(br, r.maxLine)
+			switch {
+			case err != nil:
 				return fmt.Errorf("%s: %w", req.Method, err)
+			case tooLong && lineID == id:
+				return fmt.Errorf("%s: the new owner's answer is longer than %d bytes, the line limit (server.MaxLineBytes)", req.Method, r.maxLine)
+			case tooLong:
+				r.dropOverLong(lineID)
+				continue
+			case len(bytes.TrimSpace(line)) == 0:
+				continue
 			}
 			if msg, err := jsonrpc.DecodeMessage(line); err == nil {
 				if resp, ok := msg.(*jsonrpc.Response); ok && resp.ID == id {

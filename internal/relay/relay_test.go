@@ -141,7 +141,7 @@ func TestRelayResumeOlderHost(t *testing.T) {
 			}
 		}
 	}()
-	if err := r.resume(relaySide, bufio.NewReader(relaySide)); err != nil {
+	if err := r.resume(t.Context(), relaySide, bufio.NewReader(relaySide)); err != nil {
 		t.Fatal(err)
 	}
 	<-ownerDone

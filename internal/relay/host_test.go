@@ -1,0 +1,165 @@
+package relay
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/mas-mcp/mas-mcp/server"
+)
+
+// logLines decodes the relay's JSON log.
+func logLines(t *testing.T, b *bytes.Buffer) []map[string]any {
+	t.Helper()
+	var recs []map[string]any
+	sc := bufio.NewScanner(b)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("log line %q: %v", sc.Text(), err)
+		}
+		recs = append(recs, m)
+	}
+	return recs
+}
+
+// TestRelayBoundsOwnerLines: a line from the owner longer than the limit
+// (server.MaxLineBytes) is not relayed (nor kept whole): the host's request
+// it answers gets an error naming the limit (a tool error for tools/call),
+// a line nobody awaits is dropped with a warning naming the limit, and the
+// lines after them are relayed.
+func TestRelayBoundsOwnerLines(t *testing.T) {
+	var host, logs bytes.Buffer
+	r := newRelay(slog.New(slog.NewJSONHandler(&logs, nil)), &host)
+	if r.maxLine != server.MaxLineBytes {
+		t.Errorf("the relay's line limit is %d, want server.MaxLineBytes (%d)", r.maxLine, server.MaxLineBytes)
+	}
+	r.maxLine = 1 << 10 // a 16 MiB line is slow under -race
+	r.note([]byte(`{"jsonrpc":"2.0","id":7,"method":"resources/read","params":{"uri":"mas://tasks"}}`))
+	r.note([]byte(`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"ask_info"}}`))
+	pad := strings.Repeat("x", r.maxLine)
+	r.fromOwner(bufio.NewReader(strings.NewReader(
+		`{"jsonrpc":"2.0","id":7,"result":{"contents":[{"uri":"mas://tasks","text":"` + pad + `"}]}}` + "\n" +
+			`{"jsonrpc":"2.0","id":8,"result":{"content":[{"type":"text","text":"` + pad + `"}]}}` + "\n" +
+			`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"` + pad + `"}}` + "\n" +
+			`{"jsonrpc":"2.0","method":"notifications/resources/list_changed"}` + "\n")))
+
+	limit := strconv.Itoa(r.maxLine)
+	var got []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(host.String()), "\n") {
+		if len(l) > r.maxLine {
+			t.Fatalf("the host got a line of %d bytes, want the over-long lines dropped", len(l))
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("the host got %q: %v", l, err)
+		}
+		got = append(got, m)
+	}
+	if len(got) != 3 {
+		t.Fatalf("the host got %v, want answers to 7 and 8 and the list_changed notification", got)
+	}
+	if e, _ := got[0]["error"].(map[string]any); got[0]["id"] != 7.0 || e == nil || !strings.Contains(fmt.Sprint(e["message"]), limit) {
+		t.Errorf("the host's resources/read 7 answered %v, want a JSON-RPC error naming the limit %s", got[0], limit)
+	}
+	if res, _ := got[1]["result"].(map[string]any); got[1]["id"] != 8.0 || res == nil || res["isError"] != true || !strings.Contains(fmt.Sprint(res["content"]), limit) {
+		t.Errorf("the host's tools/call 8 answered %v, want a tool error naming the limit %s", got[1], limit)
+	}
+	if got[2]["method"] != "notifications/resources/list_changed" {
+		t.Errorf("the host's last message %v, want the list_changed notification after the dropped lines", got[2])
+	}
+	if len(r.inflight) != 0 {
+		t.Errorf("in flight %v after their answers, want none", r.inflight)
+	}
+	log := logs.String()
+	var warned bool
+	for _, rec := range logLines(t, &logs) {
+		if rec["level"] == "WARN" && rec["limit_bytes"] == float64(r.maxLine) && rec["id"] == nil {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Errorf("no warning naming the limit for the dropped notification in the log:\n%s", log)
+	}
+}
+
+// TestRelayResumeFailsOnAnOverLongAnswer: an answer of the new owner to
+// the relay's own request that is longer than the line limit fails the
+// resume with an error naming the limit.
+func TestRelayResumeFailsOnAnOverLongAnswer(t *testing.T) {
+	r := newRelay(nil, &bytes.Buffer{})
+	r.maxLine = 1 << 10
+	r.note([]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18"}}`))
+	relaySide, ownerSide := net.Pipe()
+	defer relaySide.Close()
+	ownerDone := make(chan struct{})
+	go func() {
+		defer close(ownerDone)
+		defer ownerSide.Close()
+		if _, err := bufio.NewReader(ownerSide).ReadBytes('\n'); err != nil {
+			return
+		}
+		fmt.Fprintf(ownerSide, `{"jsonrpc":"2.0","id":"%s1","result":{"pad":"%s"}}`+"\n", idPrefix, strings.Repeat("x", r.maxLine))
+	}()
+	err := r.resume(t.Context(), relaySide, bufio.NewReader(relaySide))
+	relaySide.Close()
+	<-ownerDone
+	if err == nil || !strings.Contains(err.Error(), strconv.Itoa(r.maxLine)) {
+		t.Errorf("resume with an over-long answer: %v, want an error naming the limit", err)
+	}
+}
+
+// failingWriter fails while fail is set.
+type failingWriter struct {
+	fail  bool
+	lines int
+}
+
+func (w *failingWriter) Write(b []byte) (int, error) {
+	if w.fail {
+		return 0, errors.New("broken pipe")
+	}
+	w.lines++
+	return len(b), nil
+}
+
+// TestRelayReportsAHostThatDoesNotReadOnce: while writing to the host
+// fails, the log gets one warning, not one per message; when a write
+// succeeds again, one line says how many messages the host missed.
+func TestRelayReportsAHostThatDoesNotReadOnce(t *testing.T) {
+	var logs bytes.Buffer
+	w := &failingWriter{fail: true}
+	r := newRelay(slog.New(slog.NewJSONHandler(&logs, nil)), w)
+	note := `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}` + "\n"
+	r.fromOwner(bufio.NewReader(strings.NewReader(strings.Repeat(note, 100))))
+	w.fail = false
+	r.fromOwner(bufio.NewReader(strings.NewReader(note)))
+	if w.lines != 1 {
+		t.Fatalf("the host got %d lines once it read again, want 1", w.lines)
+	}
+	log := logs.String()
+	var warns, recovered []map[string]any
+	for _, rec := range logLines(t, &logs) {
+		switch rec["level"] {
+		case "WARN":
+			warns = append(warns, rec)
+		case "INFO":
+			if rec["dropped"] != nil {
+				recovered = append(recovered, rec)
+			}
+		}
+	}
+	if len(warns) != 1 {
+		t.Errorf("%d warnings for 100 messages the host could not take, want 1:\n%s", len(warns), log)
+	}
+	if len(recovered) != 1 || recovered[0]["dropped"] != 100.0 {
+		t.Errorf("log on the host reading again %v, want one line with dropped=100:\n%s", recovered, log)
+	}
+}
