@@ -14,6 +14,10 @@ type stageCount struct {
 	steps           int
 	reflections     int
 	summaryFailures int
+	// chain is the Chain of the last message the agent took there: how
+	// many agents' messages in a row led to it (0 after an operator's or
+	// the engine's).
+	chain int
 }
 
 // agent owns one AgentState. LLM agents run their steps on their own

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -522,4 +523,56 @@ func TestEngineNoticesGiveTheUnstagedBudgetAgain(t *testing.T) {
 			t.Errorf("task %s ended %s: %.120s", task, st.ExecutionState, st.TaskSummary)
 		}
 	})
+}
+
+// TestAgentsAnsweringEachOtherAreBounded: two agents whose every message
+// asks for a reply would answer each other for ever (a reply is a message
+// step, which no step budget stops). The conversation stops at
+// MessageChainLimit messages with the reason on the step that was not
+// sent, and an operator's word lets it go on.
+func TestAgentsAnsweringEachOtherAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = 8
+		b := bubbleBed(t, func(c *Config) { c.MessageChainLimit = limit })
+		alice, bob := b.newAgent("alice"), b.newAgent("bob")
+		task := b.newTask("t", alice, bob)
+		var sent atomic.Int32
+		talk := func(to string) handler {
+			return func(context.Context, *ExecInput) *Output {
+				// Without the bound the test still ends, and fails.
+				return &Output{SendMessage: &OutgoingMessage{Receiver: StringList{to}, Message: "and you?", NeedReply: sent.Add(1) < 5*limit}}
+			}
+		}
+		b.sc.onAgent("alice", SkillSendMessage, talk(bob))
+		b.sc.onAgent("bob", SkillSendMessage, talk(alice))
+		b.inject(alice, task, NoRelative, false, spec(SkillSendMessage, "start talking"))
+		synctest.Wait()
+		if n := sent.Load(); n != limit+1 {
+			t.Fatalf("the agents tried to send %d messages, want the limit %d and the one refused", n, limit)
+		}
+		refused := slices.Concat(b.steps(alice, failedWith("messages between agents in a row")), b.steps(bob, failedWith("messages between agents in a row")))
+		if len(refused) != 1 {
+			t.Fatalf("%d steps failed naming the limit, want 1", len(refused))
+		}
+		// An operator's word starts a new conversation.
+		b.sc.onAgent("alice", SkillProcessMessage, func(context.Context, *ExecInput) *Output {
+			return &Output{AddSteps: []StepSpec{spec(SkillSendMessage, "ask bob again")}}
+		})
+		before := sent.Load()
+		if _, err := b.sys.HumanSend(b.op(), HumanMessage{TaskID: task, Receiver: []string{alice}, StageRelative: NoRelative, Content: "ask bob again"}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if n := sent.Load() - before; n != limit+1 {
+			t.Errorf("after the operator's message the agents tried %d messages, want the limit again (%d) and the one refused", n, limit)
+		}
+	})
+}
+
+// failedWith matches the failed steps whose error holds reason.
+func failedWith(reason string) func(StepState) bool {
+	return func(s StepState) bool {
+		msg, _ := s.ExecuteResult["error"].(string)
+		return s.ExecutionState == StateFailed && strings.Contains(msg, reason)
+	}
 }

@@ -31,6 +31,13 @@ type Message struct {
 	// a typed field means no agent-written text can ever be taken for an
 	// instruction.
 	Instruction *Instruction `json:"instruction,omitempty"`
+	// Chain counts the agents' messages in a row that led to this one,
+	// itself included, since an operator or the engine last spoke there
+	// (their messages have none): a message an LLM agent sends carries one
+	// more than the last message it took in that task and stage. It bounds
+	// conversations between agents that would feed each other for ever
+	// (Config.MessageChainLimit).
+	Chain int `json:"chain,omitempty"`
 	// Decision is the operator's structured answer to an approval question
 	// (the risk gate's AskOperator): approve or deny, a note, and
 	// optionally edited arguments. The text says the same for people.

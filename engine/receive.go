@@ -31,6 +31,7 @@ func (a *agent) receive(m Message) {
 	}
 	if _, stall := a.sys.stallNotices.Load(m.MessageID); !stall {
 		a.freshInputLocked(m.TaskID, m.StageRelative)
+		a.count(stageKey{m.TaskID, m.StageRelative}).chain = m.Chain
 	}
 	var released *Wait
 	if m.ReturnWaitingID != "" {

@@ -151,6 +151,9 @@ func (s *System) sendFromAgent(a *agent, step *StepState, om *OutgoingMessage) (
 		return Message{}, "", errf(ErrInvalid, "message: is empty")
 	}
 	m := s.newMessage(derivedID(step.StepID, "send"), step.TaskID, a.id, receivers, om.Message, stage)
+	if m.Chain, err = s.chainOf(a, step, receivers); err != nil {
+		return Message{}, "", err
+	}
 	m.NeedReply = om.NeedReply
 	m.ReturnWaitingID = step.ReturnWaitingID
 	var note string
@@ -166,6 +169,28 @@ func (s *System) sendFromAgent(a *agent, step *StepState, om *OutgoingMessage) (
 		return Message{}, "", err
 	}
 	return m, note, nil
+}
+
+// chainOf is the Chain of a message the agent sends from step: one more
+// than the last message it took in the step's task and stage. Past
+// MessageChainLimit it is refused, unless every receiver is an operator
+// (who breaks the chain by answering).
+func (s *System) chainOf(a *agent, step *StepState, receivers []string) (int, error) {
+	a.mu.Lock()
+	chain := 1
+	if c := a.counts[stageKey{step.TaskID, step.StageID}]; c != nil {
+		chain += c.chain
+	}
+	a.mu.Unlock()
+	if chain <= s.cfg.MessageChainLimit {
+		return chain, nil
+	}
+	for _, r := range receivers {
+		if ra, ok := s.agent(r); !ok || ra.kind != KindHuman {
+			return 0, errf(ErrInvalid, "message: not sent: %d messages between agents in a row led to it with no word from an operator or the engine (limit %d, --message-chain-limit); agents that keep answering each other go on for ever: finish without it, or tell the operator", chain-1, s.cfg.MessageChainLimit)
+		}
+	}
+	return chain, nil
 }
 
 // checkReceivers validates receivers against the task: each must exist and

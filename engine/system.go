@@ -56,6 +56,12 @@ type Config struct {
 	// outside any stage (the base task, no_relative steps) without new
 	// input (a message, an operator's interrupt). Default 100.
 	UnstagedStepBudget int
+	// MessageChainLimit is how many messages between agents may follow
+	// one another (each sent after the one its sender last took, in the
+	// same task and stage) with no message from an operator or the engine
+	// (Message.Chain); a message past it is not sent, and its step fails
+	// saying so. Default 100.
+	MessageChainLimit int
 	// SummaryAttempts is how many failed summary steps make an agent
 	// "failed" in a stage (so the stage can still complete). Default 2.
 	SummaryAttempts int
@@ -136,14 +142,15 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.WaitTimeout < 0 || cfg.StageStepBudget < 0 || cfg.StageReflectionBudget < 0 || cfg.UnstagedStepBudget < 0 || cfg.SummaryAttempts < 0 ||
 		cfg.RetryStageLimit < 0 || cfg.StallTimeout < 0 || cfg.StallNotices < 0 || cfg.MaxTextChars < 0 || cfg.MaxDocumentBytes < 0 ||
-		cfg.MemoryMaxEntries < 0 || cfg.MemoryMaxChars < 0 || cfg.LLMProbeInterval < 0 {
-		return cfg, errors.New("engine: config: WaitTimeout, StageStepBudget, StageReflectionBudget, UnstagedStepBudget, SummaryAttempts, RetryStageLimit, StallTimeout, StallNotices, MaxTextChars, MaxDocumentBytes, MemoryMaxEntries, MemoryMaxChars and LLMProbeInterval must not be negative")
+		cfg.MemoryMaxEntries < 0 || cfg.MemoryMaxChars < 0 || cfg.LLMProbeInterval < 0 || cfg.MessageChainLimit < 0 {
+		return cfg, errors.New("engine: config: WaitTimeout, StageStepBudget, StageReflectionBudget, UnstagedStepBudget, SummaryAttempts, RetryStageLimit, StallTimeout, StallNotices, MaxTextChars, MaxDocumentBytes, MemoryMaxEntries, MemoryMaxChars, LLMProbeInterval and MessageChainLimit must not be negative")
 	}
 	if err := cfg.Budgets.check(); err != nil {
 		return cfg, err
 	}
 	cfg.RetryStageLimit = cmp.Or(cfg.RetryStageLimit, 3)
 	cfg.UnstagedStepBudget = cmp.Or(cfg.UnstagedStepBudget, 100)
+	cfg.MessageChainLimit = cmp.Or(cfg.MessageChainLimit, 100)
 	cfg.StallTimeout = cmp.Or(cfg.StallTimeout, 3*time.Minute)
 	cfg.StallNotices = cmp.Or(cfg.StallNotices, 2)
 	cfg.LLMProbeInterval = cmp.Or(cfg.LLMProbeInterval, time.Minute)

@@ -417,6 +417,7 @@ func build(cfg Config, log *slog.Logger, st engine.Store, tr trail) (*engine.Sys
 		StageStepBudget:       cfg.StageStepBudget,
 		StageReflectionBudget: cfg.StageReflectionBudget,
 		UnstagedStepBudget:    cfg.UnstagedStepBudget,
+		MessageChainLimit:     cfg.MessageChainLimit,
 		RetryStageLimit:       cfg.RetryStageLimit,
 		StallTimeout:          cfg.StallTimeout,
 		StallNotices:          cfg.StallNotices,

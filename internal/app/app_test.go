@@ -66,6 +66,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{[]string{"--llm-concurrency", "-1"}, "llm.concurrency -1"},
 		{[]string{"--wait-timeout", "-1s"}, "wait_timeout -1s"},
 		{[]string{"--unstaged-step-budget", "0"}, "unstaged_step_budget 0: must be positive"},
+		{[]string{"--message-chain-limit", "-1"}, "message_chain_limit -1: must be positive"},
 		{[]string{"--log-format", "xml"}, `log_format "xml"`},
 		{[]string{"--log-level", "loud"}, `log_level "loud"`},
 		{[]string{"--config", bad}, "field modle not found"},

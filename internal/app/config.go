@@ -65,6 +65,9 @@ type Config struct {
 	// UnstagedStepBudget bounds the steps an agent runs in a row outside
 	// any stage (the base task) without a new message.
 	UnstagedStepBudget int `yaml:"unstaged_step_budget"`
+	// MessageChainLimit bounds the messages between agents that may
+	// follow one another with no word from an operator or the engine.
+	MessageChainLimit int `yaml:"message_chain_limit"`
 	// RetryStageLimit bounds the retries of one stage (retry_stage).
 	RetryStageLimit int `yaml:"retry_stage_limit"`
 	// StallTimeout is how long a task may stay quiet before its manager is
@@ -270,6 +273,7 @@ func defaultConfig() Config {
 		StageStepBudget:       60,
 		StageReflectionBudget: 6,
 		UnstagedStepBudget:    100,
+		MessageChainLimit:     100,
 		RetryStageLimit:       3,
 		StallTimeout:          3 * time.Minute,
 		StallNotices:          2,
@@ -334,6 +338,7 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer, vers
 	wait := fs.Duration("wait-timeout", d.WaitTimeout, "how long an agent waits for a reply before carrying on")
 	steps := fs.Int("stage-step-budget", d.StageStepBudget, "steps an agent may run in one stage before it must summarise")
 	refl := fs.Int("stage-reflection-budget", d.StageReflectionBudget, "reflections an agent may run in one stage before it must summarise")
+	chain := fs.Int("message-chain-limit", d.MessageChainLimit, "messages between agents that may follow one another with no word from an operator or the engine; past it a message is not sent and its step fails saying so")
 	unstaged := fs.Int("unstaged-step-budget", d.UnstagedStepBudget, "steps an agent may run in a row outside any stage (the base task) without a new message; past them its steps there are skipped")
 	promptBudget := fs.Int("prompt-budget", d.PromptBudget, "characters of a prompt's variable sections (history, memory, message) before older history folds")
 	memEntries := fs.Int("memory-max-entries", d.MemoryMaxEntries, "entries an agent's persistent memory may hold before adds are refused")
@@ -430,6 +435,7 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer, vers
 		"llm-concurrency": func() { cfg.LLM.Concurrency = *conc }, "wait-timeout": func() { cfg.WaitTimeout = *wait },
 		"stage-step-budget": func() { cfg.StageStepBudget = *steps }, "stage-reflection-budget": func() { cfg.StageReflectionBudget = *refl },
 		"unstaged-step-budget": func() { cfg.UnstagedStepBudget = *unstaged },
+		"message-chain-limit":  func() { cfg.MessageChainLimit = *chain },
 		"prompt-budget":        func() { cfg.PromptBudget = *promptBudget }, "memory-max-entries": func() { cfg.MemoryMaxEntries = *memEntries },
 		"memory-max-chars": func() { cfg.MemoryMaxChars = *memChars }, "task-token-budget": func() { cfg.Budgets.TaskTokens = *taskTokens },
 	} {
@@ -484,6 +490,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("stage_reflection_budget %d: must be positive", c.StageReflectionBudget)
 	case c.UnstagedStepBudget <= 0:
 		return fmt.Errorf("unstaged_step_budget %d: must be positive", c.UnstagedStepBudget)
+	case c.MessageChainLimit <= 0:
+		return fmt.Errorf("message_chain_limit %d: must be positive", c.MessageChainLimit)
 	case c.PromptBudget <= 0:
 		return fmt.Errorf("prompt_budget %d: must be positive", c.PromptBudget)
 	case c.MemoryMaxEntries <= 0:
