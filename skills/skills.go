@@ -228,7 +228,10 @@ func textOutput(tag, resultKey string) func(string, *engine.ExecInput) (*engine.
 }
 
 // stepList parses a list of steps (planning, reflection, decision,
-// tool_decision). empty allows an empty block.
+// tool_decision). empty says the skill has an empty answer (LLM_CONTRACT.md:
+// reflection, decision, tool_decision): an empty block and null then read
+// as []. Without it both are parse errors; [] is accepted either way (the
+// engine appends a reflection to a plan).
 func stepList(answer, tag string, empty bool) ([]engine.StepSpec, error) {
 	var steps []engine.StepSpec
 	if err := ExtractJSON(answer, tag, &steps); err != nil {
@@ -246,6 +249,10 @@ func stepList(answer, tag string, empty bool) ([]engine.StepSpec, error) {
 		}
 	}
 	if steps == nil {
+		// The block held null (or None).
+		if !empty {
+			return nil, fmt.Errorf("<%s>: null is not a list of steps: write a JSON list of steps", tag)
+		}
 		steps = []engine.StepSpec{}
 	}
 	return steps, nil
