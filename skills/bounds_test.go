@@ -1,6 +1,7 @@
 package skills
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/mas-mcp/mas-mcp/engine"
 	"github.com/mas-mcp/mas-mcp/internal/fakellm"
+	"github.com/mas-mcp/mas-mcp/prompts"
 )
 
 // variableChars is what the prompt of in takes beyond its fixed part
@@ -138,5 +140,99 @@ func TestStepListIsBounded(t *testing.T) {
 	}
 	if want := fmt.Sprintf("5000 steps, more than the %d", maxStepsPerList); !strings.Contains(err.Error(), want) {
 		t.Errorf("err = %v, want it to say %q", err, want)
+	}
+}
+
+// atTextLimit is a text at the engine's MaxTextChars (16,000 characters),
+// half of them three-byte runes, starting with a marker to find its
+// beginning by.
+func atTextLimit() string {
+	const begin = "BEGIN-OF-LONG-TEXT "
+	s := begin + strings.Repeat("任务 step ", 16000)
+	return string([]rune(s)[:16000])
+}
+
+// TestPromptBudgetIsACap: whatever the current step holds — a text, an
+// intention, a stage goal, a tool step or a memory at the engine's text
+// limit (MaxTextChars), next to a history at its own limits — the prompt's
+// variable part stays within the budget in every skill; a cut part keeps
+// its beginning, on a rune boundary, and says how much was dropped. (The
+// budgets tested: the default, and smaller ones down to 3,000, the least
+// the cap holds for.)
+func TestPromptBudgetIsACap(t *testing.T) {
+	long := atTextLimit()
+	toolStep := func(in *engine.ExecInput) *engine.StepState {
+		for i, s := range in.Agent.AgentStep.StepList {
+			if s.Type == engine.StepTool && s.ExecutionState == engine.StateInit {
+				return &in.Agent.AgentStep.StepList[i]
+			}
+		}
+		return nil
+	}
+	// atLimits fills every executed step of the stage to the engine's
+	// limits: its texts, its instruction and its result.
+	atLimits := func(in *engine.ExecInput) {
+		for i, s := range in.Agent.AgentStep.StepList {
+			if s.StageID != in.Step.StageID || s.TaskID != in.Step.TaskID || s.StepID == in.Step.StepID || s.ExecutionState != engine.StateFinished {
+				continue
+			}
+			st := &in.Agent.AgentStep.StepList[i]
+			st.StepIntention, st.TextContent = long, long
+			st.ExecuteResult = map[string]any{"result": long}
+			if st.Type == engine.StepTool {
+				st.InstructionContent = &engine.ToolCall{ToolName: "read_file", Arguments: map[string]any{"path": long}}
+			}
+		}
+	}
+	cases := []struct {
+		what   string
+		change func(in *engine.ExecInput)
+		// shown says whether the skill's prompt shows the long text.
+		shown func(skill string) bool
+	}{
+		{"text_content", func(in *engine.ExecInput) { in.Step.TextContent = long }, nil},
+		{"step_intention", func(in *engine.ExecInput) { in.Step.StepIntention = long }, nil},
+		{"stage_goal", func(in *engine.ExecInput) { in.View = fixtureView{goal: long} }, nil},
+		{"text_content, step_intention and stage_goal", func(in *engine.ExecInput) {
+			in.Step.TextContent, in.Step.StepIntention, in.View = long, long, fixtureView{goal: long}
+		}, nil},
+		{"tool step", func(in *engine.ExecInput) {
+			if s := toolStep(in); s != nil {
+				s.StepIntention, s.TextContent = long, long
+			}
+		}, func(skill string) bool { return skill == engine.SkillInstructionGeneration }},
+		{"memory", func(in *engine.ExecInput) { in.Agent.PersistentMemory["20250614T000000"] = long }, nil},
+		{"text_content and a history at its limits", func(in *engine.ExecInput) {
+			in.Step.TextContent = long
+			atLimits(in)
+		}, nil},
+	}
+	clipped := map[string]string{"en": "more characters dropped", "zh": "个字符被舍弃"}
+	for _, lang := range prompts.Languages {
+		set := loadSet(t, lang)
+		for _, name := range engine.SkillNames {
+			for _, tc := range cases {
+				for _, budget := range []int{0, 6000, 3000} {
+					in := fixture(name)
+					tc.change(in)
+					r := skillRunner(t, set, name, budget)
+					_, user := r.render(in)
+					if !utf8.ValidString(user) {
+						t.Errorf("%s %s, long %s: the prompt is not valid UTF-8 (a rune cut in two)", lang, name, tc.what)
+					}
+					if tc.shown == nil || tc.shown(name) {
+						if !strings.Contains(user, "BEGIN-OF-LONG-TEXT") {
+							t.Errorf("%s %s, long %s: the beginning of the long text is not in the prompt", lang, name, tc.what)
+						}
+						if !strings.Contains(user, clipped[lang]) {
+							t.Errorf("%s %s, long %s: the prompt does not say what was cut", lang, name, tc.what)
+						}
+					}
+					if n, max := variableChars(r, in), cmp.Or(budget, DefaultPromptBudget); n > max {
+						t.Errorf("%s %s, long %s: variable part of the prompt is %d characters, budget %d", lang, name, tc.what, n, max)
+					}
+				}
+			}
+		}
 	}
 }

@@ -3,6 +3,7 @@ package skills
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -33,8 +34,8 @@ const (
 	foldedResultShown = 120
 )
 
-// DefaultPromptBudget is the default character budget of a prompt's
-// variable sections (Config.PromptBudget).
+// DefaultPromptBudget is the default cap on a prompt's variable sections,
+// in characters (Config.PromptBudget).
 const DefaultPromptBudget = 16000
 
 // render assembles the skill's prompt: the system prompt (§5.1) as the
@@ -51,46 +52,58 @@ const DefaultPromptBudget = 16000
 // IDs change at every call: the history grows at its end and folds in
 // blocks (foldHistory), so most of it is cached too.
 //
-// The variable sections share r.budget characters: memory, the current
-// step and the tool step are shown whole (memory has its own cap in the
-// engine), and the stage history or the tool history gets what is left, at
-// least a quarter of the budget, folding its older steps to fit
-// (foldHistory, writeToolHistory).
+// The variable sections share r.budget characters, and never take more
+// when the budget is 3,000 characters or more (below that, the headings,
+// IDs, folding notes and one-line entries may pass it). The current step,
+// the tool step and the memory come first (fitCurrent): whole when they
+// leave the history at least a quarter of the budget, else their longest
+// parts are cut (keeping their beginning, saying how much was dropped)
+// until they do. The stage history or the tool history gets the rest,
+// folding its older steps to fit (foldHistory, writeToolHistory).
 func (r *runner) render(in *engine.ExecInput) (system, user string) {
 	system = r.system
 
 	fixed := make(map[section]string, len(r.sk.sections))
-	var memory string
-	variable := make(map[section]string, len(r.sk.sections))
 	for _, sec := range r.sk.sections {
-		var b strings.Builder
 		if st, ok := r.static[sec]; ok {
 			fixed[sec] = st
 		}
+	}
+	if slices.Contains(r.sk.sections, secRole) {
+		var role strings.Builder
+		r.writeRole(&role, in)
+		fixed[secRole] = role.String()
+	}
+
+	// Every variable section is written after a newline, the fixed parts
+	// are joined by one: those count too.
+	seps := len(fixed) - 1
+	for _, sec := range r.sk.sections {
 		switch sec {
-		case secRole:
-			r.writeRole(&b, in)
-			fixed[sec] = b.String()
-		case secStep:
-			r.writeStep(&b, in)
-			variable[sec] = b.String()
-		case secMemory:
-			r.writeMemory(&b, in)
-			memory = b.String()
-		case secToolStep:
-			r.writeToolStep(&b, in)
-			variable[sec] = b.String()
+		case secStep, secToolStep, secHistory, secToolHistory:
+			seps++
 		}
+	}
+	histories := slices.Contains(r.sk.sections, secHistory) || slices.Contains(r.sk.sections, secToolHistory)
+	reserve := 0
+	if histories {
+		reserve = r.budget / 4
+	}
+	cur := r.current(in)
+	memory, variable := r.writeCurrent(in, &cur)
+	if over := seps + r.used(memory, variable) - (r.budget - reserve); over > 0 {
+		r.fitCurrent(&cur, over)
+		memory, variable = r.writeCurrent(in, &cur)
 	}
 	if slices.Contains(r.sk.sections, secToolHistory) {
 		// Like the stage history: what the other variable sections leave.
 		var b strings.Builder
-		r.writeToolHistory(&b, in, max(r.budget-r.used(memory, variable), r.budget/4))
+		r.writeToolHistory(&b, in, r.budget-seps-r.used(memory, variable))
 		variable[secToolHistory] = b.String()
 	}
 	if slices.Contains(r.sk.sections, secHistory) {
 		var b strings.Builder
-		r.writeHistory(&b, in, max(r.budget-r.used(memory, variable), r.budget/4))
+		r.writeHistory(&b, in, r.budget-seps-r.used(memory, variable))
 		variable[secHistory] = b.String()
 	}
 
@@ -123,6 +136,114 @@ func (r *runner) render(in *engine.ExecInput) (system, user string) {
 		}
 	}
 	return system, b.String()
+}
+
+// shown is what a prompt shows of the current step, of the tool step it
+// prepares and of the memory: the parts of the variable sections other than
+// the histories that may be long, each as written (in one line, indented or
+// trimmed), so that fitCurrent can cut the longest of them.
+type shown struct {
+	goal, intention, text          string // the current step (secStep)
+	toolIntention, toolText, guide string // the tool step (secToolStep)
+	memory                         string // the memory's entries (secMemory)
+}
+
+func (s *shown) parts() []*string {
+	return []*string{&s.goal, &s.intention, &s.text, &s.toolIntention, &s.toolText, &s.guide, &s.memory}
+}
+
+// current collects the skill's shown parts of in, whole.
+func (r *runner) current(in *engine.ExecInput) shown {
+	var sh shown
+	for _, sec := range r.sk.sections {
+		switch sec {
+		case secStep:
+			sh.goal = indent(stageGoal(in))
+			sh.intention = oneLine(in.Step.StepIntention)
+			sh.text = strings.TrimSpace(in.Step.TextContent)
+		case secToolStep:
+			if t, ok := targetToolStep(in); ok {
+				sh.toolIntention, sh.toolText = oneLine(t.StepIntention), strings.TrimSpace(t.TextContent)
+				if r.cfg.Tools != nil {
+					sh.guide = oneLine(r.cfg.Tools.ToolGuides()[t.Executor])
+				}
+			}
+		case secMemory:
+			sh.memory = memoryEntries(in.Agent.PersistentMemory)
+		}
+	}
+	return sh
+}
+
+// writeCurrent renders the memory and the variable sections other than the
+// histories with the parts sh.
+func (r *runner) writeCurrent(in *engine.ExecInput, sh *shown) (memory string, variable map[section]string) {
+	variable = make(map[section]string, len(r.sk.sections))
+	for _, sec := range r.sk.sections {
+		var b strings.Builder
+		switch sec {
+		case secStep:
+			r.writeStep(&b, in, sh)
+			variable[sec] = b.String()
+		case secMemory:
+			r.writeMemory(&b, in, sh)
+			memory = b.String()
+		case secToolStep:
+			r.writeToolStep(&b, in, sh)
+			variable[sec] = b.String()
+		}
+	}
+	return memory, variable
+}
+
+// fitCurrent cuts the longest of sh's parts, all to the same length, so
+// that together they are at least over characters shorter (each cut part
+// counts its note of what was dropped).
+func (r *runner) fitCurrent(sh *shown, over int) {
+	parts := sh.parts()
+	lens := make([]int, len(parts))
+	total := 0
+	for i, p := range parts {
+		lens[i] = utf8.RuneCountInString(*p)
+		total += lens[i]
+	}
+	// The largest length every part may keep: water-filling from the
+	// shortest part up.
+	left, sorted := max(total-over, 0), slices.Sorted(slices.Values(lens))
+	limit := -1
+	for i, n := range sorted {
+		if n*(len(sorted)-i) > left {
+			limit = left / (len(sorted) - i)
+			break
+		}
+		left -= n
+	}
+	if limit < 0 {
+		return // all fit
+	}
+	for i, p := range parts {
+		if lens[i] > limit {
+			*p = r.cut(*p, limit)
+		}
+	}
+}
+
+// cut shortens s to at most n characters: its beginning, cut on a
+// character boundary by engine.Truncate, and the prompt set's note of how
+// many characters were dropped. When n cannot hold the note, s is cut to
+// nothing but the note.
+func (r *runner) cut(s string, n int) string {
+	n = max(n, 0)
+	total := utf8.RuneCountInString(s)
+	if total <= n {
+		return s
+	}
+	note := func(kept int) string {
+		return " " + r.cfg.Prompts.Text("text_clipped", map[string]any{"Dropped": total - kept, "Limit": n})
+	}
+	// The note's length with the most digits it can have, and Truncate's "…".
+	keep := max(n-utf8.RuneCountInString(note(0))-1, 0)
+	return engine.Truncate(s, keep) + note(keep)
 }
 
 // used is the characters the variable sections rendered so far take.
@@ -203,15 +324,15 @@ func (r *runner) fixedPart() string {
 
 // writeStep writes the current step (spec §5.3); the skill's rules are
 // written apart by writeRules, in the prompt's fixed part.
-func (r *runner) writeStep(b *strings.Builder, in *engine.ExecInput) {
+func (r *runner) writeStep(b *strings.Builder, in *engine.ExecInput, sh *shown) {
 	p := r.cfg.Prompts
 	s := &in.Step
 	fmt.Fprintf(b, "%s\n", p.Heading("current_step"))
 	fmt.Fprintf(b, "- step_id: %s\n- executor: %s\n- task_id: %s\n- stage_id: %s\n", s.StepID, s.Executor, s.TaskID, s.StageID)
-	if goal := stageGoal(in); goal != "" {
-		fmt.Fprintf(b, "- stage_goal: %s\n", indent(goal))
+	if sh.goal != "" {
+		fmt.Fprintf(b, "- stage_goal: %s\n", sh.goal)
 	}
-	fmt.Fprintf(b, "- step_intention: %s\n- text_content:\n\n%s\n", oneLine(s.StepIntention), strings.TrimSpace(s.TextContent))
+	fmt.Fprintf(b, "- step_intention: %s\n- text_content:\n\n%s\n", sh.intention, sh.text)
 }
 
 // stageGoal is the agent's own goal in the step's stage (its entry in the
@@ -242,7 +363,8 @@ func stageSteps(in *engine.ExecInput) []engine.StepState {
 }
 
 // writeHistory writes this stage's other steps (spec §5.6) in at most
-// budget characters (at least the newest executed step is shown whole):
+// budget characters (the newest executed step is always shown, cut when it
+// alone does not fit):
 // pending steps first take what they need, then executed steps are folded
 // by foldHistory.
 func (r *runner) writeHistory(b *strings.Builder, in *engine.ExecInput, budget int) {
@@ -263,6 +385,8 @@ func (r *runner) writeHistory(b *strings.Builder, in *engine.ExecInput, budget i
 		fmt.Fprintf(b, "%s\n", p.Heading("no_history"))
 		return
 	}
+	// The headings take their share.
+	budget -= utf8.RuneCountInString(p.Heading("history") + p.Heading("executed") + p.Heading("pending") + "\n\n\n\n")
 	// Pending steps: whole while they fit in half the budget, else one
 	// line each (they have no result yet; their texts are the plan), the
 	// first ones while they fit and a count of the others.
@@ -309,15 +433,16 @@ const (
 	foldBlock  = 4
 )
 
-// foldHistory renders executed steps, oldest first, in about budget
+// foldHistory renders executed steps, oldest first, in at most budget
 // characters, deterministically and without any LLM call: going back from
-// the newest, steps are shown whole while they fit (the newest always is),
-// then one line each (foldedStep) while those fit, and the steps older than
-// that are counted in one digest line at the top. Each boundary is moved
-// forward to a multiple of its block (showing less, so still within budget;
-// the newest step stays whole), the whole steps' first, so that the steps
-// it folds leave room for more one-line steps. When anything is
-// folded, a note says how to read a folded step's full result.
+// the newest, steps are shown whole while they fit (the newest always is,
+// cut when it alone does not fit), then one line each (foldedStep) while
+// those fit, and the steps older than that are counted in one digest line
+// at the top. Each boundary is moved forward to a multiple of its block
+// (showing less, so still within budget; the newest step stays whole), the
+// whole steps' first, so that the steps it folds leave room for more
+// one-line steps. When anything is folded, a note says how to read a folded
+// step's full result.
 func (r *runner) foldHistory(done []engine.StepState, budget int) string {
 	p := r.cfg.Prompts
 	n := len(done)
@@ -331,6 +456,20 @@ func (r *runner) foldHistory(done []engine.StepState, budget int) string {
 			whole[i] = sb.String()
 		}
 		return whole[i]
+	}
+	total := 0
+	for i := range done {
+		total += utf8.RuneCountInString(wholeText(i))
+	}
+	if total > budget {
+		// Folding: the note and the digest line take their share, and
+		// the newest step, always shown whole, is cut when it alone is
+		// more than the rest.
+		budget -= utf8.RuneCountInString(p.Heading("history_folded") + "\n" +
+			p.Text("history_digest", map[string]any{"N": n, "Finished": n, "Failed": n}) + "\n")
+		if utf8.RuneCountInString(wholeText(n-1)) > budget {
+			whole[n-1] = r.cut(whole[n-1], budget-1) + "\n"
+		}
 	}
 	used, wholeFrom := 0, n
 	for i := n - 1; i >= 0; i-- {
@@ -409,25 +548,26 @@ func writeHistoryStep(b *strings.Builder, s engine.StepState, results bool) {
 	}
 }
 
-func (r *runner) writeMemory(b *strings.Builder, in *engine.ExecInput) {
+func (r *runner) writeMemory(b *strings.Builder, in *engine.ExecInput, sh *shown) {
 	p := r.cfg.Prompts
 	fmt.Fprintf(b, "\n%s\n", p.Heading("memory_content"))
 	if in.Agent.MemoryFull {
 		fmt.Fprintf(b, "%s\n", p.Heading("memory_full"))
 	}
-	pm := in.Agent.PersistentMemory
-	if len(pm) == 0 {
+	if len(in.Agent.PersistentMemory) == 0 {
 		fmt.Fprintf(b, "%s\n", p.Heading("no_memory"))
 		return
 	}
-	keys := make([]string, 0, len(pm))
-	for k := range pm {
-		keys = append(keys, k)
+	b.WriteString(sh.memory)
+}
+
+// memoryEntries lists persistent memory, oldest key first, one item each.
+func memoryEntries(pm map[string]string) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(pm)) {
+		fmt.Fprintf(&b, "- %s: %s\n", k, indent(pm[k]))
 	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		fmt.Fprintf(b, "- %s: %s\n", k, indent(pm[k]))
-	}
+	return b.String()
 }
 
 // compactJSON renders v as one line of JSON, cut at max runes.

@@ -27,10 +27,11 @@ type Config struct {
 	// Trail records every LLM call: request, raw answer, parse result
 	// (nil: off).
 	Trail engine.Trail
-	// PromptBudget is the character budget of each prompt's variable
-	// sections (stage history, tool history, persistent memory, the current
-	// step with its message): older history steps are folded to stay within
-	// it. 0: DefaultPromptBudget; negative is rejected.
+	// PromptBudget caps, in characters, each prompt's variable sections
+	// (stage history, tool history, persistent memory, the current step
+	// with its message and the tool step it prepares): older history steps
+	// are folded and the current step's longest parts cut to stay within it
+	// (render). 0: DefaultPromptBudget; negative is rejected.
 	PromptBudget int
 }
 

@@ -37,23 +37,20 @@ func targetToolStep(in *engine.ExecInput) (*engine.StepState, bool) {
 	return nil, false
 }
 
-func (r *runner) writeToolStep(b *strings.Builder, in *engine.ExecInput) {
+// writeToolStep writes the tool step an instruction is generated for (spec
+// §5.4), its texts and the tool's guide as sh holds them.
+func (r *runner) writeToolStep(b *strings.Builder, in *engine.ExecInput, sh *shown) {
 	p := r.cfg.Prompts
 	fmt.Fprintf(b, "%s\n", p.Heading("tool_step"))
 	t, ok := targetToolStep(in)
 	if !ok {
 		return // prepare refuses to run without one
 	}
-	guide := ""
-	if r.cfg.Tools != nil {
-		guide = r.cfg.Tools.ToolGuides()[t.Executor]
-	}
 	// spec §5.4: the tool step's intention and goal, then the tool's own
 	// description. The MCP base rules §5.4 also names are the skill's MCP
 	// section, in the prompt's fixed part where a provider caches them.
 	fmt.Fprintf(b, "- step_id: %s\n- tool: %s\n- step_intention: %s\n- text_content:\n\n%s\n\n- %s: %s\n",
-		t.StepID, t.Executor, oneLine(t.StepIntention), strings.TrimSpace(t.TextContent),
-		t.Executor, oneLine(guide))
+		t.StepID, t.Executor, sh.toolIntention, sh.toolText, t.Executor, sh.guide)
 }
 
 // toolName is the tool a tool_decision step decides on: the
@@ -150,9 +147,10 @@ func stopped(d engine.StepState) bool {
 	return false
 }
 
-// writeToolHistory writes this tool's calls so far (spec §5.9) in about
+// writeToolHistory writes this tool's calls so far (spec §5.9) in at most
 // budget characters: going back from the newest call, calls are shown whole
-// while they fit (the newest always is), older ones in one line each.
+// while they fit (the newest always is, cut when it alone does not fit),
+// older ones in one line each while those fit, the oldest counted.
 func (r *runner) writeToolHistory(b *strings.Builder, in *engine.ExecInput, budget int) {
 	p := r.cfg.Prompts
 	fmt.Fprintf(b, "%s\n", p.Heading("tool_history"))
@@ -164,9 +162,17 @@ func (r *runner) writeToolHistory(b *strings.Builder, in *engine.ExecInput, budg
 	}
 	// Field-style labels, like the rest of the prompt, read the same in
 	// every language set.
-	fmt.Fprintf(b, "- tool: %s\n- initial_step_intention: %s\n", name, engine.Truncate(oneLine(chain[0].tool.StepIntention), maxTextShown))
+	// The first call's intention, up to a quarter of the budget: the calls
+	// need the rest.
+	initial := engine.Truncate(oneLine(chain[0].tool.StepIntention), min(maxTextShown, max(budget/4, foldedResultShown)))
+	head := fmt.Sprintf("- tool: %s\n- initial_step_intention: %s\n", name, initial)
+	b.WriteString(head)
+	// The headings, the note on folded calls and the digest line of the
+	// calls left out take their share.
+	budget -= utf8.RuneCountInString(p.Heading("tool_history") + "\n" + head + p.Heading("history_folded") + "\n" +
+		p.Text("history_digest", map[string]any{"N": len(chain), "Finished": len(chain), "Failed": len(chain)}) + "\n")
 	entries := make([]string, len(chain))
-	used, whole, folded := 0, true, false
+	used, whole, folded, oldest := 0, true, false, 0
 	for n := len(chain) - 1; n >= 0; n-- {
 		c := chain[n]
 		if whole {
@@ -181,17 +187,41 @@ func (r *runner) writeToolHistory(b *strings.Builder, in *engine.ExecInput, budg
 			if c.decision != nil {
 				fmt.Fprintf(&e, "- tool_decision_result: %s\n", compactJSON(c.decision.ExecuteResult, maxResultShown))
 			}
-			if k := utf8.RuneCountInString(e.String()); n == len(chain)-1 || used+k <= budget {
+			k := utf8.RuneCountInString(e.String())
+			if n == len(chain)-1 && k > budget {
+				// The newest call is always shown whole, cut when it
+				// alone does not fit.
+				entries[n], used = r.cut(e.String(), budget-1)+"\n", budget
+				continue
+			}
+			if n == len(chain)-1 || used+k <= budget {
 				entries[n], used = e.String(), used+k
 				continue
 			}
 			whole = false
 		}
 		folded = true
-		entries[n] = fmt.Sprintf("\n#### [%d] %s", n+1, foldedStep(c.tool))
+		line := fmt.Sprintf("\n#### [%d] %s", n+1, foldedStep(c.tool))
+		if k := utf8.RuneCountInString(line); used+k > budget {
+			oldest = n + 1
+			break
+		}
+		entries[n], used = line, used+utf8.RuneCountInString(line)
 	}
 	if folded {
 		fmt.Fprintf(b, "%s\n", p.Heading("history_folded"))
+	}
+	if oldest > 0 {
+		finished, failed := 0, 0
+		for _, c := range chain[:oldest] {
+			switch c.tool.ExecutionState {
+			case engine.StateFinished:
+				finished++
+			case engine.StateFailed:
+				failed++
+			}
+		}
+		fmt.Fprintf(b, "%s\n", p.Text("history_digest", map[string]any{"N": oldest, "Finished": finished, "Failed": failed}))
 	}
 	b.WriteString(strings.Join(entries, ""))
 }

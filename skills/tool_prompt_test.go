@@ -3,6 +3,7 @@ package skills
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/mas-mcp/mas-mcp/engine"
@@ -254,10 +255,14 @@ func TestToolHistoryPrompt(t *testing.T) {
 		t.Errorf("tool history shows an earlier chain:\n%s", got)
 	}
 
-	// Over a tiny budget the newest call stays whole, the older one folds
-	// to one line, and the prompt says how to read it.
+	// Over a budget one character short of both calls whole (with the
+	// folding note and digest line it keeps room for), the newest call
+	// stays whole, the older one folds to one line, and the prompt says
+	// how to read it.
+	both := utf8.RuneCountInString(got) + utf8.RuneCountInString(set.Heading("history_folded")+"\n"+
+		set.Text("history_digest", map[string]any{"N": 2, "Finished": 2, "Failed": 2})+"\n")
 	b.Reset()
-	r.writeToolHistory(&b, fixture(execTD), 10)
+	r.writeToolHistory(&b, fixture(execTD), both-1)
 	folded := b.String()
 	for _, want := range []string{
 		set.Heading("history_folded") + "\n",

@@ -74,9 +74,10 @@ type Config struct {
 	// told; after StallNotices notices without progress it fails.
 	StallTimeout time.Duration `yaml:"stall_timeout"`
 	StallNotices int           `yaml:"stall_notices"`
-	// PromptBudget is the character budget of each prompt's variable
-	// sections (history, tool history, memory, message); older history
-	// folds to stay within it.
+	// PromptBudget caps each prompt's variable sections (history, tool
+	// history, memory, the current step and its message) in characters:
+	// older history folds and the longest parts of the current step are cut
+	// to stay within it.
 	PromptBudget int `yaml:"prompt_budget"`
 	// MemoryMaxEntries and MemoryMaxChars cap each agent's persistent memory.
 	MemoryMaxEntries int `yaml:"memory_max_entries"`
@@ -340,7 +341,7 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer, vers
 	refl := fs.Int("stage-reflection-budget", d.StageReflectionBudget, "reflections an agent may run in one stage before it must summarise")
 	chain := fs.Int("message-chain-limit", d.MessageChainLimit, "messages between agents that may follow one another with no word from an operator or the engine; past it a message is not sent and its step fails saying so")
 	unstaged := fs.Int("unstaged-step-budget", d.UnstagedStepBudget, "steps an agent may run in a row outside any stage (the base task) without a new message; past them its steps there are skipped")
-	promptBudget := fs.Int("prompt-budget", d.PromptBudget, "characters of a prompt's variable sections (history, memory, message) before older history folds")
+	promptBudget := fs.Int("prompt-budget", d.PromptBudget, "cap on the characters of a prompt's variable sections (history, memory, the current step and its message): the current step's longest parts are cut to leave the history a quarter, and older history folds to fit the rest")
 	memEntries := fs.Int("memory-max-entries", d.MemoryMaxEntries, "entries an agent's persistent memory may hold before adds are refused")
 	memChars := fs.Int("memory-max-chars", d.MemoryMaxChars, "characters an agent's persistent memory may hold before adds are refused")
 	taskTokens := fs.Int("task-token-budget", d.Budgets.TaskTokens, "a new task's token budget unless add_task sets one: it pauses there and its operator is asked to raise it; 0: none (more budgets in the config file's budgets section)")
