@@ -25,6 +25,9 @@ func agentManager() skill {
 					return nil, errorf("<agent_instruction>: init_new_agent needs agent_config")
 				}
 			case engine.ActionAddTaskParticipant:
+				if i := blankEntry(ai.Agents); i >= 0 {
+					return nil, errorf("<agent_instruction>: agents[%d] is null or blank: each entry must be an agent_id", i)
+				}
 			default:
 				return nil, errorf("<agent_instruction>: action %q: must be init_new_agent or add_task_participant", quoted(ai.Action))
 			}

@@ -23,6 +23,9 @@ func askInfo() skill {
 			if !slices.Contains(engine.QueryTypes, q.Type) {
 				return nil, errorf("<ask_info>: type %q: must be one of %s", quoted(q.Type), strings.Join(engine.QueryTypes, ", "))
 			}
+			if i := blankEntry(q.AgentID); i >= 0 {
+				return nil, errorf("<ask_info>: agent_id[%d] is null or blank: each entry must be an agent_id", i)
+			}
 			return &engine.Output{AskInfo: &q, Result: map[string]any{"ask_instruction": q}}, nil
 		},
 	}

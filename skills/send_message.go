@@ -33,10 +33,8 @@ func sendMessage() skill {
 			// agent it answers; any other message is refused there. A list
 			// with a null or blank entry is no such answer: decoding leaves
 			// it "", which the model did not write as an agent_id.
-			for i, id := range m.Receiver {
-				if strings.TrimSpace(id) == "" {
-					return nil, errorf("<send_message>: receiver[%d] is null or blank: each entry must be an agent_id (leave receiver out only to answer the message being replied to)", i)
-				}
+			if i := blankEntry(m.Receiver); i >= 0 {
+				return nil, errorf("<send_message>: receiver[%d] is null or blank: each entry must be an agent_id (leave receiver out only to answer the message being replied to)", i)
 			}
 			if strings.TrimSpace(m.Message) == "" {
 				return nil, errorf("<send_message>: message is empty")

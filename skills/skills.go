@@ -325,3 +325,14 @@ func Templates(set *prompts.Set) []engine.AgentConfig {
 	}
 	return out
 }
+
+// blankEntry is the index of the first null or blank entry of a list of
+// agent_ids (JSON null decodes to "", which the model did not write), or -1.
+func blankEntry(ids engine.StringList) int {
+	for i, id := range ids {
+		if strings.TrimSpace(id) == "" {
+			return i
+		}
+	}
+	return -1
+}
