@@ -63,15 +63,15 @@ func (s *System) clipValue(v any, max int) any {
 	return v
 }
 
-// sizeOf estimates the JSON size of a JSON-shaped value, in bytes.
+// sizeOf estimates the stored JSON size of a JSON-shaped value, in bytes.
 func sizeOf(v any) int {
 	switch x := v.(type) {
 	case string:
-		return len(x) + 2
+		return storedLen(x) + 2
 	case map[string]any:
 		n := 2
 		for k, e := range x {
-			n += len(k) + 4 + sizeOf(e)
+			n += storedLen(k) + 4 + sizeOf(e)
 		}
 		return n
 	case []any:
@@ -89,18 +89,19 @@ func sizeOf(v any) int {
 const stepOverhead = 600
 
 func stepSize(st *StepState) int {
-	n := stepOverhead + len(st.StepIntention) + len(st.TextContent) + sizeOf(st.ExecuteResult)
+	n := stepOverhead + storedLen(st.StepIntention) + storedLen(st.TextContent) + sizeOf(st.ExecuteResult)
 	if st.InstructionContent != nil {
 		n += st.InstructionContent.size()
 	}
 	return n
 }
 
-// agentSizeLocked estimates the agent document's JSON size. mu must be held.
+// agentSizeLocked estimates the agent document's stored size, counting its
+// texts as JSON writes them (storedLen). mu must be held.
 func (a *agent) agentSizeLocked() int {
-	n := 4096 + len(a.st.Profile) + 40*len(a.st.Received) + 120*len(a.st.Waits)
+	n := 4096 + storedLen(a.st.Profile) + 40*len(a.st.Received) + 120*len(a.st.Waits)
 	for _, m := range a.st.PersistentMemory {
-		n += len(m) + 24
+		n += storedLen(m) + 24
 	}
 	for _, stages := range a.st.WorkingMemory {
 		for _, ids := range stages {
@@ -113,11 +114,11 @@ func (a *agent) agentSizeLocked() int {
 	if p := a.st.ConversationPool; p != nil {
 		for _, msgs := range p.ConversationPrivates {
 			for _, m := range msgs {
-				n += len(m.Content) + 300
+				n += storedLen(m.Content) + 300
 			}
 		}
 		for _, g := range p.GlobalMessages {
-			n += len(g) + 4
+			n += storedLen(g) + 4
 		}
 	}
 	return n
@@ -249,7 +250,7 @@ func (a *agent) boundLocked() {
 func (a *agent) boundPoolLocked(p *ConversationPool, excess int) {
 	drop := 0
 	for drop < len(p.GlobalMessages) && excess > 0 {
-		excess -= len(p.GlobalMessages[drop]) + 4
+		excess -= storedLen(p.GlobalMessages[drop]) + 4
 		drop++
 	}
 	p.GlobalMessages = append([]string{}, p.GlobalMessages[drop:]...)
@@ -271,7 +272,7 @@ func (a *agent) boundPoolLocked(p *ConversationPool, excess int) {
 			return
 		}
 		msgs := p.ConversationPrivates[peer]
-		excess -= len(msgs[at].Content) + 300
+		excess -= storedLen(msgs[at].Content) + 300
 		p.ConversationPrivates[peer] = slices.Delete(msgs, at, at+1)
 		if len(p.ConversationPrivates[peer]) == 0 {
 			delete(p.ConversationPrivates, peer)

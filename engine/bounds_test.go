@@ -185,12 +185,33 @@ func TestTaskInfoShowsTheConversationTail(t *testing.T) {
 // which refuses anything larger, never refuses a write, every step
 // finishes, and what the store holds is what clients see.
 func TestLongStageKeepsTheAgentDocumentBounded(t *testing.T) {
+	longStageIsBounded(t, strings.Repeat("y", 10_000), 50)
+}
+
+// TestEscapedResultsKeepTheAgentDocumentBounded: results whose characters
+// JSON writes as more than their bytes (control characters as six bytes,
+// \u0001; quotes, backslashes and newlines as two; U+2028 as \u2028) are
+// bounded by their stored size: every step finishes (its outcome stored,
+// not refused), and the store never refuses the agent's document.
+func TestEscapedResultsKeepTheAgentDocumentBounded(t *testing.T) {
+	for _, c := range []struct{ name, text string }{
+		{"control characters", "\x01"},
+		{"quotes, backslashes and newlines", "\"\\\n"},
+		{"line separators", "\u2028"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			longStageIsBounded(t, strings.Repeat(c.text, 5_000/len([]rune(c.text))), 20)
+		})
+	}
+}
+
+// longStageIsBounded runs a stage of steps think steps, each with long as
+// its result, against a store that refuses a document over the limit.
+func longStageIsBounded(t *testing.T, long string, steps int) {
 	const limit = 64 << 10
-	const steps = 50
 	st := &payloadStore{MemoryStore: NewMemoryStore(), max: limit}
 	b := newTestbed(t, func(c *Config) { c.Store = st; c.MaxDocumentBytes = limit })
 	alice := b.newAgent("alice")
-	long := strings.Repeat("y", 10_000)
 	b.sc.onAgent("alice", SkillPlanning, func(context.Context, *ExecInput) *Output {
 		var specs []StepSpec
 		for range steps {

@@ -921,13 +921,22 @@ func TestOperatorKeepsMessagesThroughARefusedWrite(t *testing.T) {
 // with a long completion summary stays within the store's limit: past
 // MaxDocumentBytes (its shared info gone) the summaries of its oldest
 // ended stages are shortened, so its writes are taken and the newest
-// stage's summary is whole.
+// stage's summary is whole. A summary of control characters (each
+// written as six bytes, \u0001) is bounded by its stored size.
 func TestManyLongSummariesKeepTheTaskWritable(t *testing.T) {
+	for _, c := range []struct{ name, long string }{
+		{"words", strings.Repeat("finding ", 1500)},          // 12,000 bytes
+		{"control characters", strings.Repeat("\x01", 2000)}, // 12,000 bytes stored
+	} {
+		t.Run(c.name, func(t *testing.T) { longSummariesKeepTheTaskWritable(t, c.long) })
+	}
+}
+
+func longSummariesKeepTheTaskWritable(t *testing.T, long string) {
 	const docBound, stages = 40_000, 6
 	st := &payloadStore{MemoryStore: NewMemoryStore(), max: docBound * 3 / 2}
 	b := newTestbed(t, func(c *Config) { c.Store = st; c.MaxDocumentBytes = docBound })
 	alice := b.newAgent("alice")
-	long := strings.Repeat("finding ", 1500) // 12,000 bytes
 	b.sc.onAgent("alice", SkillSummary, func(context.Context, *ExecInput) *Output { return &Output{Completion: &long} })
 	id := b.newTask("report", alice)
 	var ids []string

@@ -3,20 +3,21 @@ package engine
 // A task's own bound (bounds.go): its shared info pool sheds the detail
 // of its oldest entries before its document outgrows the store's limit.
 
-// taskSizeLocked estimates the task document's JSON size, without its
-// conversation (which the store keeps as messages). mu must be held.
+// taskSizeLocked estimates the task document's stored size, counting its
+// texts as JSON writes them (storedLen), without its conversation (which
+// the store keeps as messages). mu must be held.
 func (t *task) taskSizeLocked() int {
-	n := 4096 + len(t.st.TaskIntention) + len(t.st.TaskSummary) + 40*len(t.st.TaskGroup)
+	n := 4096 + storedLen(t.st.TaskIntention) + storedLen(t.st.TaskSummary) + 40*len(t.st.TaskGroup)
 	for _, e := range t.st.SharedInfoPool {
-		n += len(e.Content) + 250
+		n += storedLen(e.Content) + 250
 	}
 	for _, sg := range t.st.StageList {
-		n += 400 + len(sg.StageIntention)
+		n += 400 + storedLen(sg.StageIntention)
 		for _, g := range sg.AgentAllocation {
-			n += len(g) + 80
+			n += storedLen(g) + 80
 		}
 		for _, c := range sg.CompletionSummary {
-			n += len(c) + 80
+			n += storedLen(c) + 80
 		}
 		n += 60 * len(sg.EveryAgentState)
 	}
@@ -35,7 +36,7 @@ func (t *task) boundLocked() {
 	size := t.taskSizeLocked()
 	drop := 0
 	for drop < len(t.st.SharedInfoPool) && size > limit {
-		size -= len(t.st.SharedInfoPool[drop].Content) + 250
+		size -= storedLen(t.st.SharedInfoPool[drop].Content) + 250
 		drop++
 	}
 	if drop > 0 {
@@ -52,7 +53,7 @@ func (t *task) boundLocked() {
 		for id, c := range sg.CompletionSummary {
 			if short := t.sys.clip(c, shortened); len(short) < len(c) {
 				sg.CompletionSummary[id] = short
-				size -= len(c) - len(short)
+				size -= storedLen(c) - storedLen(short)
 			}
 		}
 	}

@@ -15,6 +15,11 @@ import (
 // \u003c / \u003e, six bytes: 112,000 bytes once stored.
 var markup = strings.Repeat("<br>", 8000)
 
+// controls is an operator's message of binary-ish data: 32,000 control
+// characters, each written as six bytes (\u0001) however the store
+// encodes JSON: 192,000 bytes once stored.
+var controls = strings.Repeat("\x01", 32_000)
+
 // privateIDs lists the message IDs of an operator's conversations.
 func privateIDs(a engine.AgentState) []string {
 	var ids []string
@@ -32,11 +37,24 @@ func privateIDs(a engine.AgentState) []string {
 // TestMarkupKeepsOperatorDocumentWritable: an operator's document holding
 // messages of markup stays within NATS's payload limit, so its writes are
 // taken: what the operator sends is in its own conversation, and what
-// another operator sends it reaches its inbox and the store. The engine
-// bounds a document by its texts' bytes (MaxDocumentBytes, 640 KiB); the
-// store writes '<', '>' and '&' as they are, not as six bytes each
-// (\u003c), which put a few pages of HTML past 1 MiB.
+// another operator sends it reaches its inbox and the store. The store
+// writes '<', '>' and '&' as they are, not as six bytes each (\u003c),
+// which put a few pages of HTML past 1 MiB.
 func TestMarkupKeepsOperatorDocumentWritable(t *testing.T) {
+	operatorDocumentStaysWritable(t, markup)
+}
+
+// TestControlCharactersKeepOperatorDocumentWritable: as for markup, for
+// messages of control characters, which JSON writes as six bytes each
+// whatever the encoder: the engine bounds a document (MaxDocumentBytes,
+// 640 KiB) by its texts' stored size, not their bytes.
+func TestControlCharactersKeepOperatorDocumentWritable(t *testing.T) {
+	operatorDocumentStaysWritable(t, controls)
+}
+
+// operatorDocumentStaysWritable has an operator send five messages of text
+// to a worker and receive four from another operator.
+func operatorDocumentStaysWritable(t *testing.T, text string) {
 	st := open(t, t.TempDir())
 	defer st.Close()
 	sys := instantSystem(t, st, quickWorker(1), nil)
@@ -46,7 +64,7 @@ func TestMarkupKeepsOperatorDocumentWritable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	task, err := sys.AddTask(op, engine.AddTaskRequest{TaskName: "markup", TaskIntention: "review some HTML"})
+	task, err := sys.AddTask(op, engine.AddTaskRequest{TaskName: "review", TaskIntention: "review what the operators send"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,11 +76,11 @@ func TestMarkupKeepsOperatorDocumentWritable(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The operator sends five pages of markup to its worker; each send
+	// The operator sends five long texts to its worker; each send
 	// succeeds. The newest one must be in its conversation (older ones
 	// may be shed by the document's bound, never the newest).
 	for i := range 5 {
-		sent, err := sys.HumanSend(op, engine.HumanMessage{TaskID: task, Receiver: []string{w}, Content: markup})
+		sent, err := sys.HumanSend(op, engine.HumanMessage{TaskID: task, Receiver: []string{w}, Content: text})
 		if err != nil {
 			t.Fatalf("send %d: %v", i, err)
 		}
@@ -72,10 +90,10 @@ func TestMarkupKeepsOperatorDocumentWritable(t *testing.T) {
 		}
 	}
 
-	// Another operator sends it four pages of markup: each is accepted,
+	// Another operator sends it four long texts: each is accepted,
 	// so each must reach its inbox and be stored.
 	for i := range 4 {
-		sent, err := sys.HumanSend(op2, engine.HumanMessage{TaskID: task, Receiver: []string{op}, Content: markup, NeedReply: true})
+		sent, err := sys.HumanSend(op2, engine.HumanMessage{TaskID: task, Receiver: []string{op}, Content: text, NeedReply: true})
 		if err != nil {
 			t.Fatalf("op2's message %d: %v", i, err)
 		}

@@ -245,11 +245,11 @@ func transient(err error) bool {
 
 // marshal encodes what the store writes: JSON as encoding/json writes it,
 // but '<', '>' and '&' as they are. encoding/json writes each as six bytes
-// (\u003c), so a text of markup or code took up to six times its size in
-// a document: the engine's bound on a document's size (MaxDocumentBytes),
-// which counts a text's bytes, let an operator's document that held a few
-// messages of HTML pass NATS's payload limit, and every later write of it
-// was refused. Documents read the same either way.
+// (\u003c), so a text of markup or code would take up to six times its
+// size in a document. The engine's bound on a document's size
+// (MaxDocumentBytes) counts texts as this writes them (one byte for each
+// of '<', '>' and '&'; six for a control character): a document it lets
+// through fits NATS's payload limit. Documents read the same either way.
 func marshal(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
