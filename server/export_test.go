@@ -49,3 +49,14 @@ func CheckToolOutputs(on bool) (restore func()) {
 	was := checkOutputs.Swap(on)
 	return func() { checkOutputs.Store(was) }
 }
+
+// BeforeTaskCancel sets a function tasks/cancel calls once it found the
+// task still running, just before it cancels it (nil: none): a test ends
+// the task there to race the cancel against the task's own end.
+func (s *Server) BeforeTaskCancel(f func(taskID string)) {
+	if f == nil {
+		s.beforeCancel.Store(nil)
+		return
+	}
+	s.beforeCancel.Store(&f)
+}

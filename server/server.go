@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -75,6 +76,10 @@ type Server struct {
 	drainOnce sync.Once
 	wg        sync.WaitGroup
 	once      sync.Once
+
+	// beforeCancel, when set (tests only), is called by tasks/cancel once
+	// it found the task running, just before it cancels it.
+	beforeCancel atomic.Pointer[func(taskID string)]
 }
 
 // New builds the MCP server for a started System and starts relaying the

@@ -120,15 +120,14 @@ func (s *Server) addTasks() error {
 			if err != nil {
 				return nil, err
 			}
-			if ended(t) {
-				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("task %s: already %s", t.TaskID, s.mcpTaskOf(t).Status)}
-			}
-			op, _ := s.callerOperator(ctx, ss)
-			if _, err := s.sys.TaskInstruction(op, engine.TaskInstruction{Action: engine.ActionCancelTask, TaskID: t.TaskID,
-				Summary: "cancelled by the operator (MCP tasks/cancel)"}); err != nil {
+			t, cancelled, err := s.cancelTask(ctx, ss, t)
+			if err != nil {
 				return nil, err
 			}
-			t, _ = s.sys.Task(t.TaskID)
+			if !cancelled {
+				// SEP-1686: a task already in a terminal status is refused.
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("task %s: already %s", t.TaskID, s.mcpTaskOf(t).Status)}
+			}
 			return &taskResult{mcpTask: s.mcpTaskOf(t)}, nil
 		}),
 	} {
@@ -137,6 +136,28 @@ func (s *Server) addTasks() error {
 		}
 	}
 	return nil
+}
+
+// cancelTask cancels the MAS task t (as manage_task cancel_task) for the
+// request's operator and returns the task as it is then. cancelled is false
+// when the task had ended already, also when it ended on its own after t
+// was read (its manager finished or failed it meanwhile): it stays as it
+// ended, and the caller answers as its protocol asks for a terminal task.
+func (s *Server) cancelTask(ctx context.Context, ss *mcp.ServerSession, t engine.TaskState) (now engine.TaskState, cancelled bool, err error) {
+	if ended(t) {
+		return t, false, nil
+	}
+	if f := s.beforeCancel.Load(); f != nil {
+		(*f)(t.TaskID)
+	}
+	op, _ := s.callerOperator(ctx, ss)
+	_, err = s.sys.TaskInstruction(op, engine.TaskInstruction{Action: engine.ActionCancelTask, TaskID: t.TaskID,
+		Summary: "cancelled by the operator (MCP tasks/cancel)"})
+	if err != nil && !errors.Is(err, engine.ErrEnded) {
+		return t, false, err
+	}
+	now, _ = s.sys.Task(t.TaskID)
+	return now, err == nil, nil
 }
 
 // visibleTask is the task taskID names, if the request's operator may see it.

@@ -142,8 +142,10 @@ func (s *Server) extUpdate(ctx context.Context, ss *mcp.ServerSession, p *update
 	return &extResult{ResultType: "complete"}, nil
 }
 
-// extCancel is tasks/cancel for protocol 2026-07-28: an acknowledgement;
-// a task that has ended already stays as it ended.
+// extCancel is tasks/cancel for protocol 2026-07-28: an acknowledgement
+// (SEP-2663 asks one even when the work ended first); a task that has
+// ended already, or ends on its own while being cancelled, stays as it
+// ended.
 func (s *Server) extCancel(ctx context.Context, ss *mcp.ServerSession, p *taskIDParams) (mcp.Result, error) {
 	if !declaresTasks(p.Meta) {
 		return nil, missingCapability()
@@ -152,12 +154,8 @@ func (s *Server) extCancel(ctx context.Context, ss *mcp.ServerSession, p *taskID
 	if err != nil {
 		return nil, err
 	}
-	if !ended(t) {
-		op, _ := s.callerOperator(ctx, ss)
-		if _, err := s.sys.TaskInstruction(op, engine.TaskInstruction{Action: engine.ActionCancelTask, TaskID: t.TaskID,
-			Summary: "cancelled by the operator (MCP tasks/cancel)"}); err != nil {
-			return nil, err
-		}
+	if _, _, err := s.cancelTask(ctx, ss, t); err != nil {
+		return nil, err
 	}
 	return &extResult{ResultType: "complete"}, nil
 }
