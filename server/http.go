@@ -140,7 +140,7 @@ func (s *Server) Handler() http.Handler {
 		stateful.ServeHTTP(w, r)
 	})
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", s.guard(s.limitSessions(s.limitLongRequests(s.taskAugmented(streamable)))))
+	mux.Handle("/mcp", s.guard(s.ownSessions(s.limitSessions(s.limitLongRequests(s.taskAugmented(streamable))))))
 	mux.Handle("/sse", s.guard(s.limitStreams(s.sseCaps, false, sse)))
 	// The web monitor: its API checks tokens or bound sessions itself.
 	mux.Handle("/api/", s.perimeter(s.apiHandler()))

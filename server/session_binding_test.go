@@ -84,9 +84,10 @@ func (s *sseStream) answer(t *testing.T, id int) json.RawMessage {
 }
 
 // TestSessionsBoundToToken: on every HTTP transport a session opened with
-// operator A's token refuses requests made with B's token (403) and
-// without one (401); A's own requests still work, and B's refused ones
-// change nothing.
+// operator A's token refuses requests made with B's token as if the
+// session did not exist (404 "session not found": B learns nothing of A's
+// sessions) and without one (401); A's own requests still work, and B's
+// refused ones change nothing.
 func TestSessionsBoundToToken(t *testing.T) {
 	tr := newTokenRig(t)
 	tasks := func() int { return len(tr.stack.Sys.Tasks()) }
@@ -102,8 +103,8 @@ func TestSessionsBoundToToken(t *testing.T) {
 			return tr.send(rawReq{method: http.MethodPost, path: s.endpoint, header: h, body: strings.NewReader(body)})
 		}
 		init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
-		if got := post(tr.tokB, init); got.status != http.StatusForbidden {
-			t.Errorf("B initializes A's SSE session: status %d (%s), want 403", got.status, strings.TrimSpace(got.body))
+		if got := post(tr.tokB, init); got.status != http.StatusNotFound || strings.TrimSpace(got.body) != "session not found" {
+			t.Errorf("B initializes A's SSE session: status %d (%s), want 404 session not found", got.status, strings.TrimSpace(got.body))
 		}
 		if got := post("", init); got.status != http.StatusUnauthorized {
 			t.Errorf("no token, A's SSE session: status %d, want 401", got.status)
@@ -115,8 +116,8 @@ func TestSessionsBoundToToken(t *testing.T) {
 		post(tr.tokA, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 
 		before := tasks()
-		if got := post(tr.tokB, strings.Replace(addTask, "%d", "2", 1)); got.status != http.StatusForbidden {
-			t.Errorf("B calls add_task in A's SSE session: status %d (%s), want 403", got.status, strings.TrimSpace(got.body))
+		if got := post(tr.tokB, strings.Replace(addTask, "%d", "2", 1)); got.status != http.StatusNotFound {
+			t.Errorf("B calls add_task in A's SSE session: status %d (%s), want 404", got.status, strings.TrimSpace(got.body))
 		}
 		// A's next call is answered, as A: B's call never reached the session.
 		if got := post(tr.tokA, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"get_inbox","arguments":{}}}`); got.status != http.StatusAccepted {
@@ -136,7 +137,8 @@ func TestSessionsBoundToToken(t *testing.T) {
 	})
 
 	t.Run("streamable HTTP", func(t *testing.T) {
-		// go-sdk binds these sessions to the token's user itself.
+		// go-sdk binds these sessions to the token's user itself (its 403
+		// for another's is answered as its 404 for an unknown session).
 		init := tr.send(rawReq{method: http.MethodPost, path: "/mcp", body: initBody("2025-11-25"),
 			header: jsonHeaders("Authorization", "Bearer "+tr.tokA)})
 		sid := init.header.Get("Mcp-Session-Id")
@@ -147,7 +149,7 @@ func TestSessionsBoundToToken(t *testing.T) {
 		for _, tc := range []struct {
 			name, token string
 			want        int
-		}{{"B", tr.tokB, http.StatusForbidden}, {"no token", "", http.StatusUnauthorized}} {
+		}{{"B", tr.tokB, http.StatusNotFound}, {"no token", "", http.StatusUnauthorized}} {
 			h := jsonHeaders("Mcp-Session-Id", sid, "Mcp-Protocol-Version", "2025-11-25")
 			if tc.token != "" {
 				h["Authorization"] = "Bearer " + tc.token

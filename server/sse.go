@@ -75,12 +75,10 @@ func (h *sseHandler) post(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	sess, ok := h.sessions[id]
 	h.mu.Unlock()
-	if !ok {
+	if !ok || tokenUser(r) != sess.user {
+		// Another operator's session is an unknown one: the answer does
+		// not tell that it is live.
 		http.Error(w, "session not found", http.StatusNotFound)
-		return
-	}
-	if tokenUser(r) != sess.user {
-		http.Error(w, "this session was opened with another operator's token", http.StatusForbidden)
 		return
 	}
 	sess.transport.ServeHTTP(w, r)

@@ -338,7 +338,8 @@ func (s *Server) taskCallResult(t engine.TaskState) *mcp.CallToolResult {
 // taskAugmented takes a task-augmented tools/call of add_task (streamable
 // HTTP, a stateful session) before the SDK, which would drop params.task:
 // the MAS task is added as add_task would, and the answer is the
-// CreateTaskResult of the MCP task of the same ID. Everything else passes.
+// CreateTaskResult of the MCP task of the same ID. Everything else passes,
+// and so does a call naming a session that is not the caller's own.
 func (s *Server) taskAugmented(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		stateless := r.Header.Get("Mcp-Protocol-Version") >= statelessFrom
@@ -395,11 +396,10 @@ func (s *Server) taskAugmented(next http.Handler) http.Handler {
 			w.Header().Set("Content-Type", "application/json")
 			_ = json.NewEncoder(w).Encode(out)
 		}
-		s.mcpSessions.mu.Lock()
-		_, live := s.mcpSessions.live[r.Header.Get("Mcp-Session-Id")]
-		s.mcpSessions.mu.Unlock()
-		if !live {
-			next.ServeHTTP(w, r) // the SDK answers an unknown session
+		// Only the caller's own session: another operator's is an unknown
+		// one (ownSessions), which the SDK answers.
+		if op, live := s.mcpSessions.sessionOwner(r.Header.Get("Mcp-Session-Id")); !live || op != s.operator(r.Context(), nil) {
+			next.ServeHTTP(w, r)
 			return
 		}
 		var in AddTaskIn
