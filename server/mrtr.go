@@ -19,7 +19,9 @@ import (
 //     elicitation while questions await the operator's answer (of the
 //     call's task_id, or of any task), first answers input_required with
 //     each open question as an elicitation input request keyed by its
-//     message_id (operator_questions.go gives the forms).
+//     message_id (operator_questions.go gives the forms), at most
+//     limits.list_items of them (_meta mas-mcp/moreInputRequests says how
+//     many more wait: they come in the next round).
 //   - The client's retry carries inputResponses: each answers its question
 //     as answer_approval (or, for a plain question, send_message) would;
 //     a dismissed form (cancel) leaves the question open. The retry then
@@ -58,5 +60,10 @@ func (s *Server) questionsInline(req *mcp.CallToolRequest, op, taskID string) (*
 	if len(open) == 0 {
 		return nil, nil
 	}
-	return &mcp.CallToolResult{InputRequests: s.inputRequests(open)}, nil
+	res := &mcp.CallToolResult{}
+	var more int
+	if res.InputRequests, more = s.inputRequests(open); more > 0 {
+		res.SetMeta(mcp.Meta{moreInputsMeta: more})
+	}
+	return res, nil
 }

@@ -52,8 +52,18 @@ func (s *Server) openQuestions(op, taskID string) []engine.InboxEntry {
 	return out
 }
 
-// inputRequests puts questions as elicitation requests keyed by message_id.
-func (s *Server) inputRequests(qs []engine.InboxEntry) mcp.InputRequestMap {
+// moreInputsMeta is the _meta key of a result whose inputRequests were
+// cut: how many more questions wait.
+const moreInputsMeta = "mas-mcp/moreInputRequests"
+
+// inputRequests puts questions as elicitation requests keyed by message_id:
+// the first limits.list_items of them, as many as one answer may carry
+// (answerQuestions); more is how many were left for later (asked once these
+// are answered).
+func (s *Server) inputRequests(qs []engine.InboxEntry) (_ mcp.InputRequestMap, more int) {
+	if n := s.cfg.Limits.ListItems; len(qs) > n {
+		qs, more = qs[:n], len(qs)-n
+	}
 	out := mcp.InputRequestMap{}
 	for _, q := range qs {
 		p := &mcp.ElicitParams{Mode: "form", Message: q.Content, RequestedSchema: replyForm}
@@ -64,7 +74,7 @@ func (s *Server) inputRequests(qs []engine.InboxEntry) mcp.InputRequestMap {
 		}
 		out[q.MessageID] = p
 	}
-	return out
+	return out, more
 }
 
 // answerQuestions answers op's questions (of the task taskID, "": any)

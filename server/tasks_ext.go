@@ -24,7 +24,9 @@ import (
 //     CallToolResult. Other tools and clients get their usual result.
 //   - tasks/get reports the task: working; input_required with the
 //     caller's open questions of the task as inputRequests (elicitation
-//     forms keyed by message_id, operator_questions.go); completed with
+//     forms keyed by message_id, operator_questions.go; at most
+//     limits.list_items, _meta mas-mcp/moreInputRequests and the status
+//     message say how many more wait); completed with
 //     add_task's final result (isError when the MAS task failed: the
 //     extension keeps failed for JSON-RPC errors, which a MAS task never
 //     ends with); cancelled (ended by an operator).
@@ -59,6 +61,8 @@ type extTask struct {
 	PollIntervalMs int64               `json:"pollIntervalMs"`
 	InputRequests  mcp.InputRequestMap `json:"inputRequests,omitempty"`
 	Result         *mcp.CallToolResult `json:"result,omitempty"`
+	// more is how many questions inputRequests left out (inputRequests).
+	more int
 }
 
 // extResult is a result of the extension's methods: resultType and, for
@@ -110,7 +114,11 @@ func (s *Server) extGet(ctx context.Context, ss *mcp.ServerSession, p *taskIDPar
 		return nil, err
 	}
 	op, _ := s.callerOperator(ctx, ss)
-	return &extResult{ResultType: "complete", extTask: s.extTaskOf(t, op)}, nil
+	res := &extResult{ResultType: "complete", extTask: s.extTaskOf(t, op)}
+	if res.more > 0 {
+		res.SetMeta(mcp.Meta{moreInputsMeta: res.more})
+	}
+	return res, nil
 }
 
 // extUpdate is tasks/update: each input response answers the question
@@ -173,8 +181,10 @@ func (s *Server) extTaskOf(t engine.TaskState, op string) *extTask {
 	default:
 		out.Status = taskWorking
 		if qs := s.openQuestions(op, t.TaskID); len(qs) > 0 {
-			out.Status, out.InputRequests = taskInputRequired, s.inputRequests(qs)
-			out.StatusMessage = fmt.Sprintf("%d question(s) of the task's agents await your answer", len(qs))
+			out.Status, out.StatusMessage = taskInputRequired, fmt.Sprintf("%d question(s) of the task's agents await your answer", len(qs))
+			if out.InputRequests, out.more = s.inputRequests(qs); out.more > 0 {
+				out.StatusMessage += fmt.Sprintf(": %d in inputRequests, %d more once these are answered", len(out.InputRequests), out.more)
+			}
 		} else if mt.Status == taskInputRequired {
 			out.StatusMessage = "an agent waits for its operator's answer"
 		}
