@@ -188,7 +188,8 @@ func TestHTTPBearerTokens(t *testing.T) {
 	}
 	tr.stack.WaitFor("B's task to finish", func() bool { return tr.stack.Task(added.TaskID).ExecutionState == engine.StateFinished })
 
-	// A session is bound to its token: B cannot use A's session.
+	// A session is bound to its token: B cannot use A's session, which to
+	// B is an unknown one (404).
 	init := tr.send(rawReq{method: http.MethodPost, path: "/mcp", body: initBody("2025-11-25"),
 		header: jsonHeaders("Authorization", "Bearer "+tr.tokA)})
 	sid := init.header.Get("Mcp-Session-Id")
@@ -198,8 +199,8 @@ func TestHTTPBearerTokens(t *testing.T) {
 	hijack := tr.send(rawReq{method: http.MethodPost, path: "/mcp",
 		body:   strings.NewReader(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`),
 		header: jsonHeaders("Authorization", "Bearer "+tr.tokB, "Mcp-Session-Id", sid, "Mcp-Protocol-Version", "2025-11-25")})
-	if hijack.status != http.StatusForbidden {
-		t.Errorf("B using A's session: status %d, want 403", hijack.status)
+	if hijack.status != http.StatusNotFound {
+		t.Errorf("B using A's session: status %d, want 404 (as an unknown session)", hijack.status)
 	}
 }
 
