@@ -28,7 +28,8 @@ import (
 // gets an answer, or Config.ProbeLLM finds the endpoint answering again
 // (every LLMProbeInterval while such a task exists, restarts included); its
 // operator may resume it sooner (resume_task) or pause it as its own. The
-// base task cannot be paused: a step there whose call gave up fails.
+// base task, which cannot be paused, is held instead (holdBase): its steps
+// wait the same way, in this process only (a restart runs them again).
 
 // stepOutage is a running step's llm.OutageObserver.
 type stepOutage struct {
@@ -59,6 +60,9 @@ type outageTracker struct {
 	// held is set while a task may be paused for the outage (holdOutage)
 	// and probing while the probe runs (probeOutage).
 	held, probing bool
+	// baseMu orders the base task's holds and their ends (holdBase,
+	// releaseBase), so that its waits' deadlines move once.
+	baseMu sync.Mutex
 }
 
 // pausedOutage is TaskState.PausedFor of a task whose steps gave up
@@ -66,16 +70,23 @@ type outageTracker struct {
 const pausedOutage = "llm_outage"
 
 // holdOutage takes back a step whose LLM call waited out the whole outage
-// window and gave up: in a task, the task is paused for the outage, and the
-// step is put back unrun, its calls counted. It reports whether it did (not
-// in the base task, nor in an ended task: the step then fails as any).
+// window and gave up: its task is paused for the outage (the base task
+// held), and the step is put back unrun, its calls counted. It reports
+// whether it did (not in an ended task: the step then fails as any).
 func (s *System) holdOutage(a *agent, step *StepState, out *Output) bool {
 	t, ok := s.task(step.TaskID)
 	if !ok {
 		return false
 	}
 	st := t.brief()
-	if st.Base || st.ExecutionState == StateFinished || st.ExecutionState == StateFailed {
+	if st.Base {
+		s.holdBase(out.Err)
+		a.putBack(step, out.Usage)
+		s.addTaskUsage(step.TaskID, out)
+		s.watchOutage()
+		return true
+	}
+	if st.ExecutionState == StateFinished || st.ExecutionState == StateFailed {
 		return false
 	}
 	// Paused before the step is queued again, so that the agent's loop
@@ -95,6 +106,48 @@ func (s *System) holdOutage(a *agent, step *StepState, out *Output) bool {
 	}
 	s.watchOutage()
 	return true
+}
+
+// holdBase holds the base task's steps while the endpoint is down: the
+// base task reads as paused to the agents' loops and wait timers (not in
+// its stored state: it cannot be paused), until releaseBase. The default
+// operator is told once per hold.
+func (s *System) holdBase(cause error) {
+	o := &s.outage
+	o.baseMu.Lock()
+	defer o.baseMu.Unlock()
+	if _, held := s.paused.Load(s.baseTaskID); held {
+		return
+	}
+	s.paused.Store(s.baseTaskID, s.now())
+	s.log.Warn("base task held: its step gave up waiting for the LLM endpoint", "err", cause)
+	s.tellOperator(s.operatorOf(s.baseTaskID), "llm_outage_base_held", map[string]any{"Reason": Truncate(cause.Error(), 300)})
+}
+
+// releaseBase lets the base task's steps run again after holdBase, its
+// agents' waits there moved by the time it was held.
+func (s *System) releaseBase() {
+	o := &s.outage
+	o.baseMu.Lock()
+	defer o.baseMu.Unlock()
+	v, held := s.paused.Load(s.baseTaskID)
+	if !held {
+		return
+	}
+	since, _ := v.(time.Time)
+	agents := s.allAgents()
+	for _, a := range agents {
+		if a.kind == KindLLM {
+			a.shiftWaits(s.baseTaskID, s.now().Sub(since))
+		}
+	}
+	s.paused.Delete(s.baseTaskID)
+	for _, a := range agents {
+		if a.kind == KindLLM {
+			a.taskPaused()
+		}
+	}
+	s.log.Info("base task released: the LLM endpoint answers again")
 }
 
 // watchOutage records that a task may be paused for an outage and starts
@@ -180,6 +233,7 @@ func (s *System) resumeOutage() {
 	o.mu.Lock()
 	o.held = false
 	o.mu.Unlock()
+	s.releaseBase()
 	for _, t := range s.allTasks() {
 		st := t.brief()
 		if !st.Paused || st.PausedFor != pausedOutage {

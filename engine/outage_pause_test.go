@@ -136,3 +136,39 @@ func TestOperatorPauseOutlastsTheOutage(t *testing.T) {
 		t.Errorf("%d notices say the endpoint resumed the task; the operator did", n)
 	}
 }
+
+// TestOutageHoldsTheBaseTask: the base task cannot be paused, but its steps
+// are not failed by an outage longer than the window either: they are held
+// (an operator's message to an agent outside tasks among them), the
+// operator told, and they run once the endpoint answers again.
+func TestOutageHoldsTheBaseTask(t *testing.T) {
+	e := newEndpoint()
+	s := teststack.New(t, e.options())
+	op, base := s.Sys.OperatorID(), s.Sys.BaseTaskID()
+	mgr := s.Sys.ManagerID()
+	if _, err := s.Sys.HumanSend(op, engine.HumanMessage{TaskID: base, Receiver: []string{mgr}, Content: "What can you do?"}); err != nil {
+		t.Fatal(err)
+	}
+	s.WaitFor("the base task to be held", func() bool {
+		return count(inbox(t, s), "[Base task held: LLM endpoint unavailable]") == 1
+	})
+	digested := func(state string) int {
+		n := 0
+		for _, a := range s.Sys.Agents() {
+			for _, st := range a.AgentStep.StepList {
+				if a.AgentID == mgr && st.TaskID == base && st.Executor == engine.SkillProcessMessage && st.ExecutionState == state {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	if n := digested(engine.StateFailed); n != 0 {
+		t.Fatalf("%d of the manager's process_message steps failed in the outage\n%s", n, s.Dump())
+	}
+	e.down.Store(false)
+	s.WaitFor("the operator's message digested", func() bool { return digested(engine.StateFinished) == 1 })
+	if n := digested(engine.StateFailed); n != 0 {
+		t.Errorf("%d of the manager's process_message steps failed\n%s", n, s.Dump())
+	}
+}

@@ -97,6 +97,7 @@ var textFields = map[string][]string{
 	"llm_outage_gave_up":         {"Since", "Duration"},
 	"llm_outage_paused":          {"TaskID", "TaskName", "Reason"},
 	"llm_outage_resumed":         {"TaskID", "TaskName"},
+	"llm_outage_base_held":       {"Reason"},
 	"llm_refused":                {"Reason"},
 	"store_refusing":             {"TaskID", "TaskName", "Duration", "Reason"},
 	"reply_lost_intention":       {"ReceiverIDs", "Reason"},
