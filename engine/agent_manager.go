@@ -10,6 +10,7 @@ import (
 // AgentInstruction carries out an agent-management instruction for actorID,
 // an agent with the agent_manager skill or a HumanAgent (spec §3.10, §2.5).
 func (s *System) AgentInstruction(actorID string, ai AgentInstruction) (AgentInstructionResult, error) {
+	ai = scrubbed(s.secrets, ai)
 	return operatorAction[AgentInstructionResult](s, actorID, ai.TaskID, "agent_manager", ai)(s.agentInstruction(actorID, ai, ""))
 }
 
@@ -48,7 +49,9 @@ func (s *System) agentInstruction(actorID string, ai AgentInstruction, origin st
 
 // CreateAgent creates an LLM agent from a template or a full configuration
 // (init_new_agent) and starts it.
-func (s *System) CreateAgent(cfg AgentConfig) (string, error) { return s.createAgent(cfg, "") }
+func (s *System) CreateAgent(cfg AgentConfig) (string, error) {
+	return s.createAgent(scrubbed(s.secrets, cfg), "")
+}
 
 func (s *System) createAgent(cfg AgentConfig, origin string) (string, error) {
 	if origin != "" {

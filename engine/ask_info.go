@@ -80,6 +80,7 @@ func taskInfo(t TaskState) TaskInfo {
 // Query answers an ask_info query for askerID from snapshots (spec §3.11,
 // §2.5). It never blocks on a working agent.
 func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
+	q = scrubbed(s.secrets, q)
 	typ := strings.TrimSpace(q.Type)
 	res := &QueryResult{Type: typ}
 	var b strings.Builder

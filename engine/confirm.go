@@ -41,6 +41,7 @@ type Answer struct {
 
 // Ask is AskOperator with the whole answer.
 func (s *System) Ask(ctx context.Context, q OperatorQuestion) (Answer, error) {
+	q = scrubbed(s.secrets, q)
 	t, ok := s.task(q.TaskID)
 	if !ok {
 		return Answer{}, errf(ErrNotFound, "task_id %q: no such task", q.TaskID)

@@ -8,7 +8,7 @@ import (
 // AddOperator creates a HumanAgent for an operator (spec §7) and makes it a
 // member of the base task, so it can talk to the manager at once.
 func (s *System) AddOperator(name string) (string, error) {
-	name = strings.TrimSpace(name)
+	name = strings.TrimSpace(s.scrub(name))
 	if name == "" {
 		return "", errf(ErrInvalid, "name: is empty")
 	}
@@ -73,6 +73,7 @@ type HumanMessage struct {
 // so the operator never handles waiting IDs. The send is recorded as a
 // finished send_message step of the HumanAgent. It returns the messages sent.
 func (s *System) HumanSend(humanID string, hm HumanMessage) ([]Message, error) {
+	hm = scrubbed(s.secrets, hm)
 	return operatorAction[[]Message](s, humanID, hm.TaskID, "send_message", hm)(s.humanSend(humanID, hm))
 }
 

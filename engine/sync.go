@@ -26,6 +26,9 @@ func (a *agent) runStep(ctx context.Context, step StepState, view AgentState) {
 		if out == nil {
 			out = &Output{Err: errors.New("executor returned no output")}
 		}
+		// What a model or a tool produced is scrubbed before anything
+		// (the step's span, a log line, the state) sees it.
+		out = s.scrubOutput(out)
 	}
 	out, cancelled := a.stepReturned(&step, out, ctx.Err() != nil)
 	endStep(span, out, cancelled)

@@ -107,6 +107,13 @@ type Config struct {
 	MemoryMaxChars   int
 	// Budgets limits what tasks' LLM calls may spend (budget_tokens.go).
 	Budgets BudgetConfig
+	// Secrets are the MAS's own secrets (the LLM API key, the store's
+	// credentials, operators' tokens and passwords): every text taken in
+	// — from operators, models and tools — is scrubbed of them, each
+	// replaced with Redacted, so that none enters a task, an agent, a
+	// message, the store, a log line or a prompt (secrets.go). Secrets
+	// shorter than 8 bytes are ignored: they would redact common words.
+	Secrets []string
 
 	// Store persists every change (nil: memory only).
 	Store Store
@@ -187,9 +194,10 @@ func (c *Config) withDefaults() (Config, error) {
 // System is the MAS (spec §1.3): it owns every task and agent, applies
 // executors' outputs (SyncState) and delivers messages (Message Dispatcher).
 type System struct {
-	cfg Config
-	log *slog.Logger
-	bus Bus
+	cfg     Config
+	log     *slog.Logger
+	bus     Bus
+	secrets secretList // from cfg.Secrets (secrets.go)
 
 	// fixed at Start
 	baseTaskID  string
@@ -255,6 +263,7 @@ func New(cfg Config) (*System, error) {
 	s := &System{
 		cfg:         c,
 		log:         c.Logger,
+		secrets:     newSecretList(c.Secrets),
 		ctx:         ctx,
 		cancel:      cancel,
 		storeCtx:    storeCtx,

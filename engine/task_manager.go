@@ -39,6 +39,7 @@ func (s *System) AddTask(actorID string, req AddTaskRequest) (string, error) {
 // ID is checked against the state first; an error names the field and the
 // problem and changes nothing. The result says what was done (IDs created).
 func (s *System) TaskInstruction(actorID string, ti TaskInstruction) (TaskInstructionResult, error) {
+	ti = scrubbed(s.secrets, ti)
 	return operatorAction[TaskInstructionResult](s, actorID, ti.TaskID, "task_manager", ti)(s.taskInstruction(actorID, ti, ""))
 }
 

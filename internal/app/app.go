@@ -427,6 +427,7 @@ func build(cfg Config, log *slog.Logger, st engine.Store, tr trail) (*engine.Sys
 		Budgets:               cfg.Budgets.engine(cfg.LLM.Model),
 		Store:                 st,
 		Trail:                 tr,
+		Secrets:               configuredSecrets(cfg, cfg.env),
 		Logger:                log.With("component", "engine"),
 	})
 	if err != nil {

@@ -25,10 +25,11 @@ type trail interface {
 	engine.TrailReader
 }
 
-// trailSecrets lists the configured secrets the trail scrubs, whatever
-// recorded them: the LLM API key, NATS credentials, operators' bearer
-// tokens and monitor passwords.
-func trailSecrets(cfg Config, getenv func(string) string) []string {
+// configuredSecrets lists the configured secrets: the LLM API key, NATS
+// credentials, operators' bearer tokens and monitor passwords. The engine
+// scrubs them from every text it takes in, and the trail from every entry
+// it returns, whatever recorded them.
+func configuredSecrets(cfg Config, getenv func(string) string) []string {
 	out := []string{cfg.apiKey, cfg.natsPassword, cfg.natsToken}
 	if toks, err := cfg.tokens(getenv); err == nil {
 		for tok := range toks {
@@ -46,7 +47,7 @@ func trailSecrets(cfg Config, getenv func(string) string) []string {
 // openTrail opens the durable trail in st, or (st nil: --memory) one in
 // memory.
 func openTrail(ctx context.Context, cfg Config, st *store.Store, getenv func(string) string) (trail, error) {
-	secrets := trailSecrets(cfg, getenv)
+	secrets := configuredSecrets(cfg, getenv)
 	if st == nil {
 		m := engine.NewMemoryTrail()
 		m.Scrub(secrets...)

@@ -153,6 +153,7 @@ func New(t testing.TB, o Options) *Stack {
 			Logger:                log,
 			Tools:                 o.Tools,
 			Tool:                  o.ToolExecutor,
+			Secrets:               []string{SentinelKey},
 		})
 		if err != nil {
 			t.Fatal(err)
