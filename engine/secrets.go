@@ -57,6 +57,11 @@ func (l secretList) text(s string) string {
 // scrub returns text with the configured secrets replaced by Redacted.
 func (s *System) scrub(text string) string { return s.secrets.text(text) }
 
+// Scrub returns text with the configured secrets (Config.Secrets) replaced
+// by Redacted, for layers that answer with what they were given (the MCP
+// server's errors).
+func (s *System) Scrub(text string) string { return s.secrets.text(text) }
+
 // scrubbed returns v with the configured secrets replaced in every string
 // it holds, through exported struct fields, pointers, slices, maps and
 // interfaces: every field of what crosses into the engine is covered,
