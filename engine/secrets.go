@@ -64,8 +64,8 @@ func (s *System) Scrub(text string) string { return s.secrets.text(text) }
 
 // scrubbed returns v with the configured secrets replaced in every string
 // it holds, through exported struct fields, pointers, slices, maps and
-// interfaces: every field of what crosses into the engine is covered,
-// those added later too. What holds a secret is copied, never changed in
+// interfaces (map keys are left as they are; v must hold no cycle): every
+// field of what crosses into the engine is covered, those added later too. What holds a secret is copied, never changed in
 // place (callers and executors keep what they passed); v itself is
 // returned when it holds none. An error's text is scrubbed by scrubError,
 // not here.
@@ -135,10 +135,11 @@ func (l secretList) value(v reflect.Value) (reflect.Value, bool) {
 			if !out.IsValid() {
 				if v.Kind() == reflect.Slice {
 					out = reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+					reflect.Copy(out, v)
 				} else {
 					out = reflect.New(v.Type()).Elem()
+					out.Set(v)
 				}
-				reflect.Copy(out, v)
 			}
 			out.Index(i).Set(e)
 		}

@@ -78,3 +78,21 @@ func TestScrubOutput(t *testing.T) {
 		t.Error("the executor's completion was changed in place")
 	}
 }
+
+func TestScrubbedArraysAndInterfaces(t *testing.T) {
+	const key = "sk-SECRET-12345"
+	l := newSecretList([]string{key})
+	type inner struct{ Text string }
+	in := struct {
+		Pair [2]string
+		Any  any
+		Ptrs []*inner
+	}{Pair: [2]string{"a", key}, Any: inner{Text: key}, Ptrs: []*inner{{Text: "b"}, {Text: key}}}
+	got := scrubbed(l, in)
+	if got.Pair[1] != Redacted || got.Any.(inner).Text != Redacted || got.Ptrs[1].Text != Redacted || got.Ptrs[0] != in.Ptrs[0] {
+		t.Errorf("scrubbed = %+v (%+v), want the secrets redacted and the rest shared", got, got.Ptrs[1])
+	}
+	if in.Pair[1] != key || in.Ptrs[1].Text != key {
+		t.Error("the caller's value was changed in place")
+	}
+}
