@@ -38,9 +38,13 @@ type agent struct {
 	running    string
 	runningKey stageKey
 	cancelRun  context.CancelFunc
-	stopRun    *stopRequest // an operator's stop of the running step
-	waitTimer  *time.Timer
-	stopped    bool
+	// lastTask is the task of the step the agent started last: a change of
+	// its working state that follows (idle, waiting, paused) is that
+	// task's, and its event names it (setWorkingLocked).
+	lastTask  string
+	stopRun   *stopRequest // an operator's stop of the running step
+	waitTimer *time.Timer
+	stopped   bool
 	// passwordHash is a HumanAgent's login secret (spec §7.4.1); it is never
 	// part of AgentState.
 	passwordHash []byte
@@ -298,6 +302,7 @@ func (a *agent) popLocked() (StepState, bool) {
 		step.StartedAt = now
 		a.running = step.StepID
 		a.runningKey = stageKey{step.TaskID, step.StageID}
+		a.lastTask = step.TaskID
 		a.st.WorkingState = WorkingWorking
 		ev := Event{Kind: EventStepChanged, StepID: step.StepID, TaskID: step.TaskID, StageID: step.StageID, Detail: StateRunning}
 		if step.Type == StepTool {
@@ -405,7 +410,7 @@ func (a *agent) setWorkingLocked(ws string) {
 		return
 	}
 	a.st.WorkingState = ws
-	a.changedLocked(Event{Detail: ws})
+	a.changedLocked(Event{TaskID: a.lastTask, Detail: ws})
 }
 
 // budgetLocked enforces the stage budgets (beyond the spec) on a step about

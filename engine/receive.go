@@ -37,7 +37,7 @@ func (a *agent) receive(m Message) {
 	if m.ReturnWaitingID != "" {
 		if w, ok := a.releaseWaitLocked(m.ReturnWaitingID); ok {
 			released = &w
-			a.changedLocked(Event{Detail: "step_lock_released"})
+			a.changedLocked(Event{TaskID: w.TaskID, Detail: "step_lock_released"})
 		}
 	}
 	switch {

@@ -148,7 +148,7 @@ func (a *agent) addWaitsLocked(ws []Wait) {
 		a.st.Waits = append(a.st.Waits, w)
 	}
 	a.armTimerLocked()
-	a.changedLocked(Event{Detail: "step_lock"})
+	a.changedLocked(Event{TaskID: waitsTask(ws), Detail: "step_lock"})
 }
 
 // addWaits is addWaitsLocked with the agent's lock taken.
@@ -248,7 +248,7 @@ func (a *agent) expireWaits() {
 		}}, true, "")
 	}
 	if len(expired) > 0 {
-		a.changedLocked(Event{Detail: "step_lock_timeout"})
+		a.changedLocked(Event{TaskID: waitsTask(expired), Detail: "step_lock_timeout"})
 		// Nobody could be told if the store refused this: kept through
 		// an outage rather than withdrawn (owner.go), so the wait ends
 		// once the store is back.
@@ -287,7 +287,7 @@ func (a *agent) releaseWaits(match func(Wait) bool) {
 		}
 	}
 	if len(released) > 0 {
-		a.changedLocked(Event{Detail: "step_lock_released"})
+		a.changedLocked(Event{TaskID: waitsTask(released), Detail: "step_lock_released"})
 		// Whoever ended the awaited stage or task cannot be told that
 		// this agent's document was refused: kept through an outage
 		// rather than withdrawn (owner.go).
@@ -386,4 +386,19 @@ func (a *agent) replyLost(l lostReply, replier string) bool {
 		a.mu.keepLocked()
 	}
 	return released
+}
+
+// waitsTask is the task of waits, named by the event of their change: an
+// operator who does not see the task is not told of it. It is "" when they
+// are of more than one task.
+func waitsTask(ws []Wait) string {
+	if len(ws) == 0 {
+		return ""
+	}
+	for _, w := range ws[1:] {
+		if w.TaskID != ws[0].TaskID {
+			return ""
+		}
+	}
+	return ws[0].TaskID
 }

@@ -428,7 +428,9 @@ func (s *System) agent(id string) (*agent, bool) {
 }
 
 // registerTask stores a task and adds it to the MAS. A task the store
-// refuses does not exist.
+// refuses does not exist. Its EventTaskAdded follows its registration: a
+// subscriber that looks the task up when told (who may see it, its name)
+// finds it.
 func (s *System) registerTask(t *task) error {
 	if err := t.added(); err != nil {
 		// The task does not exist: nothing may write it later (its
@@ -446,6 +448,7 @@ func (s *System) registerTask(t *task) error {
 		// stops its retries itself.
 		t.stop()
 	}
+	s.publish(Event{Kind: EventTaskAdded, TaskID: t.st.TaskID})
 	return nil
 }
 

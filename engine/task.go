@@ -690,11 +690,16 @@ func (t *task) checkStageRelative(stage string) error {
 	return nil
 }
 
-// added announces a new task and stores it; the store's refusal is
-// returned (a task the store refuses does not exist).
+// added stores a new task; the store's refusal is returned (a task the
+// store refuses does not exist). It is announced by registerTask, once it
+// can be looked up.
 func (t *task) added() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.changedLocked(Event{Kind: EventTaskAdded})
+	t.st.UpdatedAt = t.sys.now()
+	if t.sys.cfg.Store != nil {
+		t.boundLocked()
+	}
+	t.mu.change(Event{}, true)
 	return t.mu.syncLocked()
 }

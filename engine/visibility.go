@@ -283,9 +283,15 @@ func (s *System) filterAgent(viewerID string, st *AgentState, hidden []string) {
 // that viewerID may not see. A message the task no longer holds (the base
 // task keeps a bounded conversation) cannot be told: it is not hidden.
 func (s *System) messageHidden(viewerID, taskID, messageID string) bool {
+	hidden, _ := s.messageSeen(viewerID, taskID, messageID)
+	return hidden
+}
+
+// messageSeen is messageHidden, and whether the task holds the message.
+func (s *System) messageSeen(viewerID, taskID, messageID string) (hidden, held bool) {
 	t, ok := s.task(taskID)
 	if !ok {
-		return false
+		return false, false
 	}
 	var found *Message
 	t.mu.peek(func(ts *TaskState) {
@@ -300,7 +306,7 @@ func (s *System) messageHidden(viewerID, taskID, messageID string) bool {
 			}
 		}
 	})
-	return found != nil && !s.MessageVisible(viewerID, found)
+	return found != nil && !s.MessageVisible(viewerID, found), found != nil
 }
 
 // carries reports whether a step's texts hold one of the hidden messages,
@@ -346,8 +352,9 @@ func carries(sp *StepState, hidden []string) bool {
 
 // EventVisible reports whether viewerID may see an event: one of a task it
 // may not see is left out, and so is one that names a private message of
-// others (its ID is theirs to see): a message an operator sent, a change of
-// an operator's HumanAgent by a message to it, a message delivered to one.
+// others (its ID is theirs to see): the delivery of a message the viewer is
+// neither the sender nor a receiver of while an operator is, a change of an
+// operator's HumanAgent by a message to it.
 // So is a change of another operator's HumanAgent or of its steps: an
 // operator's actions are its steps, its own (filterAgent), and their
 // events would tell another when it acts and what.
@@ -357,6 +364,13 @@ func (s *System) EventVisible(viewerID string, ev Event) bool {
 	}
 	if !s.restricted(viewerID) {
 		return true
+	}
+	if ev.Kind == EventMessageDelivered && ev.MessageID != "" && ev.TaskID != "" {
+		// Its agent is the sender: the message's rule decides (an
+		// operator it is sent to sees it). One of another operator that
+		// the task no longer holds cannot be told: hidden.
+		hidden, found := s.messageSeen(viewerID, ev.TaskID, ev.MessageID)
+		return !hidden && (found || ev.AgentID == viewerID || !s.isHuman(ev.AgentID))
 	}
 	if (ev.MessageID != "" || ev.Kind == EventAgentChanged || ev.Kind == EventStepChanged || ev.Kind == EventLLMCall) &&
 		ev.AgentID != "" && ev.AgentID != viewerID && s.isHuman(ev.AgentID) {

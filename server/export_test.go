@@ -60,3 +60,20 @@ func (s *Server) BeforeTaskCancel(f func(taskID string)) {
 	}
 	s.beforeCancel.Store(&f)
 }
+
+// AwaitUpdatesHandled waits until the updates' run loop has handled the
+// MAS's events up to seq (they are in its event log, and the
+// resources/updated they caused were sent or are pending).
+func (s *Server) AwaitUpdatesHandled(seq uint64) {
+	u := s.updates
+	for {
+		u.mu.Lock()
+		n, changed := len(u.events), u.changed
+		done := n > 0 && u.events[n-1].Seq >= seq
+		u.mu.Unlock()
+		if done || seq == 0 {
+			return
+		}
+		<-changed
+	}
+}

@@ -30,7 +30,7 @@ type updates struct {
 	known   map[string]bool // tasks and agents with their own resources
 
 	// only is the operator whose sessions the resources/updated being sent
-	// is for, nil while one for every subscriber is (forOperator).
+	// is for (forOperator); nil when none is being sent.
 	only atomic.Pointer[string]
 
 	mu     sync.Mutex // guards the event log
@@ -89,24 +89,27 @@ func (u *updates) handle(ev engine.Event) {
 	u.changed = make(chan struct{})
 	u.mu.Unlock()
 
-	// uris change for every reader; ofTask, the task's own documents and the
-	// list of tasks, only for the operators who may see the task (one they
-	// do not see is not in their mas://tasks: telling them that the list
-	// changed would tell them when others work, and on what).
-	var uris, ofTask []string
+	// Each URI's update goes only to the operators who may see the event
+	// (engine.System.EventVisible): the step of a task they do not see
+	// changes nothing of an agent, of its steps or of mas://agents that
+	// they read (filterAgent), and a private message of others changes
+	// nothing of a task's conversation that they read (filterTask). Sent
+	// anyway, the notification alone would tell them when others work,
+	// and on what.
+	var uris []string
 	switch ev.Kind {
 	case engine.EventTaskAdded:
 		u.addTask(ev.TaskID)
-		ofTask = append(ofTask, uriTasks, taskURI(ev.TaskID))
+		uris = append(uris, uriTasks, taskURI(ev.TaskID))
 	case engine.EventTaskChanged:
-		ofTask = append(ofTask, uriTasks, taskURI(ev.TaskID))
+		uris = append(uris, uriTasks, taskURI(ev.TaskID))
 	case engine.EventStageChanged:
-		ofTask = append(ofTask, uriTasks, taskURI(ev.TaskID))
+		uris = append(uris, uriTasks, taskURI(ev.TaskID))
 		if ev.StageID != "" && ev.StageID != engine.NoRelative {
-			ofTask = append(ofTask, stageURI(ev.TaskID, ev.StageID))
+			uris = append(uris, stageURI(ev.TaskID, ev.StageID))
 		}
 	case engine.EventMessageDelivered:
-		ofTask = append(ofTask, taskURI(ev.TaskID), conversationURI(ev.TaskID))
+		uris = append(uris, taskURI(ev.TaskID), conversationURI(ev.TaskID))
 	case engine.EventAgentAdded:
 		u.addAgent(ev.AgentID, ev.Detail)
 		uris = append(uris, uriAgents, agentURI(ev.AgentID))
@@ -122,16 +125,14 @@ func (u *updates) handle(ev engine.Event) {
 			uris = append(uris, agentURI(ev.AgentID), stepsURI(ev.AgentID))
 		}
 		if ev.TaskID != "" {
-			ofTask = append(ofTask, taskURI(ev.TaskID))
+			uris = append(uris, taskURI(ev.TaskID))
 		}
 	}
-	targets := make([]target, 0, len(uris)+len(ofTask))
+	var targets []target
+	visible := u.visibleTo(ev)
 	for _, uri := range uris {
-		targets = append(targets, target{uri: uri})
-	}
-	for _, uri := range ofTask {
 		for _, op := range u.s.subs.operators(uri) {
-			if u.s.sys.Visible(op, ev.TaskID) {
+			if visible(op) {
 				targets = append(targets, target{uri: uri, op: op})
 			}
 		}
@@ -150,10 +151,26 @@ func (u *updates) handle(ev engine.Event) {
 	u.schedule(now)
 }
 
-// target is whom a resources/updated is for: the sessions subscribed to
-// uri, only those of operator op unless op is "". Each is coalesced on its
-// own, so that one operator's changes neither trigger nor delay another's
-// notifications.
+// visibleTo returns whether an operator may see ev, asking the engine once
+// per operator however many of its URIs the operator subscribed to.
+func (u *updates) visibleTo(ev engine.Event) func(op string) bool {
+	var seen map[string]bool
+	return func(op string) bool {
+		v, ok := seen[op]
+		if !ok {
+			v = u.s.sys.EventVisible(op, ev)
+			if seen == nil {
+				seen = map[string]bool{}
+			}
+			seen[op] = v
+		}
+		return v
+	}
+}
+
+// target is whom a resources/updated is for: the sessions of operator op
+// subscribed to uri. Each is coalesced on its own, so that one operator's
+// changes neither trigger nor delay another's notifications.
 type target struct{ uri, op string }
 
 // send notifies the target's subscribers (the SDK knows them; forOperator
@@ -161,10 +178,8 @@ type target struct{ uri, op string }
 func (u *updates) send(t target, now time.Time) {
 	u.last[t] = now
 	delete(u.pending, t)
-	if t.op != "" {
-		u.only.Store(&t.op)
-		defer u.only.Store(nil)
-	}
+	u.only.Store(&t.op)
+	defer u.only.Store(nil)
 	if err := u.s.mcp.ResourceUpdated(u.s.ctx, &mcp.ResourceUpdatedNotificationParams{URI: t.uri}); err != nil {
 		u.s.log.Debug("resources/updated failed", "uri", t.uri, "err", err)
 	}
