@@ -205,6 +205,9 @@ func (a *agent) putBack(step *StepState, u Usage) {
 	}
 	a.notStartedLocked(step.StepID)
 	a.changedLocked(Event{Kind: EventStepChanged, StepID: step.StepID, TaskID: step.TaskID, StageID: step.StageID, Detail: StateInit})
+	// Kept through a refused write, to be stored by the owner's retries:
+	// withdrawn, the step would read "running" with nothing running it.
+	a.mu.keepLocked()
 }
 
 // stepReturned takes back a step its executor returned: the step's cancel

@@ -60,6 +60,9 @@ type outageTracker struct {
 	// held is set while a task may be paused for the outage (holdOutage)
 	// and probing while the probe runs (probeOutage).
 	held, probing bool
+	// holds counts watchOutage's calls: a probe that found nothing held
+	// stops only if no hold came meanwhile.
+	holds int
 	// baseMu orders the base task's holds and their ends (holdBase,
 	// releaseBase), so that its waits' deadlines move once.
 	baseMu sync.Mutex
@@ -156,6 +159,7 @@ func (s *System) watchOutage() {
 	o := &s.outage
 	o.mu.Lock()
 	o.held = true
+	o.holds++
 	start := !o.probing && s.cfg.ProbeLLM != nil && !s.isClosed()
 	if start {
 		o.probing = true
@@ -169,13 +173,24 @@ func (s *System) watchOutage() {
 // rewatchOutage watches again, after a restart, the tasks stored paused
 // for an outage.
 func (s *System) rewatchOutage() {
+	if s.outageHeld() {
+		s.watchOutage()
+	}
+}
+
+// outageHeld reports whether the base task is held or an open task is
+// paused for an outage.
+func (s *System) outageHeld() bool {
+	if s.isPaused(s.baseTaskID) {
+		return true
+	}
 	for _, t := range s.allTasks() {
 		st := t.brief()
 		if st.Paused && st.PausedFor == pausedOutage && st.ExecutionState != StateFinished && st.ExecutionState != StateFailed {
-			s.watchOutage()
-			return
+			return true
 		}
 	}
+	return false
 }
 
 // probeOutage asks Config.ProbeLLM every LLMProbeInterval whether the
@@ -195,6 +210,15 @@ func (s *System) probeOutage() {
 		case <-timer.C:
 		}
 		o.mu.Lock()
+		holds := o.holds
+		o.mu.Unlock()
+		// An operator's resume or take-over, or the task's end, may have
+		// left nothing held: the probe then stops.
+		anyHeld := s.outageHeld()
+		o.mu.Lock()
+		if !anyHeld && o.holds == holds {
+			o.held = false
+		}
 		if !o.held {
 			o.probing = false
 			o.mu.Unlock()

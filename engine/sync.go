@@ -32,9 +32,10 @@ func (a *agent) runStep(ctx context.Context, step StepState, view AgentState) {
 	}
 	out, cancelled := a.stepReturned(&step, out, ctx.Err() != nil)
 	endStep(span, out, cancelled)
-	if !cancelled && errors.Is(out.Err, llm.ErrUnavailable) && s.holdOutage(a, &step, out) {
+	if !cancelled && step.Type == StepSkill && errors.Is(out.Err, llm.ErrUnavailable) && s.holdOutage(a, &step, out) {
 		// Outages pause, not destroy: the step runs again when its task
-		// resumes (endpoint.go).
+		// resumes (endpoint.go). A tool step is not: its call may have
+		// acted, and is not made twice.
 		s.meter(a.id, &step, &view, out)
 		a.notRunning()
 		return
@@ -273,7 +274,9 @@ func (s *System) applyShared(a *agent, step *StepState, out *Output, result map[
 		if req.TaskID == "" {
 			req.TaskID, req.StageID = step.TaskID, step.StageID
 		}
-		s.deliver(s.instruction(step.StepID+"/tool_decision", req.TaskID, req.StageID, a.id, "", &Instruction{AddToolDecision: &req}))
+		m := s.instruction(step.StepID+"/tool_decision", req.TaskID, req.StageID, a.id, "", &Instruction{AddToolDecision: &req})
+		m.OwnStep = true
+		s.deliver(m)
 	}
 	return nil
 }
