@@ -53,6 +53,10 @@ type agent struct {
 	// the same by the steps' positions in the list, as last sized.
 	ended   map[string]endedStep
 	endedAt []endedMemo
+	// pending caches the estimated stored size of steps not ended yet,
+	// whose texts are written once (bounds.go): a manager of a hundred
+	// tasks holds hundreds of them, sized at every commit.
+	pending map[string]pendingSize
 	// received indexes st.Received (seenLocked); nil when it must be
 	// made again. stepIndex indexes the step list (stepPosLocked).
 	received  map[string]struct{}

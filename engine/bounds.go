@@ -180,14 +180,31 @@ func (a *agent) sizedLocked(i int, e endedStep) {
 	a.endedAt[i] = endedMemo{id: id, e: e}
 }
 
-// stepSizeLocked is stepSize of the step at position i, cached for ended
-// steps. mu must be held.
+// pendingSize is the cached stepSize of a step not ended yet, with the
+// lengths of the texts it was computed from (a text changed since is
+// sized again).
+type pendingSize struct {
+	size, intention, text int
+}
+
+// stepSizeLocked is stepSize of the step at position i, cached. mu must be
+// held.
 func (a *agent) stepSizeLocked(i int) int {
 	st := &a.st.AgentStep.StepList[i]
-	if st.ExecutionState != StateFinished && st.ExecutionState != StateFailed {
-		return stepSize(st)
+	if st.ExecutionState == StateFinished || st.ExecutionState == StateFailed {
+		return a.endedLocked(i).size
 	}
-	return a.endedLocked(i).size
+	if p, ok := a.pending[st.StepID]; ok && p.intention == len(st.StepIntention) && p.text == len(st.TextContent) && st.ExecuteResult == nil {
+		return p.size
+	}
+	n := stepSize(st)
+	if st.ExecuteResult == nil {
+		if a.pending == nil || len(a.pending) > 2*len(a.st.AgentStep.StepList)+64 {
+			a.pending = map[string]pendingSize{} // forget the steps ended since
+		}
+		a.pending[st.StepID] = pendingSize{size: n, intention: len(st.StepIntention), text: len(st.TextContent)}
+	}
+	return n
 }
 
 // shortened is how many characters of each text an old finished step keeps
