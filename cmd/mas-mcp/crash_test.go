@@ -443,7 +443,14 @@ func killBetweenWrites(t *testing.T, see func(*fakellm.Call), freeze func(subjec
 	natsURL := startNATS(t)
 	team := scripted.NewTeam()
 	llm := fakellm.New(t)
+	// No step runs before add_task has answered: the freeze may come at
+	// the task's first steps, and would otherwise hold add_task's own
+	// last write (the operator's record of it) when the machine is slow.
+	added := make(chan struct{})
+	release := sync.OnceFunc(func() { close(added) })
+	defer release()
 	llm.Handle(func(c *fakellm.Call) fakellm.Reply {
+		<-added
 		if see != nil {
 			see(c)
 		}
@@ -455,6 +462,7 @@ func killBetweenWrites(t *testing.T, see func(*fakellm.Call), freeze func(subjec
 	m := newMAS(t, masOptions{LLMURL: llm.BaseURL(), NATSURL: proxy.url, NoRace: true})
 	m.start()
 	taskID := addTask(m)
+	release()
 
 	// A frozen write is never visible (its owner publishes only what the
 	// store holds): what was visible is what a reader saw last before the
