@@ -149,19 +149,8 @@ func (s *scrubber) err(err error) error {
 	if s == nil || err == nil {
 		return err
 	}
-	if msg := s.r.Replace(err.Error()); msg != err.Error() {
-		return &scrubbedError{msg: msg, err: err}
-	}
-	return err
+	return engine.ScrubbedError(err, s.r.Replace)
 }
-
-type scrubbedError struct {
-	msg string
-	err error
-}
-
-func (e *scrubbedError) Error() string { return e.msg }
-func (e *scrubbedError) Unwrap() error { return e.err }
 
 // value returns v with every string in it (keys included) scrubbed: plain
 // JSON data is walked; anything else is turned into plain JSON data first.

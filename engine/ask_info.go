@@ -240,7 +240,7 @@ func (s *System) askFromAgent(a *agent, step *StepState, q AskInfoQuery) error {
 	// no_relative), so the stage's later steps see it in their history.
 	m := s.newMessage(derivedID(step.StepID, "ask_answer"), step.TaskID, SystemSender, []string{a.id}, res.Markdown, step.StageID)
 	m.ReturnWaitingID = waitID
-	m.OwnStep = true
+	m.NotNewInput = true
 	if err := s.post(m); err != nil {
 		a.unwait(waitID)
 		return err

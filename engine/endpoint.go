@@ -82,26 +82,25 @@ func (s *System) holdOutage(a *agent, step *StepState, out *Output) bool {
 		return false
 	}
 	st := t.brief()
-	if st.Base {
+	// Paused (held) before the step is queued again, so that the agent's
+	// loop does not start it again at once.
+	paused := false
+	switch {
+	case st.Base:
 		s.holdBase(out.Err)
-		a.putBack(step, out.Usage)
-		s.addTaskUsage(step.TaskID, out)
-		s.watchOutage()
-		return true
-	}
-	if st.ExecutionState == StateFinished || st.ExecutionState == StateFailed {
+	case st.ExecutionState == StateFinished || st.ExecutionState == StateFailed:
 		return false
-	}
-	// Paused before the step is queued again, so that the agent's loop
-	// does not start it again at once.
-	res, err := s.pauseTaskFor(t, SystemSender, true, true, pausedOutage)
-	if err != nil {
-		s.log.Error("LLM endpoint unavailable: could not pause the task, its step fails", "task", st.TaskID, "err", err)
-		return false
+	default:
+		res, err := s.pauseTaskFor(t, SystemSender, true, true, pausedOutage)
+		if err != nil {
+			s.log.Error("LLM endpoint unavailable: could not pause the task, its step fails", "task", st.TaskID, "err", err)
+			return false
+		}
+		paused = res.Changed
 	}
 	a.putBack(step, out.Usage)
 	s.addTaskUsage(step.TaskID, out)
-	if res.Changed {
+	if paused {
 		s.log.Warn("task paused: its step gave up waiting for the LLM endpoint", "task", st.TaskID, "step", step.StepID, "err", out.Err)
 		s.tellOperator(s.operatorOf(st.TaskID), "llm_outage_paused", map[string]any{
 			"TaskID": st.TaskID, "TaskName": st.TaskName, "Reason": Truncate(out.Err.Error(), 300),

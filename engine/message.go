@@ -38,11 +38,13 @@ type Message struct {
 	// conversations between agents that would feed each other for ever
 	// (Config.MessageChainLimit).
 	Chain int `json:"chain,omitempty"`
-	// OwnStep marks the engine's answer to a step of the receiver itself
-	// (ask_info's answer, its tool decision): not new input, so it neither
-	// starts a new chain nor gives the steps outside any stage their
-	// budget again (an agent asking in a loop would get both for ever).
-	OwnStep bool `json:"own_step,omitempty"`
+	// NotNewInput marks an engine message that is no new input for its
+	// receiver: the answer to a step of its own (ask_info's answer, its
+	// tool decision) and supervision's notices (which come because a
+	// budget stopped it). It neither starts a new chain nor gives the
+	// steps outside any stage their budget again: an agent asking in a
+	// loop, or stopped by that budget, would get both for ever.
+	NotNewInput bool `json:"not_new_input,omitempty"`
 	// Decision is the operator's structured answer to an approval question
 	// (the risk gate's AskOperator): approve or deny, a note, and
 	// optionally edited arguments. The text says the same for people.

@@ -29,7 +29,7 @@ func (a *agent) receive(m Message) {
 		a.mu.Unlock()
 		return
 	}
-	if _, stall := a.sys.stallNotices.Load(m.MessageID); !stall && !m.OwnStep {
+	if !m.NotNewInput {
 		a.freshInputLocked(m.TaskID, m.StageRelative)
 		a.count(stageKey{m.TaskID, m.StageRelative}).chain = m.Chain
 	}

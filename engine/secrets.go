@@ -178,8 +178,15 @@ func (s *System) scrubError(err error) error {
 	if err == nil {
 		return nil
 	}
+	return ScrubbedError(err, s.scrub)
+}
+
+// ScrubbedError returns err, or when scrub changes its text an error with
+// the scrubbed text that still wraps err (errors.Is and errors.As see what
+// they saw).
+func ScrubbedError(err error, scrub func(string) string) error {
 	msg := err.Error()
-	if clean := s.scrub(msg); clean != msg {
+	if clean := scrub(msg); clean != msg {
 		return &scrubbedError{msg: clean, err: err}
 	}
 	return err

@@ -259,12 +259,7 @@ func (s *System) noticeStalled(st *TaskState, outstanding string, n int) {
 	})
 	s.log.Warn("task stalled: manager told", "task", st.TaskID, "manager", st.TaskManager, "notice", n, "outstanding", outstanding)
 	m := s.newMessage("", st.TaskID, SystemSender, []string{st.TaskManager}, text, NoRelative)
-	// Not new input for the budget of steps outside any stage
-	// (freshInputLocked): an agent that budget stopped would be started
-	// again by the notice its stop brings, for ever. Delivery is
-	// synchronous: the mark is needed only while it runs.
-	s.stallNotices.Store(m.MessageID, struct{}{})
-	defer s.stallNotices.Delete(m.MessageID)
+	m.NotNewInput = true // the notice its stop brings starts no agent again
 	s.deliver(m)
 }
 

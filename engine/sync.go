@@ -275,7 +275,7 @@ func (s *System) applyShared(a *agent, step *StepState, out *Output, result map[
 			req.TaskID, req.StageID = step.TaskID, step.StageID
 		}
 		m := s.instruction(step.StepID+"/tool_decision", req.TaskID, req.StageID, a.id, "", &Instruction{AddToolDecision: &req})
-		m.OwnStep = true
+		m.NotNewInput = true
 		s.deliver(m)
 	}
 	return nil

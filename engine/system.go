@@ -226,14 +226,11 @@ type System struct {
 	waits waitGraph
 	// paused holds the IDs of paused tasks (a copy of their Paused flag
 	// that agents read without taking the task's mutex).
-	paused sync.Map
-	// stallNotices holds the IDs of supervision's notices being delivered
-	// (noticeStalled): they are not new input (freshInputLocked).
-	stallNotices sync.Map
-	sup          supervisor
-	outage       outageTracker
-	refused      refusalTracker
-	budgets      budgetQuestions
+	paused  sync.Map
+	sup     supervisor
+	outage  outageTracker
+	refused refusalTracker
+	budgets budgetQuestions
 
 	confirmMu sync.Mutex
 	confirms  map[string]chan Message // waiting ID -> AskOperator call waiting on it

@@ -84,23 +84,27 @@ func (l *LineReader) Next() ([]byte, error) {
 // readLine reads up to and excluding the next newline (or the end of
 // input). A line beyond MaxLineBytes is read to its end and dropped.
 func (l *LineReader) readLine() (line []byte, tooLong bool, err error) {
-	var buf []byte
+	return ReadLine(l.br, MaxLineBytes, 0)
+}
+
+// ReadLine reads br's next line, its newline included (none at the end of
+// input). A line longer than limit bytes is read to its end but not kept:
+// tooLong is set, and line holds only its first head bytes.
+func ReadLine(br *bufio.Reader, limit, head int) (line []byte, tooLong bool, err error) {
 	for {
-		chunk, err := l.br.ReadSlice('\n')
+		chunk, err := br.ReadSlice('\n')
 		if !tooLong {
-			if len(buf)+len(chunk) > MaxLineBytes+1 { // +1: the newline
-				tooLong, buf = true, nil
+			if len(line)+len(chunk) > limit+1 { // +1: the newline
+				keep := min(len(line), head)
+				tooLong, line = true, append(line[:keep], chunk[:min(len(chunk), head-keep)]...)
 			} else {
-				buf = append(buf, chunk...)
+				line = append(line, chunk...)
 			}
 		}
-		switch {
-		case errors.Is(err, bufio.ErrBufferFull):
+		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
-		case err != nil:
-			return buf, tooLong, err
 		}
-		return buf, tooLong, nil
+		return line, tooLong, err
 	}
 }
 

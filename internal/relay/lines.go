@@ -4,12 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/mas-mcp/mas-mcp/server"
 )
 
 // lineWriter writes whole lines to the host. Writes that keep failing
@@ -71,23 +72,11 @@ func (w *lineWriter) report() {
 // tooLong is set, and id is the ID the line's start names (the zero ID
 // when none).
 func readOwnerLine(br *bufio.Reader, limit int) (line []byte, tooLong bool, id jsonrpc.ID, err error) {
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if !tooLong {
-			if len(line)+len(chunk) > limit+1 { // +1: the newline
-				if len(line) < maxHead {
-					line = append(line, chunk[:min(len(chunk), maxHead-len(line))]...)
-				}
-				tooLong, id, line = true, headID(line[:min(len(line), maxHead)]), nil
-			} else {
-				line = append(line, chunk...)
-			}
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		return bytes.TrimRight(line, "\r\n"), tooLong, id, err
+	line, tooLong, err = server.ReadLine(br, limit, maxHead)
+	if tooLong {
+		id, line = headID(line), nil
 	}
+	return bytes.TrimRight(line, "\r\n"), tooLong, id, err
 }
 
 // maxHead bounds the start of an over-long line searched for its ID.
