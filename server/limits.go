@@ -391,18 +391,58 @@ func (s *Server) limitSessions(next http.Handler) http.Handler {
 			err.write(w, false)
 			return
 		}
-		next.ServeHTTP(w, r)
 		// The SDK names the session it created in the response header;
-		// none (a failed initialize): nothing is held.
-		if id := w.Header().Get("Mcp-Session-Id"); id != "" {
-			m.mu.Lock()
-			m.live[id] = op
-			m.mu.Unlock()
-			return
+		// none (a failed initialize): nothing is held. It is recorded as
+		// the response starts, before the client can name it (ownSessions
+		// reads whose it is).
+		held := false
+		sw := &sessionHeaderWriter{ResponseWriter: w, seen: func() {
+			if id := w.Header().Get("Mcp-Session-Id"); id != "" {
+				m.mu.Lock()
+				m.live[id] = op
+				m.mu.Unlock()
+				held = true
+			}
+		}}
+		next.ServeHTTP(sw, r)
+		sw.note()
+		if !held {
+			release()
 		}
-		release()
 	})
 }
+
+// sessionHeaderWriter calls seen once, when the response starts (its
+// headers are final then) or, if nothing was written, at note.
+type sessionHeaderWriter struct {
+	http.ResponseWriter
+	seen func()
+	done bool
+}
+
+func (w *sessionHeaderWriter) note() {
+	if !w.done {
+		w.done = true
+		w.seen()
+	}
+}
+
+func (w *sessionHeaderWriter) WriteHeader(code int) {
+	w.note()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *sessionHeaderWriter) Write(b []byte) (int, error) {
+	w.note()
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *sessionHeaderWriter) Flush() {
+	w.note()
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *sessionHeaderWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // forgetClosed releases the sessions the SDK has closed since.
 func (m *mcpSessions) forgetClosed(s *Server) {
