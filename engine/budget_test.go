@@ -576,3 +576,48 @@ func failedWith(reason string) func(StepState) bool {
 		return s.ExecutionState == StateFailed && strings.Contains(msg, reason)
 	}
 }
+
+// TestTrimsKeepTheDeliveryIndexes checks that the indexes by which a message
+// delivered again is taken once — the base task's log and an agent's list
+// of received IDs — still answer for every kept ID, and only for those,
+// after their lists are trimmed (a trim deletes the IDs it drops from them
+// instead of making them again).
+func TestTrimsKeepTheDeliveryIndexes(t *testing.T) {
+	b := newTestbed(t, nil)
+	base := b.sys.baseTaskID
+	bt, _ := b.sys.task(base)
+	const entries = 2*baseLogLimit + 5
+	for i := range entries {
+		bt.record(Message{TaskID: base, MessageID: fmt.Sprint("m", i)})
+	}
+	before := len(b.task(base).SharedConversationPool)
+	// Kept: recorded already, so not again. Dropped: recorded anew.
+	bt.record(Message{TaskID: base, MessageID: fmt.Sprint("m", entries-1)})
+	if got := len(b.task(base).SharedConversationPool); got != before {
+		t.Fatalf("a kept message delivered again was logged again: %d entries, want %d", got, before)
+	}
+	bt.record(Message{TaskID: base, MessageID: "m0"})
+	if pool := b.task(base).SharedConversationPool; len(pool) != before+1 || pool[len(pool)-1].MessageID != "m0" {
+		t.Fatalf("a message trimmed from the log was not logged when delivered again (%d entries, want %d)", len(pool), before+1)
+	}
+
+	a := &agent{}
+	const ids = 2*receivedKept + 1
+	for i := range ids {
+		if a.seenLocked(fmt.Sprint("r", i)) {
+			t.Fatalf("r%d seen before it was received", i)
+		}
+	}
+	if len(a.st.Received) != receivedKept {
+		t.Fatalf("%d received IDs kept, want %d", len(a.st.Received), receivedKept)
+	}
+	if len(a.received) != len(a.st.Received) {
+		t.Fatalf("the index holds %d IDs, the list %d", len(a.received), len(a.st.Received))
+	}
+	if !a.seenLocked(fmt.Sprint("r", ids-1)) || !a.seenLocked(fmt.Sprint("r", ids-receivedKept)) {
+		t.Error("a kept received ID is not seen")
+	}
+	if a.seenLocked(fmt.Sprint("r", ids-receivedKept-1)) {
+		t.Error("a dropped received ID is still seen")
+	}
+}

@@ -17,8 +17,9 @@ const memoryKeyLayout = "20060102T150405"
 // stored in part, and nothing else is dropped to make room: the agent is
 // told in the report and, through MemoryFull, in its next prompts until it
 // consolidates. It returns what happened to each op, in the prompt set's
-// language, for the step's result. a.mu must be held.
-func (a *agent) applyMemoryLocked(ops []MemoryOp) []string {
+// language, for the step's result; step is the step whose output carries
+// ops (its task says who may be told of the change). a.mu must be held.
+func (a *agent) applyMemoryLocked(step *StepState, ops []MemoryOp) []string {
 	var report []string
 	pm := a.st.PersistentMemory
 	chars := 0
@@ -66,7 +67,7 @@ func (a *agent) applyMemoryLocked(ops []MemoryOp) []string {
 	// Full until a block of ops is applied without a refusal (the agent
 	// deleted or merged entries, or added only what fits).
 	a.st.MemoryFull = refused
-	a.changedLocked(Event{Detail: "persistent_memory"})
+	a.changedLocked(Event{TaskID: step.TaskID, StageID: step.StageID, StepID: step.StepID, Detail: "persistent_memory"})
 	return report
 }
 

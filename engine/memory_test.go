@@ -22,7 +22,7 @@ func TestPersistentMemoryOps(t *testing.T) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 
-	report := a.applyMemoryLocked([]MemoryOp{
+	report := a.applyMemoryLocked(&StepState{}, []MemoryOp{
 		{Add: "  first  "},
 		{Add: "second"},
 		{Delete: "20250101T000000"},
@@ -61,8 +61,8 @@ func TestPersistentMemoryKeysStayUnique(t *testing.T) {
 	for range 3 {
 		ops = append(ops, MemoryOp{Add: "same second"})
 	}
-	a.applyMemoryLocked(ops)
-	a.applyMemoryLocked([]MemoryOp{{Add: "later call, same second"}})
+	a.applyMemoryLocked(&StepState{}, ops)
+	a.applyMemoryLocked(&StepState{}, []MemoryOp{{Add: "later call, same second"}})
 	want := []string{"20250613T103022", "20250613T103023", "20250613T103024", "20250613T103025"}
 	if diff := cmp.Diff(want, slices.Sorted(maps.Keys(a.st.PersistentMemory))); diff != "" {
 		t.Errorf("keys mismatch (-want +got):\n%s", diff)
@@ -133,7 +133,7 @@ func TestPersistentMemoryCap(t *testing.T) {
 		{[]MemoryOp{{Delete: "20250613T103022"}, {Add: "merged"}}, []string{"20250613T103022", "20250613T103023"}, false, 0},
 	}
 	for i, st := range steps {
-		report := a.applyMemoryLocked(st.ops)
+		report := a.applyMemoryLocked(&StepState{}, st.ops)
 		refused := 0
 		for _, r := range report {
 			if strings.HasPrefix(r, "refused to add") {

@@ -85,7 +85,9 @@ func (a *agent) seenLocked(id string) bool {
 		return false
 	}
 	if a.received == nil || len(a.received) != len(a.st.Received) {
-		// Made again after a restore or a trim: looking through the list
+		// Made again after a restore (a trim deletes the IDs it drops,
+		// as task.record does, rather than make it again with its
+		// growth at every 512th message): looking through the list
 		// itself cost a compare of each of up to a thousand IDs per
 		// message. The list holds each ID once (a damaged document's
 		// second copies are dropped, or the index would be made again at
@@ -108,8 +110,11 @@ func (a *agent) seenLocked(id string) bool {
 	a.st.Received = append(a.st.Received, id)
 	a.received[id] = struct{}{}
 	if len(a.st.Received) > 2*receivedKept {
-		a.st.Received = slices.Clone(a.st.Received[len(a.st.Received)-receivedKept:])
-		a.received = nil
+		drop := len(a.st.Received) - receivedKept
+		for _, r := range a.st.Received[:drop] {
+			delete(a.received, r)
+		}
+		a.st.Received = slices.Clone(a.st.Received[drop:])
 	}
 	return false
 }

@@ -176,9 +176,11 @@ func (t *task) record(m Message) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.recorded == nil {
-		// Made once, and again after the base task's log is trimmed:
-		// looking through the log itself cost a compare of each of the
-		// last 512 messages at every delivery.
+		// Made once (looking through the log itself cost a compare of
+		// each of the last 512 messages at every delivery). A trim of the
+		// base task's log deletes the IDs it drops: made again, the
+		// thousand inserts and the map's growth made the delivery after
+		// each trim one of the slowest percent of message hops.
 		t.recorded = make(map[string]struct{}, len(t.st.SharedConversationPool))
 		for i := range t.st.SharedConversationPool {
 			t.recorded[t.st.SharedConversationPool[i].MessageID] = struct{}{}
@@ -190,9 +192,11 @@ func (t *task) record(m Message) {
 	t.st.SharedConversationPool = append(t.st.SharedConversationPool, m.clone())
 	t.recorded[m.MessageID] = struct{}{}
 	if t.st.Base {
-		n := len(t.st.SharedConversationPool)
-		if t.st.SharedConversationPool = trimBase(t.st.SharedConversationPool); len(t.st.SharedConversationPool) < n {
-			t.recorded = nil
+		pool := t.st.SharedConversationPool
+		if t.st.SharedConversationPool = trimBase(pool); len(t.st.SharedConversationPool) < len(pool) {
+			for i := range pool[:len(pool)-len(t.st.SharedConversationPool)] {
+				delete(t.recorded, pool[i].MessageID)
+			}
 		}
 	}
 	// The store has the message already (PutMessage): the task document
@@ -515,6 +519,8 @@ func (t *task) endTaskLocked(state, summary, by string) ([]Message, error) {
 			rs.ExecutionState = StateFinished
 		}
 		rs.EndedAt = now
+		// The stage's own readers (its resource) are told too.
+		t.changedLocked(Event{Kind: EventStageChanged, StageID: rs.StageID, Detail: rs.ExecutionState})
 	}
 	t.st.ExecutionState = state
 	t.st.TaskSummary = t.sys.clipText(summary)

@@ -407,8 +407,9 @@ func (s *System) retryStage(t *task, actorID string, human bool, ti TaskInstruct
 	// 2. the old stage fails; its agents are told to finish it.
 	if old.ExecutionState == StateRunning {
 		msgs = append(msgs, t.endStageLocked(old, StateFailed, by(origin, actorID))...)
-	} else {
+	} else if old.ExecutionState != StateFailed {
 		old.ExecutionState = StateFailed
+		t.changedLocked(Event{Kind: EventStageChanged, StageID: old.StageID, Detail: StateFailed})
 	}
 	// 3. the new stage starts.
 	msgs = append(msgs, t.startStageLocked(&t.st.StageList[at+1])...)
