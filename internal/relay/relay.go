@@ -23,7 +23,9 @@
 // Failed writes to the host are logged once, with a count of the messages
 // it missed when a write succeeds again or the relay ends. Cancelling the
 // context (SIGTERM) ends Serve also while it reopens the session on a new
-// owner: it does not wait for that owner's answers.
+// owner: it does not wait for that owner's answers. Reopening it that
+// fails is tried again after a wait (50 ms, doubling up to 5 s), at most
+// 10 times in a row; then Serve fails saying so.
 package relay
 
 import (
@@ -80,6 +82,16 @@ type Config struct {
 // seconds; one that does not answer for a minute is wedged, or could not
 // make its socket (a data directory path too long for one).
 const DefaultOwnerWait = time.Minute
+
+// A resume that fails (the new owner drops the connection, or does not
+// answer within 10 s) is tried again after resumeWait, doubling up to
+// maxResumeWait, at most maxResumeAttempts times in a row: an owner that
+// keeps failing is not hammered, and a host is not kept waiting for ever.
+const (
+	resumeWait        = 50 * time.Millisecond
+	maxResumeWait     = 5 * time.Second
+	maxResumeAttempts = 10
+)
 
 // errHostGone ends a wait for the owner when the host leaves.
 var errHostGone = errors.New("the host left")
@@ -152,6 +164,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 			owner.Close()
 		}
 	}()
+	failed, wait := 0, resumeWait // resumes failed in a row; the wait before the next
 	for first := true; ; first = false {
 		conn, owned, err := r.connect(ctx, cfg, hostGone)
 		if err != nil {
@@ -173,9 +186,23 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			r.log.Warn("resuming the session with the new owner", "err", err)
+			if failed++; failed == maxResumeAttempts {
+				return fmt.Errorf("relay: resuming the host's session on the new owner of the data directory failed %d times in a row "+
+					"(the limit of attempts), the last: %w; see the owner's log", failed, err)
+			}
+			r.log.Warn("resuming the session with the new owner failed; trying again", "err", err,
+				"attempt", failed, "max_attempts", maxResumeAttempts, "wait", wait)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-hostGone:
+				return nil
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, maxResumeWait)
 			continue
 		}
+		failed, wait = 0, resumeWait
 		if owned != nil {
 			owner = owned
 		}
@@ -460,7 +487,7 @@ func (r *relay) resume(ctx context.Context, conn net.Conn, br *bufio.Reader) err
 			return err
 		}
 		if err := write(b); err != nil {
-			return err
+			return fmt.Errorf("%s: %w", req.Method, err)
 		}
 		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 		defer conn.SetReadDeadline(time.Time{})
