@@ -3,14 +3,20 @@ package relay
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/mas-mcp/mas-mcp/server"
 )
@@ -50,6 +56,7 @@ func TestRelayBoundsOwnerLines(t *testing.T) {
 			`{"jsonrpc":"2.0","id":8,"result":{"content":[{"type":"text","text":"` + pad + `"}]}}` + "\n" +
 			`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"` + pad + `"}}` + "\n" +
 			`{"jsonrpc":"2.0","method":"notifications/resources/list_changed"}` + "\n")))
+	r.out.flush(t.Context())
 
 	limit := strconv.Itoa(r.maxLine)
 	var got []map[string]any
@@ -139,8 +146,10 @@ func TestRelayReportsAHostThatDoesNotReadOnce(t *testing.T) {
 	r := newRelay(slog.New(slog.NewJSONHandler(&logs, nil)), w)
 	note := `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}` + "\n"
 	r.fromOwner(bufio.NewReader(strings.NewReader(strings.Repeat(note, 100))))
+	r.out.flush(t.Context())
 	w.fail = false
 	r.fromOwner(bufio.NewReader(strings.NewReader(note)))
+	r.out.flush(t.Context())
 	if w.lines != 1 {
 		t.Fatalf("the host got %d lines once it read again, want 1", w.lines)
 	}
@@ -162,4 +171,119 @@ func TestRelayReportsAHostThatDoesNotReadOnce(t *testing.T) {
 	if len(recovered) != 1 || recovered[0]["dropped"] != 100.0 {
 		t.Errorf("log on the host reading again %v, want one line with dropped=100:\n%s", recovered, log)
 	}
+}
+
+// stuckWriter is a host that stops reading its stdout without closing it:
+// every Write blocks until release is closed.
+type stuckWriter struct {
+	once    sync.Once
+	blocked chan struct{} // closed at the first Write
+	release chan struct{}
+}
+
+func newStuckWriter() *stuckWriter {
+	return &stuckWriter{blocked: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (w *stuckWriter) Write(b []byte) (int, error) {
+	w.once.Do(func() { close(w.blocked) })
+	<-w.release
+	return len(b), nil
+}
+
+// TestRelayEndsWhenCancelledWhileTheHostDoesNotRead: a host that stops
+// reading its stdout (a write to it blocks for ever) does not hold the
+// relay: a SIGTERM (ctx cancelled) ends Serve at once.
+func TestRelayEndsWhenCancelledWhileTheHostDoesNotRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		out := newStuckWriter()
+		defer close(out.release) // the blocked write ends with the test
+		note := `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}` + "\n"
+		taken := false
+		cfg := Config{
+			Socket: filepath.Join(t.TempDir(), "mas.sock"), // nobody listens: the relay takes over
+			TakeOver: func(context.Context) (Owner, error) {
+				if taken {
+					return nil, errors.New("taken over already")
+				}
+				taken = true
+				// The owner sends the host a few notifications, then
+				// reads until the relay closes the connection.
+				return scriptedOwner{func(c net.Conn) {
+					for range 5 {
+						if _, err := io.WriteString(c, note); err != nil {
+							return
+						}
+					}
+					_, _ = io.Copy(io.Discard, c)
+				}}, nil
+			},
+		}
+		hostIn, hostW := io.Pipe()
+		defer hostW.Close()
+		done := make(chan error, 1)
+		go func() { done <- Serve(ctx, cfg, hostIn, out) }()
+		<-out.blocked   // a write to the host blocks
+		synctest.Wait() // and everything else waits on it
+		cancelled := time.Now()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve cancelled while a write to the host blocked: %v", err)
+		}
+		if d := time.Since(cancelled); d != 0 {
+			t.Errorf("Serve returned %s after its context was cancelled, want at once", d)
+		}
+	})
+}
+
+// TestRelayEndsWhenTheHostLeavesItsOutputUnread: a host that stops reading
+// its stdout while the owner's messages keep coming ends the relay once
+// more than the limit waits for it (the queue stays bounded, and no
+// message is dropped while the session goes on): Serve fails with an
+// error naming the limit, and the log says so once.
+func TestRelayEndsWhenTheHostLeavesItsOutputUnread(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		out := newStuckWriter()
+		defer close(out.release) // the blocked write ends with the test
+		var logs bytes.Buffer
+		r := newRelay(slog.New(slog.NewJSONHandler(&logs, nil)), out)
+		r.out.limit = 1 << 10
+		note := `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}` + "\n"
+		taken := false
+		cfg := Config{
+			Socket: filepath.Join(t.TempDir(), "mas.sock"), // nobody listens: the relay takes over
+			TakeOver: func(context.Context) (Owner, error) {
+				if taken {
+					return nil, errors.New("taken over already")
+				}
+				taken = true
+				// The owner writes notifications until the relay hangs up.
+				return scriptedOwner{func(c net.Conn) {
+					for {
+						if _, err := io.WriteString(c, note); err != nil {
+							return
+						}
+					}
+				}}, nil
+			},
+		}
+		hostIn, hostW := io.Pipe()
+		defer hostW.Close()
+		err := r.run(context.Background(), cfg, hostIn)
+		limit := strconv.Itoa(r.out.limit)
+		if err == nil || !strings.Contains(err.Error(), limit) || !strings.Contains(err.Error(), "does not read") {
+			t.Errorf("Serve with a host that does not read: %v; want an error saying so and naming the limit %s", err, limit)
+		}
+		var warned int
+		for _, rec := range logLines(t, &logs) {
+			if rec["level"] == "WARN" && rec["limit_bytes"] == float64(r.out.limit) {
+				warned++
+			}
+		}
+		if warned != 1 {
+			t.Errorf("%d warnings naming the limit, want 1:\n%s", warned, logs.String())
+		}
+	})
 }

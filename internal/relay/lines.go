@@ -3,48 +3,162 @@ package relay
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/mas-mcp/mas-mcp/server"
 )
 
-// lineWriter writes whole lines to the host. Writes that keep failing
-// must not log a warning per message: the first failure is logged, the
-// lines lost until a write succeeds again are counted, and the count is
-// logged then (or by report, when the relay ends). (In the mas-mcp
-// process a host that closes its end of a stdout pipe ends the process by
-// SIGPIPE at the first write; this covers the other write errors.)
+// lineWriter writes whole lines to the host from a goroutine of its own,
+// so that a host that stops reading its stdout without closing it never
+// holds the relay: line queues the line and returns, and cancelling the
+// relay's context ends it while a write to the host blocks.
+//
+// The queue is bounded (limit bytes, default maxQueued). A host that
+// leaves more than that unread is stuck: the first line past the limit is
+// logged once with the count of messages waiting, nothing more is queued,
+// and onStuck ends the relay with that error (the process exits, which
+// the host sees). Dropping messages instead would break the session
+// silently: a dropped answer leaves the host's caller waiting for ever.
+//
+// Writes that fail must not log a warning per message: the first failure
+// is logged, the lines lost until a write succeeds again are counted, and
+// the count is logged then (or by report, when the relay ends). (In the
+// mas-mcp process a host that closes its end of a stdout pipe ends the
+// process by SIGPIPE at the first write; this covers the other write
+// errors.)
 type lineWriter struct {
-	log *slog.Logger // fixed at creation
+	log     *slog.Logger // fixed at creation
+	w       io.Writer    // written by the drain goroutine only: one line is one Write
+	limit   int          // bytes queued at most; fixed before the first line
+	onStuck func(error)  // called once when the queue goes over limit (nil: nothing); fixed before the first line
 
-	mu   sync.Mutex
-	w    io.Writer // guarded by mu: one line is one Write
-	lost int       // lines not written since the last one that was; guarded by mu
+	mu      sync.Mutex
+	queue   [][]byte      // lines not yet handed to w; guarded by mu
+	pending int           // lines queued or being written; guarded by mu
+	queued  int           // their bytes; guarded by mu
+	drained chan struct{} // closed when the drain goroutine ends; nil when none runs; guarded by mu
+	stuck   error         // set when the queue went over limit: nothing is queued any more; guarded by mu
+	lost    int           // lines not written since the last one that was; guarded by mu
 }
 
+// maxQueued is lineWriter.limit's default: four messages of the largest
+// size, far more than a host that reads at all leaves unread.
+const maxQueued = 4 * server.MaxLineBytes
+
+// flushWait bounds the wait for the host to take what is queued for it
+// when the relay ends otherwise than by its context (the host closed
+// stdin but not stdout, say).
+const flushWait = 5 * time.Second
+
+func newLineWriter(log *slog.Logger, w io.Writer) *lineWriter {
+	return &lineWriter{log: log, w: w, limit: maxQueued}
+}
+
+// line queues b, a line with or without its line ending, for the host.
+// It fails only once the host is stuck (see lineWriter); a write that
+// fails later is logged by the writer.
 func (w *lineWriter) line(b []byte) error {
+	b = bytes.TrimRight(b, "\r\n")
+	b = append(append(make([]byte, 0, len(b)+1), b...), '\n') // the caller may reuse b
 	w.mu.Lock()
-	_, err := w.w.Write(append(bytes.TrimRight(b, "\r\n"), '\n'))
-	first, recovered := false, 0
-	if err != nil {
-		first = w.lost == 0
+	if w.stuck != nil {
 		w.lost++
-	} else {
-		recovered, w.lost = w.lost, 0
+		err := w.stuck
+		w.mu.Unlock()
+		return err
+	}
+	if w.pending > 0 && w.queued+len(b) > w.limit {
+		w.stuck = fmt.Errorf("relay: the host does not read its stdout: %d messages (%d bytes) wait for it, "+
+			"and the next would pass the limit of %d bytes queued for the host; ending the session", w.pending, w.queued, w.limit)
+		w.lost++
+		err := w.stuck
+		w.mu.Unlock()
+		w.log.Warn("the host does not read its stdout; ending the session", "waiting", w.pending, "waiting_bytes", w.queued, "limit_bytes", w.limit)
+		if w.onStuck != nil {
+			w.onStuck(err)
+		}
+		return err
+	}
+	w.queue = append(w.queue, b)
+	w.pending++
+	w.queued += len(b)
+	if w.drained == nil {
+		w.drained = make(chan struct{})
+		go w.drain(w.drained)
 	}
 	w.mu.Unlock()
-	switch {
-	case first:
-		w.log.Warn("writing to the host failed; its messages are dropped (and counted) until a write succeeds", "err", err)
-	case recovered > 0:
-		w.log.Info("writing to the host works again", "dropped", recovered)
+	return nil
+}
+
+// drain writes the queued lines to the host until the queue is empty,
+// then ends (closing done). A write that blocks for ever leaves it
+// blocked, and nothing else: it ends with the process.
+func (w *lineWriter) drain(done chan struct{}) {
+	defer close(done)
+	for {
+		w.mu.Lock()
+		if len(w.queue) == 0 {
+			w.queue, w.drained = nil, nil
+			w.mu.Unlock()
+			return
+		}
+		b := w.queue[0]
+		w.queue[0], w.queue = nil, w.queue[1:]
+		w.mu.Unlock()
+
+		_, err := w.w.Write(b)
+		w.mu.Lock()
+		w.pending--
+		w.queued -= len(b)
+		first, recovered := false, 0
+		if err != nil {
+			first = w.lost == 0
+			w.lost++
+		} else {
+			recovered, w.lost = w.lost, 0
+		}
+		w.mu.Unlock()
+		switch {
+		case first:
+			w.log.Warn("writing to the host failed; its messages are dropped (and counted) until a write succeeds", "err", err)
+		case recovered > 0:
+			w.log.Info("writing to the host works again", "dropped", recovered)
+		}
 	}
-	return err
+}
+
+// flush waits until the host has been handed every queued line, or ctx
+// is done. It reports whether the queue emptied.
+func (w *lineWriter) flush(ctx context.Context) bool {
+	for {
+		w.mu.Lock()
+		ch := w.drained
+		w.mu.Unlock()
+		if ch == nil {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// err returns the error the writer ended the relay with (the host is
+// stuck), or nil.
+func (w *lineWriter) err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stuck
 }
 
 // send encodes msg and writes it to the host.
@@ -56,14 +170,14 @@ func (w *lineWriter) send(msg jsonrpc.Message) error {
 	return w.line(b)
 }
 
-// report logs how many messages the host missed since writing to it last
-// failed, if it did.
+// report logs how many messages the host missed: lost since writing to it
+// last failed (or since it got stuck), and still waiting to be written.
 func (w *lineWriter) report() {
 	w.mu.Lock()
-	n := w.lost
+	lost, waiting := w.lost, w.pending
 	w.mu.Unlock()
-	if n > 0 {
-		w.log.Warn("the host never got the last messages: writing to it failed", "dropped", n)
+	if lost > 0 || waiting > 0 {
+		w.log.Warn("the host never got the last messages: writing to it failed, or it did not read them", "dropped", lost, "unwritten", waiting)
 	}
 }
 

@@ -20,9 +20,14 @@
 // what an MCP session of mas-mcp takes as one message). An over-long line
 // of the host is answered by the LineReader; one of the owner is dropped,
 // and the host's request it answered gets an error naming the limit.
-// Failed writes to the host are logged once, with a count of the messages
-// it missed when a write succeeds again or the relay ends. Cancelling the
-// context (SIGTERM) ends Serve also while it reopens the session on a new
+// Lines to the host are written by a goroutine of their own through a
+// queue of at most 64 MiB (four such lines): a host that stops reading its
+// stdout holds nothing, and once more than that waits for it the relay
+// ends with an error saying so (dropping messages would leave its callers
+// waiting unawares). Failed writes to the host are logged once, with a
+// count of the messages it missed when a write succeeds again or the relay
+// ends. Cancelling the context (SIGTERM) ends Serve at once, also while a
+// write to the host blocks and while it reopens the session on a new
 // owner: it does not wait for that owner's answers. Reopening it that
 // fails is tried again after a wait (50 ms, doubling up to 5 s), at most
 // 10 times in a row; then Serve fails saying so.
@@ -122,22 +127,41 @@ func newRelay(log *slog.Logger, out io.Writer) *relay {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("component", "relay")
-	return &relay{log: log, out: &lineWriter{log: log, w: out}, maxLine: server.MaxLineBytes,
+	return &relay{log: log, out: newLineWriter(log, out), maxLine: server.MaxLineBytes,
 		subs: map[string]*jsonrpc.Request{}, inflight: map[jsonrpc.ID]string{}, listens: map[jsonrpc.ID][]byte{}}
 }
 
 // Serve serves the host on in/out through the owner of the data
 // directory, taking over when the owner stops. It returns when the host
-// disconnects or ctx is done (nil), or when taking over fails otherwise
-// than by finding the directory in use.
+// disconnects or ctx is done (nil), when taking over fails otherwise than
+// by finding the directory in use, or when the host does not read its
+// output (see lineWriter).
 func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	if cfg.Socket == "" || cfg.TakeOver == nil {
 		return errors.New("relay: Socket and TakeOver are required")
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	r := newRelay(cfg.Logger, out)
-	defer r.out.report()
+	return newRelay(cfg.Logger, out).run(ctx, cfg, in)
+}
+
+// run is Serve with the relay made. Once it ends, what is queued for the
+// host is written (for up to flushWait) unless ctx is done or the host
+// is stuck: neither waits for the host.
+func (r *relay) run(parent context.Context, cfg Config, in io.Reader) (err error) {
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	r.out.onStuck = cancel
+	defer func() {
+		if stuck := r.out.err(); stuck != nil {
+			err = stuck
+		} else if parent.Err() == nil {
+			fctx, stop := context.WithTimeout(context.WithoutCancel(parent), flushWait)
+			if !r.out.flush(fctx) {
+				r.log.Warn("the host did not read the last messages", "wait", flushWait)
+			}
+			stop()
+		}
+		r.out.report()
+	}()
 	hostLines := make(chan []byte)
 	hostGone := make(chan struct{})
 	go func() {

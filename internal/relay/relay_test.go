@@ -41,6 +41,7 @@ func TestRelayFailsCallsInFlight(t *testing.T) {
 	r.fromOwner(bufio.NewReader(strings.NewReader(`{"jsonrpc":"2.0","id":8,"result":{}}` + "\n" +
 		`{"jsonrpc":"2.0","id":"` + idPrefix + `1","result":{}}` + "\n")))
 	r.failInflight()
+	r.out.flush(t.Context())
 	got := map[string]map[string]any{}
 	sc := bufio.NewScanner(&out)
 	for sc.Scan() {
@@ -145,6 +146,7 @@ func TestRelayResumeOlderHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-ownerDone
+	r.out.flush(t.Context())
 	want := []string{`initialize "mas-relay-1"`, "notifications/initialized ", `logging/setLevel "mas-relay-2"`,
 		`resources/subscribe "mas-relay-3"`, "tools/call 4"}
 	if strings.Join(seen, "|") != strings.Join(want, "|") {
