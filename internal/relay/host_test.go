@@ -10,26 +10,25 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
-	"time"
 
 	"github.com/mas-mcp/mas-mcp/server"
 )
 
-// logLines decodes the relay's JSON log.
-func logLines(t *testing.T, b *bytes.Buffer) []map[string]any {
+// jsonLines decodes what b holds, one JSON object a line: the relay's
+// JSON log, or the messages it wrote to the host or the owner.
+func jsonLines(t *testing.T, b *bytes.Buffer) []map[string]any {
 	t.Helper()
 	var recs []map[string]any
 	sc := bufio.NewScanner(b)
 	for sc.Scan() {
 		var m map[string]any
 		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatalf("log line %q: %v", sc.Text(), err)
+			t.Fatalf("line %q: %v", sc.Text(), err)
 		}
 		recs = append(recs, m)
 	}
@@ -52,24 +51,17 @@ func TestRelayBoundsOwnerLines(t *testing.T) {
 	r.note([]byte(`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"ask_info"}}`))
 	pad := strings.Repeat("x", r.maxLine)
 	r.fromOwner(bufio.NewReader(strings.NewReader(
-		`{"jsonrpc":"2.0","id":7,"result":{"contents":[{"uri":"mas://tasks","text":"` + pad + `"}]}}` + "\n" +
-			`{"jsonrpc":"2.0","id":8,"result":{"content":[{"type":"text","text":"` + pad + `"}]}}` + "\n" +
-			`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"` + pad + `"}}` + "\n" +
-			`{"jsonrpc":"2.0","method":"notifications/resources/list_changed"}` + "\n")))
+		`{"jsonrpc":"2.0","id":7,"result":{"contents":[{"uri":"mas://tasks","text":"`+pad+`"}]}}`+"\n"+
+			`{"jsonrpc":"2.0","id":8,"result":{"content":[{"type":"text","text":"`+pad+`"}]}}`+"\n"+
+			`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"`+pad+`"}}`+"\n"+
+			`{"jsonrpc":"2.0","method":"notifications/resources/list_changed"}`+"\n")), io.Discard)
 	r.out.flush(t.Context())
 
 	limit := strconv.Itoa(r.maxLine)
-	var got []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(host.String()), "\n") {
-		if len(l) > r.maxLine {
-			t.Fatalf("the host got a line of %d bytes, want the over-long lines dropped", len(l))
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("the host got %q: %v", l, err)
-		}
-		got = append(got, m)
+	if strings.Contains(host.String(), pad) {
+		t.Fatal("the host got an over-long line, want them dropped")
 	}
+	got := jsonLines(t, &host)
 	if len(got) != 3 {
 		t.Fatalf("the host got %v, want answers to 7 and 8 and the list_changed notification", got)
 	}
@@ -87,7 +79,7 @@ func TestRelayBoundsOwnerLines(t *testing.T) {
 	}
 	log := logs.String()
 	var warned bool
-	for _, rec := range logLines(t, &logs) {
+	for _, rec := range jsonLines(t, &logs) {
 		if rec["level"] == "WARN" && rec["limit_bytes"] == float64(r.maxLine) && rec["id"] == nil {
 			warned = true
 		}
@@ -123,6 +115,9 @@ func TestRelayResumeFailsOnAnOverLongAnswer(t *testing.T) {
 	}
 }
 
+// noteLine is a notification of the owner to the host.
+const noteLine = `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}` + "\n"
+
 // failingWriter fails while fail is set.
 type failingWriter struct {
 	fail  bool
@@ -144,18 +139,17 @@ func TestRelayReportsAHostThatDoesNotReadOnce(t *testing.T) {
 	var logs bytes.Buffer
 	w := &failingWriter{fail: true}
 	r := newRelay(slog.New(slog.NewJSONHandler(&logs, nil)), w)
-	note := `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}` + "\n"
-	r.fromOwner(bufio.NewReader(strings.NewReader(strings.Repeat(note, 100))))
+	r.fromOwner(bufio.NewReader(strings.NewReader(strings.Repeat(noteLine, 100))), io.Discard)
 	r.out.flush(t.Context())
 	w.fail = false
-	r.fromOwner(bufio.NewReader(strings.NewReader(note)))
+	r.fromOwner(bufio.NewReader(strings.NewReader(noteLine)), io.Discard)
 	r.out.flush(t.Context())
 	if w.lines != 1 {
 		t.Fatalf("the host got %d lines once it read again, want 1", w.lines)
 	}
 	log := logs.String()
 	var warns, recovered []map[string]any
-	for _, rec := range logLines(t, &logs) {
+	for _, rec := range jsonLines(t, &logs) {
 		switch rec["level"] {
 		case "WARN":
 			warns = append(warns, rec)
@@ -200,41 +194,23 @@ func TestRelayEndsWhenCancelledWhileTheHostDoesNotRead(t *testing.T) {
 		defer cancel()
 		out := newStuckWriter()
 		defer close(out.release) // the blocked write ends with the test
-		note := `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}` + "\n"
-		taken := false
-		cfg := Config{
-			Socket: filepath.Join(t.TempDir(), "mas.sock"), // nobody listens: the relay takes over
-			TakeOver: func(context.Context) (Owner, error) {
-				if taken {
-					return nil, errors.New("taken over already")
+		// The owner sends the host a few notifications, then reads until
+		// the relay closes the connection.
+		cfg := takeOverOnce(t, func(c net.Conn) {
+			for range 5 {
+				if _, err := io.WriteString(c, noteLine); err != nil {
+					return
 				}
-				taken = true
-				// The owner sends the host a few notifications, then
-				// reads until the relay closes the connection.
-				return scriptedOwner{func(c net.Conn) {
-					for range 5 {
-						if _, err := io.WriteString(c, note); err != nil {
-							return
-						}
-					}
-					_, _ = io.Copy(io.Discard, c)
-				}}, nil
-			},
-		}
+			}
+			_, _ = io.Copy(io.Discard, c)
+		})
 		hostIn, hostW := io.Pipe()
 		defer hostW.Close()
 		done := make(chan error, 1)
 		go func() { done <- Serve(ctx, cfg, hostIn, out) }()
 		<-out.blocked   // a write to the host blocks
 		synctest.Wait() // and everything else waits on it
-		cancelled := time.Now()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve cancelled while a write to the host blocked: %v", err)
-		}
-		if d := time.Since(cancelled); d != 0 {
-			t.Errorf("Serve returned %s after its context was cancelled, want at once", d)
-		}
+		cancelAtOnce(t, cancel, done, "while a write to the host blocked")
 	})
 }
 
@@ -250,25 +226,14 @@ func TestRelayEndsWhenTheHostLeavesItsOutputUnread(t *testing.T) {
 		var logs bytes.Buffer
 		r := newRelay(slog.New(slog.NewJSONHandler(&logs, nil)), out)
 		r.out.limit = 1 << 10
-		note := `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}` + "\n"
-		taken := false
-		cfg := Config{
-			Socket: filepath.Join(t.TempDir(), "mas.sock"), // nobody listens: the relay takes over
-			TakeOver: func(context.Context) (Owner, error) {
-				if taken {
-					return nil, errors.New("taken over already")
+		// The owner writes notifications until the relay hangs up.
+		cfg := takeOverOnce(t, func(c net.Conn) {
+			for {
+				if _, err := io.WriteString(c, noteLine); err != nil {
+					return
 				}
-				taken = true
-				// The owner writes notifications until the relay hangs up.
-				return scriptedOwner{func(c net.Conn) {
-					for {
-						if _, err := io.WriteString(c, note); err != nil {
-							return
-						}
-					}
-				}}, nil
-			},
-		}
+			}
+		})
 		hostIn, hostW := io.Pipe()
 		defer hostW.Close()
 		err := r.run(context.Background(), cfg, hostIn)
@@ -277,7 +242,7 @@ func TestRelayEndsWhenTheHostLeavesItsOutputUnread(t *testing.T) {
 			t.Errorf("Serve with a host that does not read: %v; want an error saying so and naming the limit %s", err, limit)
 		}
 		var warned int
-		for _, rec := range logLines(t, &logs) {
+		for _, rec := range jsonLines(t, &logs) {
 			if rec["level"] == "WARN" && rec["limit_bytes"] == float64(r.out.limit) {
 				warned++
 			}
@@ -286,4 +251,34 @@ func TestRelayEndsWhenTheHostLeavesItsOutputUnread(t *testing.T) {
 			t.Errorf("%d warnings naming the limit, want 1:\n%s", warned, logs.String())
 		}
 	})
+}
+
+// TestRelayAnswersAnOverLongRequestOfTheOwner: a request of the owner to
+// the host (sampling, elicitation, roots/list) on a line longer than the
+// limit cannot be relayed; the owner gets a JSON-RPC error for it naming
+// the limit, so its caller does not wait for ever. An over-long
+// notification or answer gets no reply, and the lines after are relayed.
+func TestRelayAnswersAnOverLongRequestOfTheOwner(t *testing.T) {
+	var host, toOwner bytes.Buffer
+	r := newRelay(nil, &host)
+	r.maxLine = 1 << 10
+	pad := strings.Repeat("x", r.maxLine)
+	r.fromOwner(bufio.NewReader(strings.NewReader(
+		`{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"`+pad+`"}}]}}`+"\n"+
+			`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"`+pad+`"}}`+"\n"+
+			`{"jsonrpc":"2.0","id":9,"result":{"pad":"`+pad+`"}}`+"\n"+
+			`{"jsonrpc":"2.0","id":"s2","method":"roots/list"}`+"\n")), &toOwner)
+	r.out.flush(t.Context())
+
+	limit := strconv.Itoa(r.maxLine)
+	answers := jsonLines(t, &toOwner)
+	if len(answers) != 1 {
+		t.Fatalf("the owner got %v, want one answer, to its over-long request s1", answers)
+	}
+	if e, _ := answers[0]["error"].(map[string]any); answers[0]["id"] != "s1" || e == nil || !strings.Contains(fmt.Sprint(e["message"]), limit) {
+		t.Errorf("the owner's over-long request s1 answered %v, want a JSON-RPC error naming the limit %s", answers[0], limit)
+	}
+	if got := strings.TrimSpace(host.String()); got != `{"jsonrpc":"2.0","id":"s2","method":"roots/list"}` {
+		t.Errorf("the host got %q, want only the roots/list request after the over-long lines", got)
+	}
 }

@@ -183,40 +183,53 @@ func (w *lineWriter) report() {
 
 // readOwnerLine reads the owner's next line, without its newline. A line
 // longer than limit bytes is read to its end but not kept: line is nil,
-// tooLong is set, and id is the ID the line's start names (the zero ID
-// when none).
-func readOwnerLine(br *bufio.Reader, limit int) (line []byte, tooLong bool, id jsonrpc.ID, err error) {
+// tooLong is set, and head says what the line's start names.
+func readOwnerLine(br *bufio.Reader, limit int) (line []byte, tooLong bool, head lineHead, err error) {
 	line, tooLong, err = server.ReadLine(br, limit, maxHead)
 	if tooLong {
-		id, line = headID(line), nil
+		head, line = headOf(line), nil
 	}
-	return bytes.TrimRight(line, "\r\n"), tooLong, id, err
+	return bytes.TrimRight(line, "\r\n"), tooLong, head, err
 }
 
 // maxHead bounds the start of an over-long line searched for its ID.
 const maxHead = 64 << 10
 
-// headID returns the "id" member of the JSON-RPC message that b is the
-// start of, when the member comes before b ends (go-sdk writes it second,
-// after "jsonrpc"); else the zero ID.
-func headID(b []byte) jsonrpc.ID {
+// lineHead is what the start of an over-long line tells of its message.
+type lineHead struct {
+	ID     jsonrpc.ID // its "id" (the zero ID when none was found)
+	Method string     // its "method": set for a request ("" for an answer)
+}
+
+// request reports whether the line is a call (a request with an ID),
+// which its sender awaits an answer to.
+func (h lineHead) request() bool { return h.Method != "" && h.ID.IsValid() }
+
+// headOf returns the "id" and "method" members of the JSON-RPC message
+// that b is the start of, those that come before b ends or before the
+// first member that does not (go-sdk writes "jsonrpc", "id", "method",
+// then "params", "result" or "error").
+func headOf(b []byte) lineHead {
+	var h lineHead
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return jsonrpc.ID{}
+		return h
 	}
 	for dec.More() {
 		key, err := dec.Token()
 		if err != nil {
-			return jsonrpc.ID{}
+			return h
 		}
 		var v any
 		if err := dec.Decode(&v); err != nil {
-			return jsonrpc.ID{}
+			return h
 		}
-		if key == "id" {
-			id, _ := jsonrpc.MakeID(v)
-			return id
+		switch key {
+		case "id":
+			h.ID, _ = jsonrpc.MakeID(v)
+		case "method":
+			h.Method, _ = v.(string)
 		}
 	}
-	return jsonrpc.ID{}
+	return h
 }

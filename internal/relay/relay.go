@@ -19,7 +19,9 @@
 // Bounds: a line either side may be at most server.MaxLineBytes (16 MiB,
 // what an MCP session of mas-mcp takes as one message). An over-long line
 // of the host is answered by the LineReader; one of the owner is dropped,
-// and the host's request it answered gets an error naming the limit.
+// and the host's request it answered gets an error naming the limit, as
+// does the owner for a request of its own to the host (sampling,
+// elicitation) that the line held.
 // Lines to the host are written by a goroutine of their own through a
 // queue of at most 64 MiB (four such lines): a host that stops reading its
 // stdout holds nothing, and once more than that waits for it the relay
@@ -233,7 +235,7 @@ func (r *relay) run(parent context.Context, cfg Config, in io.Reader) (err error
 		backendGone := make(chan struct{})
 		go func() {
 			defer close(backendGone)
-			r.fromOwner(br)
+			r.fromOwner(br, conn)
 		}()
 		broke := r.fromHost(ctx, conn, hostLines, hostGone, backendGone)
 		conn.Close()
@@ -384,12 +386,13 @@ func ownID(id jsonrpc.ID) bool {
 
 // fromOwner forwards the owner's messages to the host until the
 // connection ends, dropping the answers to the relay's own requests and
-// lines over the limit (see dropOverLong).
-func (r *relay) fromOwner(br *bufio.Reader) {
+// lines over the limit (see dropOverLong; toOwner is the connection, for
+// its answers).
+func (r *relay) fromOwner(br *bufio.Reader, toOwner io.Writer) {
 	for {
-		b, tooLong, id, err := readOwnerLine(br, r.maxLine)
+		b, tooLong, head, err := readOwnerLine(br, r.maxLine)
 		if tooLong {
-			r.dropOverLong(id)
+			r.dropOverLong(head, toOwner)
 		} else if b = bytes.TrimSpace(b); len(b) > 0 {
 			if msg, derr := jsonrpc.DecodeMessage(b); derr == nil {
 				if resp, ok := msg.(*jsonrpc.Response); ok {
@@ -411,16 +414,40 @@ func (r *relay) fromOwner(br *bufio.Reader) {
 }
 
 // dropOverLong handles an owner's line longer than r.maxLine, already
-// read past: the host's request it answered (by id) is answered with an
-// error naming the limit; any other line is logged and dropped.
-func (r *relay) dropOverLong(id jsonrpc.ID) {
-	r.mu.Lock()
-	method, ok := r.inflight[id]
-	delete(r.inflight, id)
-	delete(r.listens, id)
-	r.mu.Unlock()
+// read past, by what its start names: a request of the owner to the host
+// is answered to the owner (on toOwner) with an error naming the limit,
+// so its caller does not wait for ever; the host's request an answer
+// answered (by id) is answered with an error naming the limit; any other
+// line is logged and dropped.
+//
+// toOwner is the connection fromHost writes to as well: a net.Conn's
+// writes are safe to make concurrently, and one line is one Write.
+func (r *relay) dropOverLong(head lineHead, toOwner io.Writer) {
+	id := head.ID
+	if head.request() {
+		r.log.Warn("dropped a request of the owner to the host, longer than the line limit; answered it with an error",
+			"limit_bytes", r.maxLine, "id", id.Raw(), "method", head.Method)
+		b, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest,
+			Message: fmt.Sprintf("invalid request: this %s request is longer than %d bytes, the limit of one message between "+
+				"mas-mcp processes (server.MaxLineBytes); it was dropped and the client never got it: send less", head.Method, r.maxLine)}})
+		if err == nil {
+			_, err = toOwner.Write(append(b, '\n'))
+		}
+		if err != nil {
+			r.log.Warn("answering the owner's over-long request failed", "id", id.Raw(), "method", head.Method, "err", err)
+		}
+		return
+	}
+	method, ok := "", false
+	if head.Method == "" { // an answer: to one of the host's requests?
+		r.mu.Lock()
+		method, ok = r.inflight[id]
+		delete(r.inflight, id)
+		delete(r.listens, id)
+		r.mu.Unlock()
+	}
 	if !ok {
-		r.log.Warn("dropped a message of the owner longer than the line limit", "limit_bytes", r.maxLine, "id", id.Raw())
+		r.log.Warn("dropped a message of the owner longer than the line limit", "limit_bytes", r.maxLine, "id", id.Raw(), "method", head.Method)
 		return
 	}
 	r.log.Warn("dropped the owner's answer to a request of the host, longer than the line limit; answered the request with an error",
@@ -516,14 +543,14 @@ func (r *relay) resume(ctx context.Context, conn net.Conn, br *bufio.Reader) err
 		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 		defer conn.SetReadDeadline(time.Time{})
 		for {
-			line, tooLong, lineID, err := readOwnerLine(br, r.maxLine)
+			line, tooLong, head, err := readOwnerLine(br, r.maxLine)
 			switch {
 			case err != nil:
 				return fmt.Errorf("%s: %w", req.Method, err)
-			case tooLong && lineID == id:
+			case tooLong && head.Method == "" && head.ID == id:
 				return fmt.Errorf("%s: the new owner's answer is longer than %d bytes, the line limit (server.MaxLineBytes)", req.Method, r.maxLine)
 			case tooLong:
-				r.dropOverLong(lineID)
+				r.dropOverLong(head, conn)
 				continue
 			case len(bytes.TrimSpace(line)) == 0:
 				continue

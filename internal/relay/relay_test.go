@@ -38,8 +38,8 @@ func TestRelayFailsCallsInFlight(t *testing.T) {
 	// A subscription stream stays open for the next owner.
 	r.note([]byte(`{"jsonrpc":"2.0","id":10,"method":"subscriptions/listen","params":{"notifications":{"resourceSubscriptions":["mas://tasks"]}}}`))
 	// The owner answered 8, and a request of the relay itself.
-	r.fromOwner(bufio.NewReader(strings.NewReader(`{"jsonrpc":"2.0","id":8,"result":{}}` + "\n" +
-		`{"jsonrpc":"2.0","id":"` + idPrefix + `1","result":{}}` + "\n")))
+	r.fromOwner(bufio.NewReader(strings.NewReader(`{"jsonrpc":"2.0","id":8,"result":{}}`+"\n"+
+		`{"jsonrpc":"2.0","id":"`+idPrefix+`1","result":{}}`+"\n")), io.Discard)
 	r.failInflight()
 	r.out.flush(t.Context())
 	got := map[string]map[string]any{}

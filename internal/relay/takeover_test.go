@@ -26,6 +26,37 @@ func (o scriptedOwner) ServeConn(_ context.Context, c net.Conn) error {
 }
 func (o scriptedOwner) Close() {}
 
+// cancelAtOnce cancels a Serve in a synctest bubble whose result done
+// gets, and checks that it returns nil at the same (fake) instant.
+func cancelAtOnce(t *testing.T, cancel context.CancelFunc, done <-chan error, while string) {
+	t.Helper()
+	cancelled := time.Now()
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Serve cancelled %s: %v", while, err)
+	}
+	if d := time.Since(cancelled); d != 0 {
+		t.Errorf("Serve returned %s after its context was cancelled %s, want at once", d, while)
+	}
+}
+
+// takeOverOnce configures a relay whose socket nobody listens on, so that
+// it takes the data directory over, to an owner that serves with serve; a
+// second take-over fails.
+func takeOverOnce(t *testing.T, serve func(c net.Conn)) Config {
+	taken := false
+	return Config{
+		Socket: filepath.Join(t.TempDir(), "mas.sock"),
+		TakeOver: func(context.Context) (Owner, error) {
+			if taken {
+				return nil, errors.New("taken over already")
+			}
+			taken = true
+			return scriptedOwner{serve}, nil
+		},
+	}
+}
+
 // TestRelayResumeEndsWhenCancelled: a SIGTERM (ctx cancelled) while the
 // relay reopens its host's session on a new owner that does not answer
 // ends Serve at once, not after the resume's wait for an answer.
@@ -69,14 +100,7 @@ func TestRelayResumeEndsWhenCancelled(t *testing.T) {
 		go func() { done <- Serve(ctx, cfg, hostIn, io.Discard) }()
 		fmt.Fprintf(hostW, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18"}}`+"\n")
 		<-heard // the relay resumes on the second owner, which stays silent
-		cancelled := time.Now()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve cancelled during a resume: %v", err)
-		}
-		if d := time.Since(cancelled); d != 0 {
-			t.Errorf("Serve returned %s after its context was cancelled during a resume, want at once", d)
-		}
+		cancelAtOnce(t, cancel, done, "during a resume")
 	})
 }
 
