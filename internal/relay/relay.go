@@ -212,6 +212,8 @@ func (r *relay) run(parent context.Context, cfg Config, in io.Reader) (err error
 			if ctx.Err() != nil {
 				return nil
 			}
+			// The calls it sent the new owner are in flight.
+			r.failInflight()
 			if failed++; failed == maxResumeAttempts {
 				return fmt.Errorf("relay: resuming the host's session on the new owner of the data directory failed %d times in a row "+
 					"(the limit of attempts), the last: %w; see the owner's log", failed, err)
@@ -506,7 +508,9 @@ func (r *relay) answerFailed(id jsonrpc.ID, method, reason string) {
 // level, the subscriptions), each answered before the next. Then the host
 // is told that resources changed. Cancelling ctx ends it at once (conn
 // is closed); an owner that does not answer one of its requests within
-// 10 s fails it.
+// 10 s fails it. What the stopped owner never received leaves r.unsent
+// as it is sent: a resume that fails later does not send it again (the
+// new owner may have run it), and the caller answers it as in flight.
 func (r *relay) resume(ctx context.Context, conn net.Conn, br *bufio.Reader) error {
 	defer context.AfterFunc(ctx, func() { conn.Close() })()
 	r.mu.Lock()
@@ -583,10 +587,20 @@ func (r *relay) resume(ctx context.Context, conn net.Conn, br *bufio.Reader) err
 			}
 		}
 	}
-	for _, b := range append(listens, unsent...) {
+	for _, b := range listens {
 		if err := write(b); err != nil {
 			return err
 		}
+	}
+	for _, b := range unsent {
+		if err := write(b); err != nil {
+			return err
+		}
+		// Sent: should this resume fail, it is in flight (the owner may
+		// have run it), not to be sent again.
+		r.mu.Lock()
+		r.unsent = r.unsent[1:]
+		r.mu.Unlock()
 	}
 
 	// The state may have moved while nobody served it: let the host re-read.
@@ -622,9 +636,6 @@ func (r *relay) resume(ctx context.Context, conn net.Conn, br *bufio.Reader) err
 			notify("notifications/resources/updated", map[string]any{"uri": uri, "_meta": meta})
 		}
 	}
-	r.mu.Lock()
-	r.unsent = r.unsent[len(unsent):]
-	r.mu.Unlock()
 	r.log.Info("resumed the host's session", "resent", len(unsent), "initialized", init != nil, "subscriptions", len(uris), "listens", len(listens))
 	return nil
 }

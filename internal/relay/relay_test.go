@@ -165,3 +165,43 @@ func TestRelayResumeOlderHost(t *testing.T) {
 		t.Errorf("unsent %q after the resume, want none", r.unsent)
 	}
 }
+
+// TestRelayFailedResumeDoesNotReplayWhatItSent: a resume that fails after
+// the new owner took one of the calls the stopped owner never received
+// does not send that call again on the next attempt (the owner may have
+// run it: a tool call twice is a task added twice); it is answered as in
+// flight (it may or may not have taken effect), and the call never sent is
+// kept for the next owner.
+func TestRelayFailedResumeDoesNotReplayWhatItSent(t *testing.T) {
+	var host bytes.Buffer
+	r := newRelay(nil, &host)
+	sent := []byte(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"add_task"}}`)
+	kept := []byte(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"get_inbox"}}`)
+	for _, b := range [][]byte{sent, kept} {
+		r.note(b)
+		r.unsent = append(r.unsent, b)
+	}
+	relaySide, ownerSide := net.Pipe()
+	defer relaySide.Close()
+	ownerDone := make(chan struct{})
+	go func() {
+		defer close(ownerDone)
+		// The new owner takes the first call, then stops.
+		_, _ = bufio.NewReader(ownerSide).ReadBytes('\n')
+		ownerSide.Close()
+	}()
+	err := r.resume(t.Context(), relaySide, bufio.NewReader(relaySide))
+	<-ownerDone
+	if err == nil {
+		t.Fatal("resume on an owner that stopped: no error")
+	}
+	r.failInflight()
+	r.out.flush(t.Context())
+	if len(r.unsent) != 1 || !bytes.Equal(r.unsent[0], kept) {
+		t.Errorf("unsent after the failed resume %q, want only the call never sent (5)", r.unsent)
+	}
+	got := jsonLines(t, &host)
+	if len(got) != 1 || got[0]["id"] != 4.0 || !strings.Contains(fmt.Sprint(got[0]["result"]), "may or may not have taken effect") {
+		t.Errorf("the host got %v, want the call the failed owner took (4) answered as in flight", got)
+	}
+}
