@@ -22,6 +22,7 @@
 // and the host's request it answered gets an error naming the limit, as
 // does the owner for a request of its own to the host (sampling,
 // elicitation) that the line held.
+//
 // Lines to the host are written by a goroutine of their own through a
 // queue of at most 64 MiB (four such lines): a host that stops reading its
 // stdout holds nothing, and once more than that waits for it the relay
@@ -30,9 +31,9 @@
 // count of the messages it missed when a write succeeds again or the relay
 // ends. Cancelling the context (SIGTERM) ends Serve at once, also while a
 // write to the host blocks and while it reopens the session on a new
-// owner: it does not wait for that owner's answers. Reopening it that
-// fails is tried again after a wait (50 ms, doubling up to 5 s), at most
-// 10 times in a row; then Serve fails saying so.
+// owner: it does not wait for that owner's answers. A failed reopening
+// is tried again after a wait (50 ms, doubling up to 5 s), at most 10
+// times in a row; then Serve fails saying so.
 package relay
 
 import (
