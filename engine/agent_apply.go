@@ -67,13 +67,12 @@ func (a *agent) applyOwn(step *StepState, out *Output, cancelled bool, failure e
 		if cur != nil {
 			cur.Usage.Add(out.Usage)
 		}
-		// The step's task names who may be told of it (EventVisible).
-		a.changedLocked(Event{Kind: EventLLMCall, TaskID: step.TaskID, StageID: step.StageID, StepID: step.StepID})
+		a.changedLocked(Event{Kind: EventLLMCall, StepID: step.StepID})
 		return false, failure
 	}
 	cur.Usage.Add(out.Usage)
 	if len(out.Memory) > 0 {
-		result["persistent_memory"] = a.applyMemoryLocked(step, out.Memory)
+		result["persistent_memory"] = a.applyMemoryLocked(step.TaskID, out.Memory)
 	}
 	if failure == nil {
 		failure = a.applyPlanLocked(step, out, result)

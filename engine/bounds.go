@@ -104,6 +104,9 @@ func (a *agent) agentSizeLocked() int {
 	for _, m := range a.st.PersistentMemory {
 		n += storedLen(m) + 24
 	}
+	for _, id := range a.st.MemoryTasks {
+		n += len(id) + 24
+	}
 	for _, stages := range a.st.WorkingMemory {
 		for _, ids := range stages {
 			n += 40 * (len(ids) + 1)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -16,12 +17,18 @@ const memoryKeyLayout = "20060102T150405"
 // memory past Config.MemoryMaxEntries or MemoryMaxChars is refused, never
 // stored in part, and nothing else is dropped to make room: the agent is
 // told in the report and, through MemoryFull, in its next prompts until it
-// consolidates. It returns what happened to each op, in the prompt set's
-// language, for the step's result; step is the step whose output carries
-// ops (its task says who may be told of the change). a.mu must be held.
-func (a *agent) applyMemoryLocked(step *StepState, ops []MemoryOp) []string {
+// consolidates. Each entry added records taskID, the task of the step that
+// wrote it (AgentState.MemoryTasks). It returns what happened to each op,
+// in the prompt set's language, for the step's result. a.mu must be held.
+func (a *agent) applyMemoryLocked(taskID string, ops []MemoryOp) []string {
 	var report []string
 	pm := a.st.PersistentMemory
+	if a.st.MemoryTasks == nil {
+		a.st.MemoryTasks = map[string]string{}
+	}
+	// The tasks whose viewers see the memory change: the step's, and
+	// those of the entries it deletes.
+	tasks := []string{taskID}
 	chars := 0
 	for _, m := range pm {
 		chars += utf8.RuneCountInString(m)
@@ -49,13 +56,18 @@ func (a *agent) applyMemoryLocked(step *StepState, ops []MemoryOp) []string {
 				key = t.Format(memoryKeyLayout)
 			}
 			pm[key] = text
+			a.st.MemoryTasks[key] = taskID
 			chars += n
 			report = append(report, a.sys.text("memory_added", map[string]any{"Key": key}))
 		case op.Delete != "":
 			key := strings.TrimSpace(op.Delete)
 			if m, ok := pm[key]; ok {
 				chars -= utf8.RuneCountInString(m)
+				if t := a.st.MemoryTasks[key]; !slices.Contains(tasks, t) {
+					tasks = append(tasks, t)
+				}
 				delete(pm, key)
+				delete(a.st.MemoryTasks, key)
 				report = append(report, a.sys.text("memory_deleted", map[string]any{"Key": key}))
 			} else {
 				report = append(report, a.sys.text("memory_no_key", map[string]any{"Key": key}))
@@ -67,7 +79,9 @@ func (a *agent) applyMemoryLocked(step *StepState, ops []MemoryOp) []string {
 	// Full until a block of ops is applied without a refusal (the agent
 	// deleted or merged entries, or added only what fits).
 	a.st.MemoryFull = refused
-	a.changedLocked(Event{TaskID: step.TaskID, StageID: step.StageID, StepID: step.StepID, Detail: "persistent_memory"})
+	for _, t := range tasks {
+		a.changedLocked(Event{Detail: "persistent_memory", TaskID: t})
+	}
 	return report
 }
 

@@ -22,7 +22,7 @@ func TestPersistentMemoryOps(t *testing.T) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 
-	report := a.applyMemoryLocked(&StepState{}, []MemoryOp{
+	report := a.applyMemoryLocked("t-1", []MemoryOp{
 		{Add: "  first  "},
 		{Add: "second"},
 		{Delete: "20250101T000000"},
@@ -50,6 +50,11 @@ func TestPersistentMemoryOps(t *testing.T) {
 	if diff := cmp.Diff(want, a.st.PersistentMemory); diff != "" {
 		t.Errorf("persistent_memory mismatch (-want +got):\n%s", diff)
 	}
+	// Each entry's task goes with it (the old note recorded none).
+	wantTasks := map[string]string{"20250613T103022": "t-1", "20250613T103023": "t-1"}
+	if diff := cmp.Diff(wantTasks, a.st.MemoryTasks); diff != "" {
+		t.Errorf("persistent_memory_tasks mismatch (-want +got):\n%s", diff)
+	}
 }
 
 func TestPersistentMemoryKeysStayUnique(t *testing.T) {
@@ -61,11 +66,15 @@ func TestPersistentMemoryKeysStayUnique(t *testing.T) {
 	for range 3 {
 		ops = append(ops, MemoryOp{Add: "same second"})
 	}
-	a.applyMemoryLocked(&StepState{}, ops)
-	a.applyMemoryLocked(&StepState{}, []MemoryOp{{Add: "later call, same second"}})
+	a.applyMemoryLocked("t-1", ops)
+	a.applyMemoryLocked("t-2", []MemoryOp{{Add: "later call, same second"}})
 	want := []string{"20250613T103022", "20250613T103023", "20250613T103024", "20250613T103025"}
 	if diff := cmp.Diff(want, slices.Sorted(maps.Keys(a.st.PersistentMemory))); diff != "" {
 		t.Errorf("keys mismatch (-want +got):\n%s", diff)
+	}
+	wantTasks := map[string]string{want[0]: "t-1", want[1]: "t-1", want[2]: "t-1", want[3]: "t-2"}
+	if diff := cmp.Diff(wantTasks, a.st.MemoryTasks); diff != "" {
+		t.Errorf("persistent_memory_tasks mismatch (-want +got):\n%s", diff)
 	}
 	for _, k := range want {
 		if _, err := time.Parse(memoryKeyLayout, k); err != nil {
@@ -133,7 +142,7 @@ func TestPersistentMemoryCap(t *testing.T) {
 		{[]MemoryOp{{Delete: "20250613T103022"}, {Add: "merged"}}, []string{"20250613T103022", "20250613T103023"}, false, 0},
 	}
 	for i, st := range steps {
-		report := a.applyMemoryLocked(&StepState{}, st.ops)
+		report := a.applyMemoryLocked("t-1", st.ops)
 		refused := 0
 		for _, r := range report {
 			if strings.HasPrefix(r, "refused to add") {

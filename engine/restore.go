@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -90,6 +91,8 @@ func (s *System) StartFrom(img *Image) error {
 		if st.PersistentMemory == nil {
 			st.PersistentMemory = map[string]string{}
 		}
+		// The entries' tasks go with their entries.
+		maps.DeleteFunc(st.MemoryTasks, func(k, _ string) bool { _, ok := st.PersistentMemory[k]; return !ok })
 		a := newAgentOwner(s, st)
 		a.recoverStepsLocked(rerun, stored)
 		if a.kind == KindHuman {

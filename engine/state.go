@@ -231,6 +231,12 @@ type AgentState struct {
 	Kind string `json:"kind"`
 	// Template is the agent template it was made from, if any.
 	Template string `json:"template,omitempty"`
+	// MemoryTasks is {timestamp: task_id}: the task each PersistentMemory
+	// entry was written in, kept in step with it (applyMemoryLocked), so
+	// that an operator is shown only the entries of the tasks it sees
+	// (filterAgent). An entry it lacks (written before entries recorded
+	// their task) is shown to unrestricted viewers only.
+	MemoryTasks map[string]string `json:"persistent_memory_tasks,omitempty"`
 	// Waits details each StepLock entry: whom it waits for and until when.
 	Waits []Wait `json:"step_lock_waits,omitempty"`
 	// WaitingFor says what the agent waits for when its working_state is
@@ -381,6 +387,7 @@ func (a *AgentState) copyState(shareEnded bool, into []StepState) AgentState {
 		c.Received = slices.Clone(a.Received)
 	}
 	c.PersistentMemory = maps.Clone(a.PersistentMemory)
+	c.MemoryTasks = maps.Clone(a.MemoryTasks)
 	c.AgentStep.TodoList = slices.Clone(a.AgentStep.TodoList)
 	n := len(a.AgentStep.StepList)
 	if cap(into) >= n {

@@ -279,6 +279,16 @@ func (b *testbed) newAgent(name string) string {
 	return id
 }
 
+// operator adds an operator (a HumanAgent) to the MAS.
+func (b *testbed) operator(name string) string {
+	b.t.Helper()
+	id, err := b.sys.AddOperator(name)
+	if err != nil {
+		b.t.Fatalf("AddOperator %s: %v", name, err)
+	}
+	return id
+}
+
 // join adds agents to a task group through the operator.
 func (b *testbed) join(taskID string, agents ...string) {
 	b.t.Helper()

@@ -221,9 +221,10 @@ func (s *System) hiddenContents(viewerID string) []string {
 }
 
 // filterAgent leaves out of an agent's state what viewerID may not see: an
-// other operator's conversations and steps; the steps, working memory and
-// waits of tasks it may not see; and steps that carry a private message of
-// others (a reply to another operator, or a step whose text holds one).
+// other operator's conversations and steps; the steps, working memory,
+// waits and persistent-memory entries of tasks it may not see; and steps
+// that carry a private message of others (a reply to another operator, or a
+// step whose text holds one).
 func (s *System) filterAgent(viewerID string, st *AgentState, hidden []string) {
 	if !s.restricted(viewerID) || st.AgentID == viewerID {
 		return
@@ -259,6 +260,17 @@ func (s *System) filterAgent(viewerID string, st *AgentState, hidden []string) {
 		if !seen(id) {
 			delete(st.WorkingMemory, id)
 		}
+	}
+	// A persistent-memory entry is what the agent learnt in the task it
+	// was written in. One that records no task (written before entries
+	// recorded theirs) may come from any: hidden, to be safe, but from
+	// admins, who see every task.
+	for k := range st.PersistentMemory {
+		if id, ok := st.MemoryTasks[k]; ok && seen(id) || !ok && s.isAdmin(viewerID) {
+			continue
+		}
+		delete(st.PersistentMemory, k)
+		delete(st.MemoryTasks, k)
 	}
 	// A wait for a reply from another operator is the agent's question to
 	// it, a private message: its waiting ID and message ID are that

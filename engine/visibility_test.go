@@ -1,10 +1,13 @@
 package engine
 
 import (
+	"context"
 	"encoding/json"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestOwnershipRule: the operator who adds a task owns it; another operator
@@ -15,14 +18,7 @@ func TestOwnershipRule(t *testing.T) {
 	b := newTestbed(t, nil)
 	owner, base, mgr := b.op(), b.sys.BaseTaskID(), b.mgr()
 	w1 := b.newAgent("w1")
-	other, err := b.sys.AddOperator("other")
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := b.sys.AddOperator("admin")
-	if err != nil {
-		t.Fatal(err)
-	}
+	other, admin := b.operator("other"), b.operator("admin")
 	if err := b.sys.SetAdmins([]string{admin}); err != nil {
 		t.Fatal(err)
 	}
@@ -217,4 +213,129 @@ func jsonOf(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestPersistentMemoryFiltered: an LLM agent that works for two operators
+// memorises something in a task of each; each operator sees in the agent's
+// persistent memory only what it wrote in tasks that operator sees (and in
+// the base task, which everyone sees), admins and the MAS's agents see it
+// all, and the agent's prompts keep all of it. After a restart from the
+// store it is the same, and an entry that records no task (written before
+// entries recorded theirs) is shown to admins and the MAS's agents only.
+func TestPersistentMemoryFiltered(t *testing.T) {
+	st := NewMemoryStore()
+	var cfg Config
+	b := newTestbed(t, func(c *Config) { c.Store = st; c.Now = steppingClock(time.Second); cfg = *c })
+	opA, base, mgr := b.op(), b.sys.BaseTaskID(), b.mgr()
+	opB, admin := b.operator("bob"), b.operator("admin")
+	if err := b.sys.SetAdmins([]string{admin}); err != nil {
+		t.Fatal(err)
+	}
+	w := b.newAgent("w")
+	taskA := b.newTask("a's", w)
+	taskB, err := b.sys.AddTask(opB, AddTaskRequest{TaskName: "b's", TaskIntention: "intention of b's"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.sys.AgentInstruction(opB, AgentInstruction{Action: ActionAddTaskParticipant, TaskID: taskB, Agents: StringList{w}}); err != nil {
+		t.Fatal(err)
+	}
+	b.settle()
+
+	const noteA, noteB, noteBase, legacy = "NOTE-of-a's-task", "NOTE-of-b's-task", "NOTE-of-the-base-task", "NOTE-legacy"
+	events := b.sys.Subscribe(1 << 12)
+	defer events.Close()
+	var prompted []string // what the agent's last step had in its memory
+	for task, note := range map[string]string{taskA: noteA, taskB: noteB, base: noteBase} {
+		b.sc.onText("remember "+note, func(_ context.Context, in *ExecInput) *Output {
+			return &Output{Memory: []MemoryOp{{Add: note}}}
+		})
+		id := b.inject(w, task, NoRelative, false, spec(SkillThink, "remember "+note))[0]
+		b.waitFor("the memory step in "+task, func() bool { return b.stepDone(w, id) })
+	}
+	b.sc.onText("recall", func(_ context.Context, in *ExecInput) *Output {
+		prompted = slices.Sorted(maps.Values(in.Agent.PersistentMemory))
+		return &Output{}
+	})
+	recall := b.inject(w, taskA, NoRelative, false, spec(SkillThink, "recall"))[0]
+	b.waitFor("the recall step", func() bool { return b.stepDone(w, recall) })
+	b.settle()
+	if want := slices.Sorted(slices.Values([]string{noteBase, noteA, noteB})); !slices.Equal(prompted, want) {
+		t.Errorf("the agent's prompt had memory %q, want all of %q", prompted, want)
+	}
+
+	// The change of the agent's memory is told to those who see the task
+	// it was made in.
+	hang := time.After(20 * time.Second)
+	for seen := 0; seen < 3; {
+		select {
+		case ev := <-events.C:
+			if ev.AgentID != w || ev.Detail != "persistent_memory" {
+				continue
+			}
+			seen++
+			for who, sees := range map[string]bool{opA: ev.TaskID == taskA || ev.TaskID == base, opB: ev.TaskID == taskB || ev.TaskID == base, admin: true} {
+				if got := b.sys.EventVisible(who, ev); got != sees {
+					t.Errorf("the memory change in task %s: visible to %s %v, want %v", ev.TaskID, who, got, sees)
+				}
+			}
+		case <-hang:
+			t.Fatalf("the memory changes' events never came")
+		}
+	}
+
+	check := func(b *testbed, when string, all []string) {
+		t.Helper()
+		for _, tc := range []struct {
+			who  string
+			want []string
+		}{
+			{opA, []string{noteBase, noteA}},
+			{opB, []string{noteBase, noteB}},
+			{admin, all},
+			{mgr, all},
+		} {
+			tc.want = slices.Sorted(slices.Values(tc.want))
+			a := mustAgent(t, b.sys, tc.who, w)
+			got := slices.Sorted(maps.Values(a.PersistentMemory))
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("%s: %s sees memory %q, want %q", when, tc.who, got, tc.want)
+			}
+			for k := range a.MemoryTasks {
+				if _, ok := a.PersistentMemory[k]; !ok {
+					t.Errorf("%s: %s sees the task of memory entry %s, hidden from it", when, tc.who, k)
+				}
+			}
+			i := slices.IndexFunc(b.sys.AgentsFor(tc.who), func(a AgentState) bool { return a.AgentID == w })
+			if got := slices.Sorted(maps.Values(b.sys.AgentsFor(tc.who)[i].PersistentMemory)); !slices.Equal(got, tc.want) {
+				t.Errorf("%s: in the agent list, %s sees memory %q, want %q", when, tc.who, got, tc.want)
+			}
+			res, err := b.sys.Query(tc.who, AskInfoQuery{Type: QueryAgent, AgentID: StringList{w}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, note := range all {
+				if shown := strings.Contains(res.Markdown, note); shown != slices.Contains(tc.want, note) {
+					t.Errorf("%s: ask_info agent by %s shows %s: %v", when, tc.who, note, shown)
+				}
+			}
+		}
+	}
+	check(b, "before the restart", []string{noteBase, noteA, noteB})
+
+	// A crash, and an entry in the store that records no task, as one
+	// written before entries recorded theirs.
+	img, err := st.Image()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.sub.Close()
+	_ = b.sys.Close()
+	i := slices.IndexFunc(img.Agents, func(a AgentState) bool { return a.AgentID == w })
+	img.Agents[i].PersistentMemory["20200101T000000"] = legacy
+	r := restartFrom(t, cfg, img, b.sc)
+	if err := r.sys.SetAdmins([]string{admin}); err != nil {
+		t.Fatal(err)
+	}
+	check(r, "after the restart", []string{legacy, noteBase, noteA, noteB})
 }

@@ -46,8 +46,9 @@ func TestPutLoadAcrossRestarts(t *testing.T) {
 	t1, t2 := sampleTask("t1"), sampleTask("t2")
 	t2.CreatedAt = t1.CreatedAt.Add(time.Second)
 	a := engine.AgentState{AgentID: "a1", Name: "alice", PersistentMemory: map[string]string{"20260101T000000": "x"},
-		AgentStep: engine.AgentStep{AgentID: "a1", TodoList: []string{"s2"}, StepList: []engine.StepState{{StepID: "s1"}, {StepID: "s2"}}},
-		StepLock:  []string{"w"}, Waits: []engine.Wait{{WaitingID: "w", For: "b", Deadline: t1.CreatedAt.Add(time.Hour)}}}
+		MemoryTasks: map[string]string{"20260101T000000": "t1"},
+		AgentStep:   engine.AgentStep{AgentID: "a1", TodoList: []string{"s2"}, StepList: []engine.StepState{{StepID: "s1"}, {StepID: "s2"}}},
+		StepLock:    []string{"w"}, Waits: []engine.Wait{{WaitingID: "w", For: "b", Deadline: t1.CreatedAt.Add(time.Hour)}}}
 	for _, tk := range []engine.TaskState{t2, t1} {
 		if err := s.PutTask(ctx, &tk); err != nil {
 			t.Fatal(err)
