@@ -67,7 +67,8 @@ func (a *agent) applyOwn(step *StepState, out *Output, cancelled bool, failure e
 		if cur != nil {
 			cur.Usage.Add(out.Usage)
 		}
-		a.changedLocked(Event{Kind: EventLLMCall, StepID: step.StepID})
+		// The step's task names who may be told of it (EventVisible).
+		a.changedLocked(Event{Kind: EventLLMCall, TaskID: step.TaskID, StageID: step.StageID, StepID: step.StepID})
 		return false, failure
 	}
 	cur.Usage.Add(out.Usage)
