@@ -643,6 +643,29 @@ func (a *agent) lastFailedIn(taskID string) (failed bool, mark, stepID, executor
 	return failed, mark, stepID, executor, reason
 }
 
+// newestFailureIn is the agent's newest failed step in a task, if any, and
+// how many of its steps there failed.
+func (a *agent) newestFailureIn(taskID string) (failed int, stepID, executor, reason string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var last *StepState
+	for i := range a.st.AgentStep.StepList {
+		sp := &a.st.AgentStep.StepList[i]
+		if sp.TaskID != taskID || sp.ExecutionState != StateFailed {
+			continue
+		}
+		failed++
+		if last == nil || sp.FinishedAt.After(last.FinishedAt) {
+			last = sp
+		}
+	}
+	if last == nil {
+		return 0, "", "", ""
+	}
+	reason, _ = last.ExecuteResult["error"].(string)
+	return failed, last.StepID, last.Executor, reason
+}
+
 // queued is the length of the agent's todo list and its working state
 // (telemetry's gauges).
 func (a *agent) queued() (int, string) {

@@ -193,6 +193,22 @@ func (s *System) outstanding(st *TaskState) (mark, text string) {
 	if st.Base {
 		return s.baseOutstanding(st)
 	}
+	mark, text = s.stagesOutstanding(st)
+	// Why the manager has not acted may be that its steps fail (a model
+	// whose answers never parse, a refused call): said, or the operator
+	// of a task failed for it reads only what was missing.
+	if a, ok := s.agent(st.TaskManager); ok {
+		if failed, stepID, executor, reason := a.newestFailureIn(st.TaskID); failed > 0 {
+			text += "; " + s.text("stall_last_failure", map[string]any{
+				"Failed": failed, "StepID": stepID, "Executor": executor, "Reason": Truncate(reason, 300),
+			})
+		}
+	}
+	return mark, text
+}
+
+// stagesOutstanding is outstanding for a task's stages.
+func (s *System) stagesOutstanding(st *TaskState) (mark, text string) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s|%d", st.ExecutionState, len(st.TaskGroup))
 	for _, sg := range st.StageList {

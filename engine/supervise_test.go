@@ -104,7 +104,8 @@ func TestStalledTasksEndWithAReason(t *testing.T) {
 				b.sc.onAgent("manager", SkillPlanning, fail("status 500: upstream exploded"))
 				return b.newTask("report")
 			},
-			wantWhy: []string{"no stages yet"},
+			// What was missing, and why the manager did not act.
+			wantWhy: []string{"no stages yet", "manager's steps in it failed, the newest (planning", "status 500: upstream exploded"},
 		},
 		{
 			name: "add_stage allocates agents by name",

@@ -89,6 +89,7 @@ var textFields = map[string][]string{
 	"stall_stage":                {"TaskID", "TaskName", "StageID", "StageIntention", "Finished", "Open"},
 	"stall_no_running_stage":     {"TaskID", "TaskName"},
 	"stall_base":                 {"StepID", "Executor", "Reason"},
+	"stall_last_failure":         {"Failed", "StepID", "Executor", "Reason"},
 	"stall_notice":               {"TaskID", "TaskName", "Quiet", "Outstanding", "Notice", "Notices", "Base"},
 	"stall_failed":               {"Notices", "Quiet", "Outstanding"},
 	"llm_waiting":                {"Since", "Reason"},
