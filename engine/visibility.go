@@ -379,10 +379,12 @@ func (s *System) EventVisible(viewerID string, ev Event) bool {
 	}
 	if ev.Kind == EventMessageDelivered && ev.MessageID != "" && ev.TaskID != "" {
 		// Its agent is the sender: the message's rule decides (an
-		// operator it is sent to sees it). One of another operator that
-		// the task no longer holds cannot be told: hidden.
+		// operator it is sent to sees it). One the task no longer holds
+		// (the base task keeps its newest messages) cannot be told: hidden
+		// but from its sender, whoever sent it, since an agent's message
+		// may have been to one operator only.
 		hidden, found := s.messageSeen(viewerID, ev.TaskID, ev.MessageID)
-		return !hidden && (found || ev.AgentID == viewerID || !s.isHuman(ev.AgentID))
+		return !hidden && (found || ev.AgentID == viewerID)
 	}
 	if (ev.MessageID != "" || ev.Kind == EventAgentChanged || ev.Kind == EventStepChanged || ev.Kind == EventLLMCall) &&
 		ev.AgentID != "" && ev.AgentID != viewerID && s.isHuman(ev.AgentID) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -338,4 +339,28 @@ func TestPersistentMemoryFiltered(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(r, "after the restart", []string{legacy, noteBase, noteA, noteB})
+}
+
+// TestTrimmedPrivateMessageEventsStayHidden: the base task keeps its newest
+// messages only. The delivery event of an agent's private message to one
+// operator must stay hidden from another once the message has left the log
+// (its receivers can no longer be looked up): the rule cannot be told, so
+// it is hidden, as for a message of an operator.
+func TestTrimmedPrivateMessageEventsStayHidden(t *testing.T) {
+	b := newTestbed(t, nil)
+	ann, bea := b.operator("ann"), b.operator("bea")
+	alice := b.newAgent("alice")
+	base := b.sys.baseTaskID
+	bt, _ := b.sys.task(base)
+	bt.record(Message{TaskID: base, MessageID: "private", SenderID: alice, Receiver: []string{ann}, Message: "for ann only"})
+	ev := Event{Kind: EventMessageDelivered, TaskID: base, MessageID: "private", AgentID: alice}
+	if b.sys.EventVisible(bea, ev) {
+		t.Fatal("bea sees the delivery of alice's private message to ann while the log holds it")
+	}
+	for i := range 2 * baseLogLimit {
+		bt.record(Message{TaskID: base, MessageID: "m" + strconv.Itoa(i), SenderID: alice, Receiver: []string{alice}})
+	}
+	if b.sys.EventVisible(bea, ev) {
+		t.Error("bea sees the delivery of alice's private message to ann once the log no longer holds it")
+	}
 }
