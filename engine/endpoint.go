@@ -63,6 +63,9 @@ type outageTracker struct {
 	// holds counts watchOutage's calls: a probe that found nothing held
 	// stops only if no hold came meanwhile.
 	holds int
+	// answers counts the calls that got an answer (endpointAnswered): a
+	// hold sees one that came while it paused, before it watched.
+	answers uint64
 	// baseMu orders the base task's holds and their ends (holdBase,
 	// releaseBase), so that its waits' deadlines move once.
 	baseMu sync.Mutex
@@ -71,6 +74,10 @@ type outageTracker struct {
 // pausedOutage is TaskState.PausedFor of a task whose steps gave up
 // waiting for the LLM endpoint.
 const pausedOutage = "llm_outage"
+
+// outagePausedHook, set by tests only, runs in holdOutage once the task is
+// paused for the outage (before the rest of the hold).
+var outagePausedHook func(s *System, taskID string)
 
 // holdOutage takes back a step whose LLM call waited out the whole outage
 // window and gave up: its task is paused for the outage (the base task
@@ -82,31 +89,38 @@ func (s *System) holdOutage(a *agent, step *StepState, out *Output) bool {
 		return false
 	}
 	st := t.brief()
+	answers := s.outage.answerCount()
 	// Paused (held) before the step is queued again, so that the agent's
 	// loop does not start it again at once.
-	paused := false
 	switch {
 	case st.Base:
 		s.holdBase(out.Err)
 	case st.ExecutionState == StateFinished || st.ExecutionState == StateFailed:
 		return false
 	default:
-		res, err := s.pauseTaskFor(t, SystemSender, true, true, pausedOutage)
+		// The notice is told with the pause: a resume coming at once
+		// (the endpoint answers another call) tells its own after it.
+		_, err := s.pauseTaskFor(t, SystemSender, true, true, pausedOutage, func() {
+			s.log.Warn("task paused: its step gave up waiting for the LLM endpoint", "task", st.TaskID, "step", step.StepID, "err", out.Err)
+			s.tellOperator(s.operatorOf(st.TaskID), "llm_outage_paused", map[string]any{
+				"TaskID": st.TaskID, "TaskName": st.TaskName, "Reason": Truncate(out.Err.Error(), 300),
+			})
+		})
 		if err != nil {
 			s.log.Error("LLM endpoint unavailable: could not pause the task, its step fails", "task", st.TaskID, "err", err)
 			return false
 		}
-		paused = res.Changed
+		if hook := outagePausedHook; hook != nil {
+			hook(s, st.TaskID)
+		}
 	}
 	a.putBack(step, out.Usage)
 	s.addTaskUsage(step.TaskID, out)
-	if paused {
-		s.log.Warn("task paused: its step gave up waiting for the LLM endpoint", "task", st.TaskID, "step", step.StepID, "err", out.Err)
-		s.tellOperator(s.operatorOf(st.TaskID), "llm_outage_paused", map[string]any{
-			"TaskID": st.TaskID, "TaskName": st.TaskName, "Reason": Truncate(out.Err.Error(), 300),
-		})
+	// An answer that came since the pause began (before the watch, which
+	// endpointAnswered reads) resumes now: it would be missed otherwise.
+	if s.watchOutage() != answers {
+		s.resumeOutage()
 	}
-	s.watchOutage()
 	return true
 }
 
@@ -153,12 +167,14 @@ func (s *System) releaseBase() {
 }
 
 // watchOutage records that a task may be paused for an outage and starts
-// the probe, if there is one and it is not running.
-func (s *System) watchOutage() {
+// the probe, if there is one and it is not running. It returns the count
+// of answers so far (answerCount): from now on endpointAnswered resumes.
+func (s *System) watchOutage() uint64 {
 	o := &s.outage
 	o.mu.Lock()
 	o.held = true
 	o.holds++
+	answers := o.answers
 	start := !o.probing && s.cfg.ProbeLLM != nil && !s.isClosed()
 	if start {
 		o.probing = true
@@ -167,6 +183,14 @@ func (s *System) watchOutage() {
 	if start {
 		s.goTracked(s.probeOutage)
 	}
+	return answers
+}
+
+// answerCount returns how many calls got an answer so far.
+func (o *outageTracker) answerCount() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.answers
 }
 
 // rewatchOutage watches again, after a restart, the tasks stored paused
@@ -242,6 +266,7 @@ func (s *System) probeOutage() {
 func (s *System) endpointAnswered() {
 	o := &s.outage
 	o.mu.Lock()
+	o.answers++
 	held := o.held
 	o.mu.Unlock()
 	if held && !s.isClosed() {
@@ -262,15 +287,15 @@ func (s *System) resumeOutage() {
 		if !st.Paused || st.PausedFor != pausedOutage {
 			continue
 		}
-		res, err := s.pauseTaskFor(t, SystemSender, true, false, pausedOutage)
+		_, err := s.pauseTaskFor(t, SystemSender, true, false, pausedOutage, func() {
+			s.log.Info("task resumed: the LLM endpoint answers again", "task", st.TaskID)
+			s.tellOperator(s.operatorOf(st.TaskID), "llm_outage_resumed", map[string]any{"TaskID": st.TaskID, "TaskName": st.TaskName})
+		})
 		switch {
 		case errors.Is(err, ErrEnded):
 		case err != nil:
 			s.log.Error("LLM endpoint available: could not resume a task paused for its outage", "task", st.TaskID, "err", err)
 			s.watchOutage()
-		case res.Changed:
-			s.log.Info("task resumed: the LLM endpoint answers again", "task", st.TaskID)
-			s.tellOperator(s.operatorOf(st.TaskID), "llm_outage_resumed", map[string]any{"TaskID": st.TaskID, "TaskName": st.TaskName})
 		}
 	}
 }

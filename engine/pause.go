@@ -31,12 +31,15 @@ func (s *System) isPaused(taskID string) bool {
 // pauseTask pauses or resumes a task (pause_task, resume_task): its
 // operators, or its manager, may.
 func (s *System) pauseTask(t *task, actorID string, human, pause bool) (*PauseTaskResult, error) {
-	return s.pauseTaskFor(t, actorID, human, pause, "")
+	return s.pauseTaskFor(t, actorID, human, pause, "", nil)
 }
 
 // pauseTaskFor is pauseTask with the MAS's own reason (TaskState.PausedFor,
-// task.setPaused); "" for an operator's, a manager's or a budget's.
-func (s *System) pauseTaskFor(t *task, actorID string, human, pause bool, reason string) (*PauseTaskResult, error) {
+// task.setPaused); "" for an operator's, a manager's or a budget's. told,
+// if not nil, runs when the pause or resume changed the task, before any
+// other pause or resume of it can: what it tells the operator comes in the
+// order of the changes, the last notice saying what the task is.
+func (s *System) pauseTaskFor(t *task, actorID string, human, pause bool, reason string, told func()) (*PauseTaskResult, error) {
 	if !pause && actorID != SystemSender {
 		if err := s.mayResume(t); err != nil {
 			return nil, err
@@ -85,6 +88,9 @@ func (s *System) pauseTaskFor(t *task, actorID string, human, pause bool, reason
 	}
 	s.sup.touch(id) // the quiet clock starts again either way
 	s.log.Info("task "+detail, "task", id, "by", actorID)
+	if told != nil {
+		told()
+	}
 	return &PauseTaskResult{Changed: true, Paused: pause, TaskID: id}, nil
 }
 
