@@ -104,3 +104,69 @@ func (a *agent) rejoinWaits() {
 	a.armTimerLocked()
 	a.mu.Unlock()
 }
+
+// awaitedReply is a restored wait of an LLM agent on another agent's reply.
+type awaitedReply struct{ waiter, replier string }
+
+// releaseLostReplies releases the restored waits whose reply can no longer
+// come: the replier's reply step is stored ended without sending it, but a
+// crash came before the waiter's release was stored (releaseLost). Each is
+// released as the live path does, with its process_message step, instead
+// of sitting out its wait timeout. The agents' waits and steps are read
+// once each: linear in them, whatever the number of messages. Called with
+// the waits rejoined, before the agents' loops run.
+func (s *System) releaseLostReplies(agents []*agent) {
+	waits := map[string]awaitedReply{} // waiting ID ->
+	for _, a := range agents {
+		if a.kind != KindLLM {
+			continue
+		}
+		a.mu.Lock()
+		for _, w := range a.st.Waits {
+			if w.For != SystemSender {
+				waits[w.WaitingID] = awaitedReply{waiter: a.id, replier: w.For}
+			}
+		}
+		a.mu.Unlock()
+	}
+	if len(waits) == 0 {
+		return
+	}
+	for _, a := range agents {
+		a.mu.Lock()
+		lost := a.lostRepliesLocked(waits)
+		a.mu.Unlock()
+		s.releaseLost(a, lost...)
+	}
+}
+
+// lostRepliesLocked returns the waits of waits this agent owes a reply to
+// whose reply step ended without sending it, with no step carrying the
+// same waiting ID that is still to run or that sent it (get_more_info
+// queues a copy): replyLostLocked's judgement, on the stored steps. a.mu
+// must be held.
+func (a *agent) lostRepliesLocked(waits map[string]awaitedReply) []lostReply {
+	settled := map[string]bool{}
+	var ended []*StepState
+	for i := range a.st.AgentStep.StepList {
+		step := &a.st.AgentStep.StepList[i]
+		w, ok := waits[step.ReturnWaitingID]
+		if !ok || step.ReturnWaitingID == "" || w.replier != a.id || w.waiter != step.ReplyTo {
+			continue
+		}
+		_, sent := step.ExecuteResult["message_id"]
+		if sent || (step.ExecutionState != StateFinished && step.ExecutionState != StateFailed) {
+			settled[step.ReturnWaitingID] = true
+			continue
+		}
+		ended = append(ended, step)
+	}
+	var lost []lostReply
+	for _, step := range ended {
+		if !settled[step.ReturnWaitingID] {
+			settled[step.ReturnWaitingID] = true // one release per wait
+			lost = append(lost, lostReplyOf(step, step.ExecuteResult))
+		}
+	}
+	return lost
+}

@@ -22,7 +22,9 @@ type Rerunner interface {
 //     a wait it engaged on a message the crash lost is dropped); a
 //     tool step only when the tool executor says it is safe (Rerunner),
 //     else it fails with a reason the agent's next reflection sees;
-//   - step locks keep their deadlines; the wait graph is rebuilt;
+//   - step locks keep their deadlines; the wait graph is rebuilt; a wait
+//     whose reply step is stored ended without its reply is released,
+//     the release a crash lost (releaseLostReplies);
 //   - messages a receiver has not taken yet are delivered again (receivers
 //     take each message once, by its ID);
 //   - instructions and notices a task's stored state implies, lost by a
@@ -117,6 +119,7 @@ func (s *System) StartFrom(img *Image) error {
 	for _, a := range restored {
 		a.rejoinWaits()
 	}
+	s.releaseLostReplies(restored)
 	if err := s.runLoops(restored); err != nil {
 		return fmt.Errorf("engine: restore: %w", err)
 	}

@@ -320,11 +320,17 @@ func (a *agent) replyLostLocked(step *StepState, result map[string]any) []lostRe
 			return nil
 		}
 	}
+	return []lostReply{lostReplyOf(step, result)}
+}
+
+// lostReplyOf is the wait a reply step that ended with result, without
+// sending its message, leaves without an answer.
+func lostReplyOf(step *StepState, result map[string]any) lostReply {
 	reason, _ := result["error"].(string)
 	if reason == "" {
 		reason = "its reply step ended without sending a reply"
 	}
-	return []lostReply{{waiter: step.ReplyTo, waitingID: step.ReturnWaitingID, taskID: step.TaskID, reason: Truncate(reason, 300)}}
+	return lostReply{waiter: step.ReplyTo, waitingID: step.ReturnWaitingID, taskID: step.TaskID, reason: Truncate(reason, 300)}
 }
 
 // releaseLost releases at once the waits whose reply from replier can no

@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// TestRestoreReleasesAWaitWhoseReplyFailed: the receiver's reply step
+// failed and its end was stored, but a crash came before the waiter's
+// release was: the restart sees the failed reply and releases the wait at
+// once, as the live path does, rather than leaving the waiter to sit out
+// its wait timeout (10 minutes here).
+func TestRestoreReleasesAWaitWhoseReplyFailed(t *testing.T) {
+	b, store, restart := newFreezeBed(t)
+	asker, peer := b.newAgent("asker"), b.newAgent("peer")
+	// The crash comes right before the asker's release is stored. The
+	// peer's reply fails once the asker's asking step is stored finished
+	// (a step run again after the restart would wait anew).
+	asked := make(chan struct{})
+	var once sync.Once
+	store.freezeAt(func(a *AgentState) bool {
+		if a.AgentID != asker {
+			return false
+		}
+		for _, s := range a.AgentStep.StepList {
+			if strings.Contains(s.TextContent, "can no longer come") {
+				return true
+			}
+		}
+		for _, s := range a.AgentStep.StepList {
+			if s.TextContent == "ask" && s.ExecutionState == StateFinished {
+				once.Do(func() { close(asked) })
+			}
+		}
+		return false
+	}, nil)
+	b.sc.onText("ask", func(_ context.Context, in *ExecInput) *Output { return askPeer(in, peer) })
+	b.sc.onAgent("peer", SkillSendMessage, func(context.Context, *ExecInput) *Output {
+		<-asked
+		return &Output{Err: errors.New("the LLM endpoint refused the API key (HTTP 401)")}
+	})
+	task := b.newTask("crash", asker, peer)
+	b.inject(asker, task, NoRelative, false, spec(SkillSendMessage, "ask"))
+	b2, img := restart()
+
+	// The image is the one the crash leaves: the reply failed, the wait held.
+	var failed, waiting, asking bool
+	for _, a := range img.Agents {
+		for _, s := range a.AgentStep.StepList {
+			if a.AgentID == peer && s.Executor == SkillSendMessage && s.ReturnWaitingID != "" && s.ExecutionState == StateFailed {
+				failed = true
+			}
+			if a.AgentID == asker && s.TextContent == "ask" && s.ExecutionState != StateFinished {
+				asking = true
+			}
+		}
+		if a.AgentID == asker && len(a.StepLock) > 0 {
+			waiting = true
+		}
+	}
+	if !failed || !waiting || asking {
+		t.Fatalf("stored: the peer's reply failed %v, the asker waits %v, its asking step not finished %v; want the reply failed, the asker waiting after its step (the crash between the two writes)", failed, waiting, asking)
+	}
+
+	if lock := b2.agent(asker).StepLock; len(lock) != 0 {
+		t.Errorf("after the restart the asker still waits (%v) for a reply whose step failed: it sits out its wait timeout\n%s", lock, b2.dump())
+	}
+	told := func(s StepState) bool {
+		return s.Executor == SkillProcessMessage && strings.Contains(s.TextContent, "can no longer come") && strings.Contains(s.TextContent, "HTTP 401")
+	}
+	b2.waitFor("the asker to read that no reply comes", func() bool {
+		return len(b2.steps(asker, func(s StepState) bool { return told(s) && s.ExecutionState == StateFinished })) > 0
+	})
+	if n := len(b2.steps(asker, told)); n != 1 {
+		t.Errorf("the asker was told %d times that no reply comes, want once\n%s", n, b2.dump())
+	}
+}
