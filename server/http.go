@@ -91,6 +91,13 @@ func (h *HTTPConfig) check() error {
 	return nil
 }
 
+// httpError answers a plain-text error (http.Error) with the MAS's secrets
+// scrubbed from msg, which may quote what the request gave (a header); the
+// monitor API's JSON errors are apiError's.
+func (s *Server) httpError(w http.ResponseWriter, msg string, status int) {
+	http.Error(w, s.sys.Scrub(msg), status)
+}
+
 func isLoopback(host string) bool {
 	if host == "localhost" {
 		return true
@@ -161,7 +168,7 @@ func (s *Server) guard(next http.Handler) http.Handler {
 	inner := next
 	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if v := r.Header.Get("Mcp-Protocol-Version"); v != "" && !slices.Contains(mcp.SupportedProtocolVersions(), v) {
-			http.Error(w, fmt.Sprintf("unsupported MCP protocol version %q (supported: %s)", v,
+			s.httpError(w, fmt.Sprintf("unsupported MCP protocol version %q (supported: %s)", v,
 				strings.Join(mcp.SupportedProtocolVersions(), ", ")), http.StatusBadRequest)
 			return
 		}
@@ -199,11 +206,11 @@ func (s *Server) perimeter(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if len(hosts) > 0 && !slices.Contains(hosts, hostOnly(r.Host)) {
-			http.Error(w, fmt.Sprintf("host %q is not allowed", r.Host), http.StatusForbidden)
+			s.httpError(w, fmt.Sprintf("host %q is not allowed", r.Host), http.StatusForbidden)
 			return
 		}
 		if o := r.Header.Get("Origin"); o != "" && !s.originAllowed(o, r) {
-			http.Error(w, fmt.Sprintf("origin %q is not allowed", o), http.StatusForbidden)
+			s.httpError(w, fmt.Sprintf("origin %q is not allowed", o), http.StatusForbidden)
 			return
 		}
 		if r.ContentLength > cfg.MaxBodyBytes {

@@ -167,14 +167,15 @@ type capError struct {
 
 func (e *capError) Error() string { return e.msg }
 
-// write answers the refused request; asJSON in the monitor API's shape.
-func (e *capError) write(w http.ResponseWriter, asJSON bool) {
+// refuse answers a request refused over a cap; asJSON in the monitor
+// API's shape.
+func (s *Server) refuse(w http.ResponseWriter, e *capError, asJSON bool) {
 	w.Header().Set("Retry-After", strconv.Itoa(max(1, int((e.retryAfter+time.Second-1)/time.Second))))
 	if asJSON {
-		apiError(w, e.status, e.msg)
+		s.apiError(w, e.status, e.msg)
 		return
 	}
-	http.Error(w, e.msg, e.status)
+	s.httpError(w, e.msg, e.status)
 }
 
 // retryStreams is the Retry-After of a refused session or stream: long
@@ -265,7 +266,7 @@ func (s *Server) limitStreams(c *streamCaps, asJSON bool, next http.Handler) htt
 		release, err := c.acquire(op)
 		if err != nil {
 			s.log.Warn("stream refused", "what", c.what, "operator", op, "status", err.status)
-			err.write(w, asJSON)
+			s.refuse(w, err, asJSON)
 			return
 		}
 		defer release()
@@ -313,7 +314,7 @@ func (s *Server) limitLongRequests(next http.Handler) http.Handler {
 		release, err := s.longCaps.acquire(op)
 		if err != nil {
 			s.log.Warn("long-lived request refused", "what", what, "operator", op, "status", err.status)
-			err.write(w, false)
+			s.refuse(w, err, false)
 			return
 		}
 		defer release()
@@ -388,7 +389,7 @@ func (s *Server) limitSessions(next http.Handler) http.Handler {
 		release, err := m.caps.acquire(op)
 		if err != nil {
 			s.log.Warn("MCP session refused", "operator", op, "status", err.status)
-			err.write(w, false)
+			s.refuse(w, err, false)
 			return
 		}
 		// The SDK names the session it created in the response header;

@@ -65,10 +65,10 @@ func (s *Server) apiHandler() http.Handler {
 		// The mux's own 405 never happens: this catch-all matches first.
 		if methods, ok := apiMethods[r.URL.Path]; ok {
 			w.Header().Set("Allow", methods)
-			apiError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s: %s takes %s", r.Method, r.URL.Path, methods))
+			s.apiError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s: %s takes %s", r.Method, r.URL.Path, methods))
 			return
 		}
-		apiError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
+		s.apiError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// JSON and event streams only: nothing to render, nothing to frame.
@@ -143,7 +143,7 @@ func (s *Server) authedSession(w http.ResponseWriter, r *http.Request) (op, sess
 			s.throttle.failed(bearerKeys(r)...)
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="mas-mcp"`)
-		apiError(w, http.StatusUnauthorized, "bind an operator first (POST /api/bind_human_agent) or send its bearer token")
+		s.apiError(w, http.StatusUnauthorized, "bind an operator first (POST /api/bind_human_agent) or send its bearer token")
 	}
 	return op, session, ok
 }
@@ -158,27 +158,31 @@ func apiJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // apiError answers {"success": false, "message": …} (spec §7.4.1's shape).
-func apiError(w http.ResponseWriter, status int, msg string) {
-	apiJSON(w, status, map[string]any{"success": false, "message": msg})
+// The message is scrubbed of the MAS's secrets (engine.Config.Secrets):
+// errors quote what the request gave (its path, a header, a field's or a
+// parameter's value, an engine error naming an ID), as the MCP server's
+// answers do (scrubAnswers).
+func (s *Server) apiError(w http.ResponseWriter, status int, msg string) {
+	apiJSON(w, status, map[string]any{"success": false, "message": s.sys.Scrub(msg)})
 }
 
 // readJSON reads a POST's body into v strictly, or answers why not: a
 // Content-Type other than application/json (415); a body that is not one
 // JSON object of known fields with nothing but white space after it (400);
 // one larger than the limit (413). It reports whether v was read.
-func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	ct := r.Header.Get("Content-Type")
 	mt, params, err := mime.ParseMediaType(ct)
 	if cs, ok := params["charset"]; err != nil || mt != "application/json" || ok && !strings.EqualFold(cs, "utf-8") {
-		apiError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q: must be application/json", ct))
+		s.apiError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q: must be application/json", ct))
 		return false
 	}
 	fail := func(err error) bool {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			apiError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body: larger than %d bytes", mbe.Limit))
+			s.apiError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body: larger than %d bytes", mbe.Limit))
 		} else {
-			apiError(w, http.StatusBadRequest, "body: "+err.Error())
+			s.apiError(w, http.StatusBadRequest, "body: "+err.Error())
 		}
 		return false
 	}
@@ -227,7 +231,7 @@ func (s *Server) apiStates(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	default:
-		apiError(w, http.StatusBadRequest, fmt.Sprintf("type %q: must be task, stage, agent or step", typ))
+		s.apiError(w, http.StatusBadRequest, fmt.Sprintf("type %q: must be task, stage, agent or step", typ))
 		return
 	}
 	apiJSON(w, http.StatusOK, out)
@@ -247,7 +251,7 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	flusher, ok := w.(http.Flusher)
 	if !ok {
-		apiError(w, http.StatusInternalServerError, "streaming is not supported by this connection")
+		s.apiError(w, http.StatusInternalServerError, "streaming is not supported by this connection")
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -324,7 +328,7 @@ type bindRequest struct {
 
 func (s *Server) apiBind(w http.ResponseWriter, r *http.Request) {
 	var req bindRequest
-	if !readJSON(w, r, &req) {
+	if !s.readJSON(w, r, &req) {
 		return
 	}
 	var op string
@@ -338,14 +342,14 @@ func (s *Server) apiBind(w http.ResponseWriter, r *http.Request) {
 		var ok bool
 		if op, ok = s.tokenOperator(req.Token); !ok {
 			s.throttle.failed(keys...)
-			apiError(w, http.StatusUnauthorized, "token: not a token of this server")
+			s.apiError(w, http.StatusUnauthorized, "token: not a token of this server")
 			return
 		}
 		s.throttle.succeeded(keys...)
 	case req.HumanAgentID != "":
 		if !s.sys.CheckOperatorPassword(req.HumanAgentID, req.Password) {
 			s.throttle.failed(keys...)
-			apiError(w, http.StatusUnauthorized, "human_agent_id and password: no operator with this password")
+			s.apiError(w, http.StatusUnauthorized, "human_agent_id and password: no operator with this password")
 			return
 		}
 		s.throttle.succeeded(keys...)
@@ -354,7 +358,7 @@ func (s *Server) apiBind(w http.ResponseWriter, r *http.Request) {
 		// Loopback without tokens: binding needs nothing (the default operator).
 		op = s.sys.OperatorID()
 	default:
-		apiError(w, http.StatusBadRequest, "token, or human_agent_id and password: one is required")
+		s.apiError(w, http.StatusBadRequest, "token, or human_agent_id and password: one is required")
 		return
 	}
 	http.SetCookie(w, &http.Cookie{
@@ -411,21 +415,21 @@ func (s *Server) apiSendMessage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req sendRequest
-	if !readJSON(w, r, &req) {
+	if !s.readJSON(w, r, &req) {
 		return
 	}
 	if missing := req.missing(); len(missing) > 0 {
-		apiError(w, http.StatusBadRequest, strings.Join(missing, "; "))
+		s.apiError(w, http.StatusBadRequest, strings.Join(missing, "; "))
 		return
 	}
 	if req.HumanAgentID != "" && req.HumanAgentID != op {
-		apiError(w, http.StatusForbidden, fmt.Sprintf("human_agent_id %q: this session acts as operator %s", req.HumanAgentID, op))
+		s.apiError(w, http.StatusForbidden, fmt.Sprintf("human_agent_id %q: this session acts as operator %s", req.HumanAgentID, op))
 		return
 	}
 	in := SendMessageIn{TaskID: req.TaskID, Receiver: req.Receiver, Content: req.Content,
 		StageRelative: req.StageRelative, NeedReply: req.NeedReply, Waiting: req.Waiting, ReplyTo: req.ReplyTo}
 	if err := in.check(&s.cfg.Limits); err != nil {
-		apiError(w, http.StatusBadRequest, err.Error())
+		s.apiError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	msgs, err := s.sys.HumanSend(op, engine.HumanMessage{
@@ -439,7 +443,7 @@ func (s *Server) apiSendMessage(w http.ResponseWriter, r *http.Request) {
 		} else if errors.Is(err, engine.ErrForbidden) {
 			status = http.StatusForbidden
 		}
-		apiError(w, status, err.Error())
+		s.apiError(w, status, err.Error())
 		return
 	}
 	ids := make([]string, len(msgs))
@@ -456,7 +460,7 @@ func (s *Server) apiInbox(w http.ResponseWriter, r *http.Request) {
 	}
 	entries, err := s.sys.Inbox(op)
 	if err != nil {
-		apiError(w, http.StatusNotFound, err.Error())
+		s.apiError(w, http.StatusNotFound, err.Error())
 		return
 	}
 	apiJSON(w, http.StatusOK, InboxDocument{OperatorID: op, Messages: entries})

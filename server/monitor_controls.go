@@ -39,11 +39,11 @@ func (s *Server) apiControl(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req controlRequest
-	if !readJSON(w, r, &req) {
+	if !s.readJSON(w, r, &req) {
 		return
 	}
 	if !slices.Contains(controlActions, req.Action) {
-		apiError(w, http.StatusBadRequest, fmt.Sprintf("action %q: must be one of %s", req.Action, strings.Join(controlActions, ", ")))
+		s.apiError(w, http.StatusBadRequest, fmt.Sprintf("action %q: must be one of %s", req.Action, strings.Join(controlActions, ", ")))
 		return
 	}
 	// The IDs are held to what the MCP tools hold them to (manage_task,
@@ -56,7 +56,7 @@ func (s *Server) apiControl(w http.ResponseWriter, r *http.Request) {
 	c.text("reason", req.Reason)
 	c.text("instruction", req.Instruction)
 	if c.err != nil {
-		apiError(w, http.StatusBadRequest, c.err.Error())
+		s.apiError(w, http.StatusBadRequest, c.err.Error())
 		return
 	}
 	var res any
@@ -64,13 +64,13 @@ func (s *Server) apiControl(w http.ResponseWriter, r *http.Request) {
 	switch req.Action {
 	case engine.ActionPauseTask, engine.ActionResumeTask:
 		if strings.TrimSpace(req.TaskID) == "" {
-			apiError(w, http.StatusBadRequest, "task_id: is required")
+			s.apiError(w, http.StatusBadRequest, "task_id: is required")
 			return
 		}
 		res, err = s.sys.TaskInstruction(op, engine.TaskInstruction{Action: req.Action, TaskID: req.TaskID})
 	case engine.ActionPauseAgent, engine.ActionResumeAgent:
 		if strings.TrimSpace(req.AgentID) == "" {
-			apiError(w, http.StatusBadRequest, "agent_id: is required")
+			s.apiError(w, http.StatusBadRequest, "agent_id: is required")
 			return
 		}
 		res, err = s.sys.AgentInstruction(op, engine.AgentInstruction{Action: req.Action, Agents: engine.StringList{req.AgentID}})
@@ -85,7 +85,7 @@ func (s *Server) apiControl(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
-		apiError(w, engineStatus(err), err.Error())
+		s.apiError(w, engineStatus(err), err.Error())
 		return
 	}
 	apiJSON(w, http.StatusOK, map[string]any{"success": true, "message": req.Action + " done", "result": res})
@@ -104,23 +104,23 @@ func (s *Server) apiAnswerApproval(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req approvalRequest
-	if !readJSON(w, r, &req) {
+	if !s.readJSON(w, r, &req) {
 		return
 	}
 	switch {
 	case strings.TrimSpace(req.MessageID) == "":
-		apiError(w, http.StatusBadRequest, "message_id: is required")
+		s.apiError(w, http.StatusBadRequest, "message_id: is required")
 		return
 	case req.Approve == nil:
-		apiError(w, http.StatusBadRequest, "approve: is required (true or false)")
+		s.apiError(w, http.StatusBadRequest, "approve: is required (true or false)")
 		return
 	}
 	if err := (AnswerApprovalIn{MessageID: req.MessageID, Note: req.Note}).check(&s.cfg.Limits); err != nil {
-		apiError(w, http.StatusBadRequest, err.Error())
+		s.apiError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	if err := s.sys.AnswerApproval(op, req.MessageID, engine.Decision{Approve: *req.Approve, Note: req.Note}); err != nil {
-		apiError(w, engineStatus(err), err.Error())
+		s.apiError(w, engineStatus(err), err.Error())
 		return
 	}
 	word := map[bool]string{true: "approved", false: "denied"}[*req.Approve]

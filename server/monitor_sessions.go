@@ -218,14 +218,14 @@ func bearerKeys(r *http.Request) []string { return bindKeys(r, "") }
 func (s *Server) bearerBackingOff(w http.ResponseWriter, r *http.Request, asJSON bool) bool {
 	wait := s.throttle.wait(bearerKeys(r)...)
 	if wait > 0 {
-		s.tooEarly(wait).write(w, asJSON)
+		s.refuse(w, s.tooEarly(wait), asJSON)
 	}
 	return wait > 0
 }
 
 // refuseTooEarly answers 429 to a bind attempt that must still wait.
 func (s *Server) refuseTooEarly(w http.ResponseWriter, wait time.Duration) {
-	s.tooEarly(wait).write(w, true)
+	s.refuse(w, s.tooEarly(wait), true)
 }
 
 // tooEarly is the 429 of an attempt (a bind, a bearer token) that must

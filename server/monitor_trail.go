@@ -26,13 +26,13 @@ func (s *Server) apiTrail(w http.ResponseWriter, r *http.Request) {
 		c.name(f.name, f.v)
 	}
 	if c.err != nil {
-		apiError(w, http.StatusBadRequest, c.err.Error())
+		s.apiError(w, http.StatusBadRequest, c.err.Error())
 		return
 	}
 	if l := v.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil {
-			apiError(w, http.StatusBadRequest, "limit "+strconv.Quote(l)+": not a number")
+			s.apiError(w, http.StatusBadRequest, "limit "+strconv.Quote(l)+": not a number")
 			return
 		}
 		q.Limit = n
@@ -40,10 +40,10 @@ func (s *Server) apiTrail(w http.ResponseWriter, r *http.Request) {
 	d, err := s.trailPage(op, q)
 	switch {
 	case errors.Is(err, engine.ErrNotFound):
-		apiError(w, http.StatusNotFound, err.Error())
+		s.apiError(w, http.StatusNotFound, err.Error())
 		return
 	case err != nil:
-		apiError(w, http.StatusBadRequest, err.Error())
+		s.apiError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	if v.Get("brief") == "1" {
