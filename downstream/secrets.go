@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"net/url"
 	"regexp"
-	"slices"
 	"strings"
 
 	"github.com/mas-mcp/mas-mcp/engine"
+	"github.com/mas-mcp/mas-mcp/internal/secret"
 	"github.com/mas-mcp/mas-mcp/llm"
 )
 
@@ -21,11 +21,6 @@ import (
 // server that mas-mcp keeps or shows: step errors and results, trail
 // entries, log lines (stderr included).
 
-// minSecret is the shortest configured value that is scrubbed. Shorter
-// values are too likely to occur by chance (env DEBUG=1, a port, "true"):
-// replacing them would mangle results and errors. Secrets are longer.
-const minSecret = 8
-
 // redacted replaces a secret.
 const redacted = "[REDACTED]"
 
@@ -33,10 +28,13 @@ const redacted = "[REDACTED]"
 // secret (--api-key, --token=…, -password).
 var secretName = regexp.MustCompile(`(?i)(key|token|secret|passw|pwd|auth|credential|cookie|session|signature)`)
 
-// scrubber replaces a server's configured secrets by [REDACTED]. Fixed at
-// creation; safe for concurrent use; a nil scrubber changes nothing.
+// scrubber replaces a server's configured secrets by [REDACTED], by
+// internal/secret's rule: values under secret.MinLen bytes are left alone,
+// as they are too likely to occur by chance (env DEBUG=1, a port, "true"):
+// replacing them would mangle results and errors. Fixed at creation; safe
+// for concurrent use; a nil scrubber changes nothing.
 type scrubber struct {
-	r *strings.Replacer
+	l *secret.List
 }
 
 // newScrubber collects sc's secrets: the values of headers and env
@@ -48,15 +46,13 @@ type scrubber struct {
 // password and its secret-looking query values (named like a secret, or
 // looksRandom; as written and decoded: not a date or a version, which
 // results are full of), the values of secret flags among the args, and the
-// same of URLs in env values and args. Values under minSecret characters
-// are left alone.
+// same of URLs in env values and args. Values under secret.MinLen
+// characters are left alone.
 func newScrubber(sc ServerConfig) *scrubber {
 	var secrets []string
 	add := func(vs ...string) {
 		for _, v := range vs {
-			if v = strings.TrimSpace(v); len(v) >= minSecret {
-				secrets = append(secrets, v)
-			}
+			secrets = append(secrets, strings.TrimSpace(v))
 		}
 	}
 	addURL := func(raw string) {
@@ -110,16 +106,11 @@ func newScrubber(sc ServerConfig) *scrubber {
 		}
 		addURL(a)
 	}
-	if len(secrets) == 0 {
+	l := secret.New(redacted, secrets...)
+	if l == nil {
 		return nil
 	}
-	// Longest first: "Bearer X" is replaced whole, not as "Bearer " and X.
-	slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) })
-	pairs := make([]string, 0, 2*len(secrets))
-	for _, s := range slices.Compact(secrets) {
-		pairs = append(pairs, s, redacted)
-	}
-	return &scrubber{r: strings.NewReplacer(pairs...)}
+	return &scrubber{l: l}
 }
 
 // looksRandom reports whether a value looks like a token rather than a
@@ -140,7 +131,7 @@ func (s *scrubber) text(t string) string {
 	if s == nil {
 		return t
 	}
-	return s.r.Replace(t)
+	return s.l.Text(t)
 }
 
 // err returns err with its text scrubbed; it still unwraps to err, so
@@ -149,7 +140,7 @@ func (s *scrubber) err(err error) error {
 	if s == nil || err == nil {
 		return err
 	}
-	return engine.ScrubbedError(err, s.r.Replace)
+	return s.l.Error(err)
 }
 
 // value returns v with every string in it (keys included) scrubbed: plain
@@ -160,11 +151,11 @@ func (s *scrubber) value(v any) any {
 	}
 	switch x := v.(type) {
 	case string:
-		return s.r.Replace(x)
+		return s.l.Text(x)
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, vv := range x {
-			out[s.r.Replace(k)] = s.value(vv)
+			out[s.l.Text(k)] = s.value(vv)
 		}
 		return out
 	case []any:
@@ -176,7 +167,7 @@ func (s *scrubber) value(v any) any {
 	case map[string]string:
 		out := make(map[string]string, len(x))
 		for k, vv := range x {
-			out[s.r.Replace(k)] = s.r.Replace(vv)
+			out[s.l.Text(k)] = s.l.Text(vv)
 		}
 		return out
 	case bool, float64, int, int64, json.Number:

@@ -2,8 +2,8 @@ package engine
 
 import (
 	"reflect"
-	"slices"
-	"strings"
+
+	"github.com/mas-mcp/mas-mcp/internal/secret"
 )
 
 // Secrets never enter the state (beyond the spec): the MAS's own secrets
@@ -20,71 +20,44 @@ import (
 
 // Redacted replaces a secret in the texts the engine takes in (the word
 // the trail uses too).
-const Redacted = "[redacted]"
+const Redacted = secret.Redacted
 
-// minSecretLen is the shortest secret the engine scrubs: a shorter one
-// (a four-letter password) would redact common words and IDs from
-// everything the MAS says.
-const minSecretLen = 8
-
-// secretList is the configured secrets the engine scrubs, longest first
-// (a secret that contains another is replaced whole).
-type secretList []string
-
-// newSecretList keeps the secrets of at least minSecretLen bytes, once each.
-func newSecretList(secrets []string) secretList {
-	var out secretList
-	for _, s := range secrets {
-		if len(s) >= minSecretLen && !slices.Contains(out, s) {
-			out = append(out, s)
-		}
-	}
-	slices.SortStableFunc(out, func(a, b string) int { return len(b) - len(a) })
-	return out
-}
-
-// text returns s with every secret replaced by Redacted (s itself, not a
-// copy, when it holds none).
-func (l secretList) text(s string) string {
-	for _, sec := range l {
-		if strings.Contains(s, sec) {
-			s = strings.ReplaceAll(s, sec, Redacted)
-		}
-	}
-	return s
-}
+// Which secrets are scrubbed, and how, is internal/secret's rule: those of
+// at least secret.MinLen bytes, wherever they appear; shorter ones (a
+// four-letter password) are not, anywhere: they would redact common words
+// and IDs from everything the MAS says.
 
 // scrub returns text with the configured secrets replaced by Redacted.
-func (s *System) scrub(text string) string { return s.secrets.text(text) }
+func (s *System) scrub(text string) string { return s.secrets.Text(text) }
 
 // Scrub returns text with the configured secrets (Config.Secrets) replaced
 // by Redacted, for layers that answer with what they were given (the MCP
 // server's errors).
-func (s *System) Scrub(text string) string { return s.secrets.text(text) }
+func (s *System) Scrub(text string) string { return s.secrets.Text(text) }
 
 // scrubbed returns v with the configured secrets replaced in every string
 // it holds, through exported struct fields, pointers, slices, maps and
 // interfaces (map keys are left as they are; v must hold no cycle): every
 // field of what crosses into the engine is covered, those added later too. What holds a secret is copied, never changed in
 // place (callers and executors keep what they passed); v itself is
-// returned when it holds none. An error's text is scrubbed by scrubError,
+// returned when it holds none. An error's text is scrubbed by ScrubError,
 // not here.
-func scrubbed[T any](l secretList, v T) T {
-	if len(l) == 0 {
+func scrubbed[T any](l *secret.List, v T) T {
+	if l.Len() == 0 {
 		return v
 	}
-	if out, changed := l.value(reflect.ValueOf(&v).Elem()); changed {
+	if out, changed := scrubValue(l, reflect.ValueOf(&v).Elem()); changed {
 		return out.Interface().(T)
 	}
 	return v
 }
 
-// value is scrubbed on a reflected value: it returns a scrubbed copy and
-// true, or v and false when v holds no secret.
-func (l secretList) value(v reflect.Value) (reflect.Value, bool) {
+// scrubValue is scrubbed on a reflected value: it returns a scrubbed copy
+// and true, or v and false when v holds no secret.
+func scrubValue(l *secret.List, v reflect.Value) (reflect.Value, bool) {
 	switch v.Kind() {
 	case reflect.String:
-		s := l.text(v.String())
+		s := l.Text(v.String())
 		if s == v.String() {
 			return v, false
 		}
@@ -95,7 +68,7 @@ func (l secretList) value(v reflect.Value) (reflect.Value, bool) {
 		if v.IsNil() {
 			return v, false
 		}
-		e, changed := l.value(v.Elem())
+		e, changed := scrubValue(l, v.Elem())
 		if !changed {
 			return v, false
 		}
@@ -114,7 +87,7 @@ func (l secretList) value(v reflect.Value) (reflect.Value, bool) {
 			if !v.Type().Field(i).IsExported() {
 				continue
 			}
-			f, changed := l.value(v.Field(i))
+			f, changed := scrubValue(l, v.Field(i))
 			if !changed {
 				continue
 			}
@@ -128,7 +101,7 @@ func (l secretList) value(v reflect.Value) (reflect.Value, bool) {
 	case reflect.Slice, reflect.Array:
 		var out reflect.Value
 		for i := range v.Len() {
-			e, changed := l.value(v.Index(i))
+			e, changed := scrubValue(l, v.Index(i))
 			if !changed {
 				continue
 			}
@@ -147,7 +120,7 @@ func (l secretList) value(v reflect.Value) (reflect.Value, bool) {
 	case reflect.Map:
 		var out reflect.Value
 		for it := v.MapRange(); it.Next(); {
-			e, changed := l.value(it.Value())
+			e, changed := scrubValue(l, it.Value())
 			if !changed {
 				continue
 			}
@@ -172,42 +145,19 @@ func made(out, v reflect.Value) (reflect.Value, bool) {
 	return v, false
 }
 
-// scrubError returns err, or when its text holds a secret an error with
-// the text scrubbed that still wraps err (errors.Is keeps working).
-func (s *System) scrubError(err error) error {
-	if err == nil {
-		return nil
-	}
-	return ScrubbedError(err, s.scrub)
-}
-
-// ScrubbedError returns err, or when scrub changes its text an error with
-// the scrubbed text that still wraps err (errors.Is and errors.As see what
-// they saw).
-func ScrubbedError(err error, scrub func(string) string) error {
-	msg := err.Error()
-	if clean := scrub(msg); clean != msg {
-		return &scrubbedError{msg: clean, err: err}
-	}
-	return err
-}
-
-// scrubbedError is an error whose text had a secret.
-type scrubbedError struct {
-	msg string
-	err error
-}
-
-func (e *scrubbedError) Error() string { return e.msg }
-func (e *scrubbedError) Unwrap() error { return e.err }
+// ScrubError returns err, or when its text holds a configured secret an
+// error with the text scrubbed that still wraps err (errors.Is and
+// errors.As see what they saw), for layers that answer with errors quoting
+// what they were given (the MCP server's).
+func (s *System) ScrubError(err error) error { return s.secrets.Error(err) }
 
 // scrubOutput returns an executor's output with the configured secrets
 // replaced everywhere in it, its error's text included.
 func (s *System) scrubOutput(out *Output) *Output {
-	if len(s.secrets) == 0 {
+	if s.secrets.Len() == 0 {
 		return out
 	}
 	c := scrubbed(s.secrets, *out)
-	c.Err = s.scrubError(out.Err)
+	c.Err = s.ScrubError(out.Err)
 	return &c
 }

@@ -5,10 +5,12 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/mas-mcp/mas-mcp/internal/secret"
 )
 
 func TestSecretListText(t *testing.T) {
-	l := newSecretList([]string{"hunter2", "sk-LONG-secret", "sk-LONG-secret-and-more", "", "sk-LONG-secret"})
+	l := secret.New(Redacted, "hunter2", "sk-LONG-secret", "sk-LONG-secret-and-more", "", "sk-LONG-secret")
 	for _, tc := range []struct{ in, want string }{
 		{"no secret here", "no secret here"},
 		{"key sk-LONG-secret!", "key [redacted]!"},
@@ -16,7 +18,7 @@ func TestSecretListText(t *testing.T) {
 		{"a secret that holds another: sk-LONG-secret-and-more", "a secret that holds another: [redacted]"},
 		{"short ones are kept: hunter2", "short ones are kept: hunter2"},
 	} {
-		if got := l.text(tc.in); got != tc.want {
+		if got := l.Text(tc.in); got != tc.want {
 			t.Errorf("text(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
@@ -24,7 +26,7 @@ func TestSecretListText(t *testing.T) {
 
 func TestScrubbedCopiesWhatHoldsASecret(t *testing.T) {
 	const key = "sk-SECRET-12345"
-	l := newSecretList([]string{key})
+	l := secret.New(Redacted, key)
 	args := map[string]any{"token": key, "n": 1.0, "list": []any{"x", "with " + key}}
 	in := HumanMessage{TaskID: "t", Receiver: []string{"a", key}, Content: "say " + key, Decision: &Decision{Note: key, Arguments: args}}
 	got := scrubbed(l, in)
@@ -49,7 +51,7 @@ func TestScrubbedCopiesWhatHoldsASecret(t *testing.T) {
 
 func TestScrubOutput(t *testing.T) {
 	const key = "sk-SECRET-12345"
-	s := &System{secrets: newSecretList([]string{key})}
+	s := &System{secrets: secret.New(Redacted, key)}
 	completion := "done with " + key
 	cause := errors.New("tool said " + key)
 	out := s.scrubOutput(&Output{
@@ -81,7 +83,7 @@ func TestScrubOutput(t *testing.T) {
 
 func TestScrubbedArraysAndInterfaces(t *testing.T) {
 	const key = "sk-SECRET-12345"
-	l := newSecretList([]string{key})
+	l := secret.New(Redacted, key)
 	type inner struct{ Text string }
 	in := struct {
 		Pair [2]string

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mas-mcp/mas-mcp/internal/secret"
 )
 
 // Config configures a System. Zero values mean the documented defaults.
@@ -112,7 +114,8 @@ type Config struct {
 	// — from operators, models and tools — is scrubbed of them, each
 	// replaced with Redacted, so that none enters a task, an agent, a
 	// message, the store, a log line or a prompt (secrets.go). Secrets
-	// shorter than 8 bytes are ignored: they would redact common words.
+	// shorter than secret.MinLen (8 bytes) are ignored, here as in every
+	// layer: they would redact common words (internal/secret).
 	Secrets []string
 
 	// Store persists every change (nil: memory only).
@@ -197,7 +200,7 @@ type System struct {
 	cfg     Config
 	log     *slog.Logger
 	bus     Bus
-	secrets secretList // from cfg.Secrets (secrets.go)
+	secrets *secret.List // from cfg.Secrets (secrets.go)
 
 	// fixed at Start
 	baseTaskID  string
@@ -260,7 +263,7 @@ func New(cfg Config) (*System, error) {
 	s := &System{
 		cfg:         c,
 		log:         c.Logger,
-		secrets:     newSecretList(c.Secrets),
+		secrets:     secret.New(Redacted, c.Secrets...),
 		ctx:         ctx,
 		cancel:      cancel,
 		storeCtx:    storeCtx,

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mas-mcp/mas-mcp/internal/secret"
 )
 
 // The trail is a durable, append-only record per task of what every agent
@@ -312,19 +313,16 @@ type MemoryTrail struct {
 	mu      sync.Mutex
 	entries []memEntry // in append order; entry i has Seq i+1
 	ids     map[string]bool
-	secrets [][]byte // scrubbed from every entry read (Scrub)
+	secrets *secret.List // scrubbed from every entry read (Scrub)
 }
 
-// Scrub makes the trail replace each secret (API keys, tokens, passwords;
-// those under 4 bytes are ignored) in every entry it returns.
+// Scrub makes the trail replace each secret (API keys, tokens, passwords)
+// in every entry it returns, by internal/secret's rule (those under
+// secret.MinLen bytes are ignored, as the engine ignores them).
 func (m *MemoryTrail) Scrub(secrets ...string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, s := range secrets {
-		if len(s) >= 4 {
-			m.secrets = append(m.secrets, []byte(s))
-		}
-	}
+	m.secrets = secret.New(Redacted, slices.Concat(m.secrets.All(), secrets)...)
 }
 
 // NewMemoryTrail returns an empty MemoryTrail.
@@ -346,17 +344,15 @@ func (m *MemoryTrail) Append(_ context.Context, e TrailEntry) {
 }
 
 // read returns a copy of an entry kept, scrubbed.
-func (m *MemoryTrail) read(me *memEntry, secrets [][]byte) (TrailEntry, error) {
-	if len(secrets) == 0 {
+func (m *MemoryTrail) read(me *memEntry, secrets *secret.List) (TrailEntry, error) {
+	if secrets.Len() == 0 {
 		return me.entry.Clone(), nil
 	}
 	b, err := json.Marshal(me.entry)
 	if err != nil {
 		return TrailEntry{}, err
 	}
-	for _, sec := range secrets {
-		b = bytes.ReplaceAll(b, sec, []byte("[redacted]"))
-	}
+	b = secrets.Bytes(b)
 	var e TrailEntry
 	err = json.Unmarshal(b, &e)
 	return e, err

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mas-mcp/mas-mcp/engine"
+	"github.com/mas-mcp/mas-mcp/internal/secret"
 )
 
 // The trail (engine.Trail) is a stream with one subject per task, agent and
@@ -50,7 +50,9 @@ type TrailOptions struct {
 	// 512 KiB (NATS refuses messages over 1 MiB).
 	MaxBody int
 	// Secrets are scrubbed from everything the trail keeps (API keys,
-	// tokens, passwords), whatever recorded them.
+	// tokens, passwords), whatever recorded them, by internal/secret's
+	// rule (those under secret.MinLen bytes are not, as the engine does
+	// not scrub them).
 	Secrets []string
 	// Queue is how many entries may wait to be written before Append
 	// blocks. Default 4096.
@@ -64,11 +66,12 @@ type TrailOptions struct {
 // queued and written in order by one goroutine, so recording never makes
 // an agent wait on fsync; a read first waits for the appends before it.
 type Trail struct {
-	o      TrailOptions
-	log    *slog.Logger
-	stream jetstream.Stream
-	js     jetstream.JetStream
-	bodies jetstream.KeyValue
+	o       TrailOptions
+	secrets *secret.List // o.Secrets
+	log     *slog.Logger
+	stream  jetstream.Stream
+	js      jetstream.JetStream
+	bodies  jetstream.KeyValue
 
 	// mu guards closed; Append holds it shared while it queues.
 	mu     sync.RWMutex
@@ -100,16 +103,9 @@ func (s *Store) OpenTrail(ctx context.Context, o TrailOptions) (*Trail, error) {
 	o.BodyThreshold = cmpOr(o.BodyThreshold, 1<<10)
 	o.MaxBody = cmpOr(o.MaxBody, 512<<10)
 	o.Queue = cmpOr(o.Queue, 4096)
-	var secrets []string
-	for _, sec := range o.Secrets {
-		if len(sec) >= 4 {
-			secrets = append(secrets, sec)
-		}
-	}
-	o.Secrets = secrets
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	t := &Trail{o: o, log: s.log, js: s.js, q: make(chan trailJob, o.Queue), done: make(chan struct{}), put: map[string]time.Time{}}
+	t := &Trail{o: o, secrets: secret.New(engine.Redacted, o.Secrets...), log: s.log, js: s.js, q: make(chan trailJob, o.Queue), done: make(chan struct{}), put: map[string]time.Time{}}
 	var err error
 	if o.ReadOnly {
 		if t.stream, err = s.js.Stream(ctx, streamTrail); err != nil {
@@ -282,14 +278,7 @@ func (t *Trail) keep(ctx context.Context, body *engine.TrailBody) error {
 }
 
 // scrub replaces every configured secret in b.
-func (t *Trail) scrub(b []byte) []byte {
-	for _, sec := range t.o.Secrets {
-		if bytes.Contains(b, []byte(sec)) {
-			b = bytes.ReplaceAll(b, []byte(sec), []byte("[redacted]"))
-		}
-	}
-	return b
-}
+func (t *Trail) scrub(b []byte) []byte { return t.secrets.Bytes(b) }
 
 // trailSubject is the subject of a task's entries by one agent of one
 // kind ("*" for any).

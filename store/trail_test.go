@@ -198,3 +198,44 @@ func TestTrailCutsLargeBodies(t *testing.T) {
 		t.Errorf("cut body: %.60q… (%d bytes)", got, len(got))
 	}
 }
+
+// TestTrailScrubRule: both trails scrub by the engine's rule
+// (internal/secret): a secret is replaced wherever it appears, in a body
+// and in the entry's own fields, also when JSON spells it escaped (a
+// password with a quote, an ampersand or angle brackets); one shorter than
+// secret.MinLen (a local endpoint's dummy key "ollama") is left, as the
+// state leaves it.
+func TestTrailScrubRule(t *testing.T) {
+	const pw, short = `pw"SENTINEL&trail<42>`, "ollama"
+	durable := func() trail {
+		s := open(t, t.TempDir())
+		t.Cleanup(func() { s.Close() })
+		tr, err := s.OpenTrail(context.Background(), TrailOptions{Secrets: []string{pw, short}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	memory := func() trail {
+		m := engine.NewMemoryTrail()
+		m.Scrub(pw, short)
+		return m
+	}
+	for name, mk := range map[string]func() trail{"durable": durable, "memory": memory} {
+		t.Run(name, func(t *testing.T) {
+			tr := mk()
+			tr.Append(context.Background(), engine.TrailEntry{Kind: engine.TrailKindMessage, TaskID: "t1", AgentID: "a1",
+				Message: &engine.TrailMessage{MessageID: "m1", Text: engine.Body("ask " + short + " with " + pw)},
+				Note:    "note " + pw + " " + short})
+			all := readAll(t, tr, engine.TrailQuery{TaskID: "t1"})
+			if len(all) != 1 || all[0].Message == nil {
+				t.Fatalf("read %+v, want the one message", all)
+			}
+			got := []string{all[0].Message.Text.Text, all[0].Note}
+			want := []string{"ask " + short + " with [redacted]", "note [redacted] " + short}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("scrubbed texts mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -50,14 +50,21 @@ var forbidden = map[string][]string{
 	// the MAS's own layers.
 	"internal/telemetry":          {module + "cmd", module + "internal/app", module + "engine", module + "server", module + "downstream", module + "skills", module + "store"},
 	"internal/telemetry/otlptest": {module},
+	// The secrets rule (which secrets are scrubbed, and how) is a leaf of
+	// the standard library that every layer scrubbing text uses.
+	"internal/secret": {module},
 }
 
 // exempt lists, per package directory, the module packages it may import
-// although a forbidden prefix matches them: the layers' OpenTelemetry hooks.
+// although a forbidden prefix matches them: the layers' OpenTelemetry hooks,
+// and the one rule for scrubbing secrets (internal/secret), which every
+// layer that scrubs text follows.
 var exempt = map[string][]string{
-	"engine":     {module + "internal/telemetry"},
-	"server":     {module + "internal/telemetry"},
-	"downstream": {module + "internal/telemetry"},
+	"engine":     {module + "internal/telemetry", module + "internal/secret"},
+	"server":     {module + "internal/telemetry", module + "internal/secret"},
+	"downstream": {module + "internal/telemetry", module + "internal/secret"},
+	"store":      {module + "internal/secret"},
+	"llm":        {module + "internal/secret"},
 }
 
 // allowedOnly lists, per package directory, the only module packages its
