@@ -3,6 +3,8 @@ package llm
 import (
 	"net/url"
 	"strings"
+
+	"github.com/mas-mcp/mas-mcp/internal/secret"
 )
 
 // Providers and proxies put secrets into their error bodies: the key itself
@@ -12,28 +14,29 @@ import (
 // any text before it becomes an error or a log record, since such text ends
 // up in step errors every client can read.
 
+// Which secrets are scrubbed where they appear whole is internal/secret's
+// rule, the MAS's one: those of secret.MinLen bytes or more (shorter ones
+// would make errors unreadable, and are not scrubbed elsewhere either).
+
 // minRun is the shortest run of a secret's characters that is scrubbed
 // wherever it appears: shorter runs of an API key are too likely to occur
-// by chance, longer ones give part of the key away.
-const minRun = 8
+// by chance, longer ones give part of the key away. As long as the
+// shortest secret scrubbed whole: a run gives as much away as one.
+const minRun = secret.MinLen
 
-// minExact is the shortest secret scrubbed at all (where it appears whole):
-// replacing every two-letter word of the text would make errors unreadable.
-// The base URL's query and user information are scrubbed whole, however
-// short their values.
-const minExact = 4
+// minVisible is how many characters of a secret in a row a masked form may
+// show before it counts as giving part of the secret away (maskedSpans).
+const minVisible = 4
 
 // scrubber removes secrets from text. Fixed at creation; safe for
 // concurrent use.
 type scrubber struct {
-	// exact are secrets of at least minExact characters, scrubbed where
-	// they appear whole.
-	exact []string
-	// runs holds every run of minRun characters of each secret at least
-	// that long: any longer run of the secret is a chain of them.
+	// exact are the secrets scrubbed where they appear whole.
+	exact *secret.List
+	// runs holds every run of minRun characters of each secret: any
+	// longer run of the secret is a chain of them.
 	runs map[string]bool
-	// masked are the secrets whose masked forms are scrubbed (those of at
-	// least minRun characters).
+	// masked are the secrets whose masked forms are scrubbed (exact's).
 	masked []string
 }
 
@@ -62,16 +65,11 @@ func newScrubber(apiKey string, base *url.URL) *scrubber {
 			}
 		}
 	}
-	for _, sec := range secrets {
-		if len(sec) < minExact {
-			continue
-		}
-		s.exact = append(s.exact, sec)
-		if len(sec) >= minRun {
-			s.masked = append(s.masked, sec)
-			for i := 0; i+minRun <= len(sec); i++ {
-				s.runs[sec[i:i+minRun]] = true
-			}
+	s.exact = secret.New(redacted, secrets...)
+	s.masked = s.exact.All()
+	for _, sec := range s.masked {
+		for i := 0; i+minRun <= len(sec); i++ {
+			s.runs[sec[i:i+minRun]] = true
 		}
 	}
 	return s
@@ -81,7 +79,7 @@ func newScrubber(apiKey string, base *url.URL) *scrubber {
 // [REDACTED]: the secret, any run of minRun or more of its characters, and
 // masked forms of it (see maskedSpans).
 func (s *scrubber) scrub(text string) string {
-	if s == nil || (len(s.exact) == 0 && len(s.runs) == 0) {
+	if s == nil || s.exact.Len() == 0 {
 		return text
 	}
 	hide := make([]bool, len(text))
@@ -90,16 +88,7 @@ func (s *scrubber) scrub(text string) string {
 			hide[i] = true
 		}
 	}
-	for _, sec := range s.exact {
-		for i := 0; ; {
-			j := strings.Index(text[i:], sec)
-			if j < 0 {
-				break
-			}
-			mark(i+j, i+j+len(sec))
-			i += j + 1
-		}
-	}
+	s.exact.Mark(text, hide)
 	for i := 0; i+minRun <= len(text); i++ {
 		if s.runs[text[i:i+minRun]] {
 			mark(i, i+minRun)
@@ -108,25 +97,13 @@ func (s *scrubber) scrub(text string) string {
 	for _, sp := range s.maskedSpans(text) {
 		mark(sp[0], sp[1])
 	}
-	var b strings.Builder
-	for i := 0; i < len(text); {
-		if !hide[i] {
-			b.WriteByte(text[i])
-			i++
-			continue
-		}
-		b.WriteString(redacted)
-		for i < len(text) && hide[i] {
-			i++
-		}
-	}
-	return b.String()
+	return secret.Cover(text, hide, redacted)
 }
 
 // maskedSpans finds masked forms of the secrets: a word made of key
 // characters and at least one mask ("**" or more, "…", "...") whose visible
 // part before the first mask is a prefix of a secret, whose visible part
-// after the last mask is a suffix of one, or which shows minExact or more
+// after the last mask is a suffix of one, or which shows minVisible or more
 // characters of one in a row (sk-…abcd, sk-abc*********LEAK,
 // sk-…7f3**********LEAK). Both ends need at least three characters: "sk-"
 // is the prefix of every OpenAI key, so a masked OpenAI key is always
@@ -179,7 +156,7 @@ func (s *scrubber) revealing(parts []string) bool {
 			return true
 		}
 		for _, p := range parts {
-			if len(p) >= minExact && strings.Contains(sec, p) {
+			if len(p) >= minVisible && strings.Contains(sec, p) {
 				return true
 			}
 		}

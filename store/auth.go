@@ -9,9 +9,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/mas-mcp/mas-mcp/internal/secret"
 )
 
 // The embedded server's listener is on loopback, but loopback is every
@@ -175,23 +176,8 @@ func (a NATSAuth) LogValue() slog.Value {
 	return slog.GroupValue(attrs...)
 }
 
-// scrub masks a's secrets in s (an error of nats.go, say), in case one
-// ever echoes them.
-func (a NATSAuth) scrub(s string) string {
-	for _, secret := range []string{a.Password, a.Token} {
-		if secret != "" {
-			s = strings.ReplaceAll(s, secret, "****")
-		}
-	}
-	return s
-}
-
-// maskedError is an error whose text had secrets masked; errors.Is and As
-// still see the original.
-type maskedError struct {
-	msg string
-	err error
-}
-
-func (e *maskedError) Error() string { return e.msg }
-func (e *maskedError) Unwrap() error { return e.err }
+// secrets masks a's secrets (password, token) in what nats.go says (its
+// errors), in case one ever echoes them, by internal/secret's rule: one
+// under secret.MinLen bytes is not masked, or a password "nats" would mask
+// every "nats: …" error.
+func (a NATSAuth) secrets() *secret.List { return secret.New("****", a.Password, a.Token) }

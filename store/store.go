@@ -157,8 +157,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		opts := append([]nats.Option{nats.Name("mas-mcp"), nats.MaxReconnects(-1)}, o.NATSAuth.options()...)
 		s.nc, err = nats.Connect(o.NATSURL, opts...)
 		if err != nil {
-			msg := fmt.Sprintf("store: connect to %s: %s", redactURL(o.NATSURL), o.NATSAuth.scrub(err.Error()))
-			return nil, &maskedError{msg: msg, err: err}
+			return nil, o.NATSAuth.secrets().Error(fmt.Errorf("store: connect to %s: %w", redactURL(o.NATSURL), err))
 		}
 	default:
 		if err := s.openDataDir(); err != nil {
