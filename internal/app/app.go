@@ -168,6 +168,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, stop func()) (inst
 	if err != nil {
 		return inst, err
 	}
+	warnShortSecrets(log, cfg, cfg.env)
 	if inst.sys, inst.pool, err = build(cfg, log, st, tr); err != nil {
 		return inst, err
 	}
