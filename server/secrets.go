@@ -12,8 +12,9 @@ import (
 // the server answers with what it was given: a tool's result text (an
 // error quoting an argument that does not validate, a summary repeating a
 // name) and a request's error have each secret replaced with
-// "[redacted]", as the state has (the engine scrubs what it takes in). It
-// runs inside the telemetry middleware, so traces get the scrubbed answers.
+// "[redacted]", as the state has (the engine scrubs what it takes in); an
+// error still wraps what it wrapped. It runs inside the telemetry
+// middleware, so traces get the scrubbed answers.
 func (s *Server) scrubAnswers(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		res, err := next(ctx, method, req)
@@ -36,7 +37,7 @@ func (s *Server) scrubAnswers(next mcp.MethodHandler) mcp.MethodHandler {
 					cp.Message = s.sys.Scrub(werr.Message)
 					return res, &cp
 				}
-				return res, errors.New(s.sys.Scrub(msg))
+				return res, s.sys.ScrubError(err)
 			}
 		}
 		return res, err
