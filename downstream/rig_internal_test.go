@@ -157,7 +157,7 @@ type rigGate struct {
 }
 
 func (g *rigGate) OutageBegan(time.Time, string) { g.outage.Add(1) }
-func (g *rigGate) OutageEnded(bool)              {}
+func (g *rigGate) OutageEnded(llm.OutageEnd)     {}
 func (g *rigGate) BeforeCall(context.Context) error {
 	g.asked.Add(1)
 	if g.held {

@@ -45,10 +45,10 @@ func (o *stepOutage) OutageBegan(since time.Time, reason string) {
 }
 
 // OutageEnded shows the agent working again.
-func (o *stepOutage) OutageEnded(recovered bool) {
+func (o *stepOutage) OutageEnded(end llm.OutageEnd) {
 	a := o.a
 	a.outageOver()
-	a.sys.outage.ended(a.sys, recovered)
+	a.sys.outage.ended(a.sys, end)
 }
 
 // outageTracker counts the calls waiting out an outage and who was told.
@@ -267,8 +267,11 @@ func (s *System) endpointAnswered() {
 	o := &s.outage
 	o.mu.Lock()
 	o.answers++
-	held := o.held
+	held, told := o.held, len(o.told) > 0
 	o.mu.Unlock()
+	if told {
+		o.over(s)
+	}
 	if held && !s.isClosed() {
 		s.goTracked(s.resumeOutage)
 	}
@@ -305,7 +308,7 @@ func (s *System) resumeOutage() {
 func (o *outageTracker) began(s *System, taskID string, since time.Time, reason string) {
 	op := s.operatorOf(taskID)
 	o.mu.Lock()
-	if o.waiting == 0 && len(o.told) == 0 {
+	if (o.waiting == 0 && len(o.told) == 0) || o.since.IsZero() {
 		o.since = since
 		s.log.Error("LLM endpoint unavailable: calls wait and retry", "since", since, "reason", reason)
 	}
@@ -325,25 +328,72 @@ func (o *outageTracker) began(s *System, taskID string, since time.Time, reason 
 
 // ended records a call that stopped waiting. The first recovery ends the
 // outage; when every waiting call gave up instead, it ends too.
-func (o *outageTracker) ended(s *System, recovered bool) {
+func (o *outageTracker) ended(s *System, end llm.OutageEnd) {
 	o.mu.Lock()
 	o.waiting = max(o.waiting-1, 0)
-	if len(o.told) == 0 || (!recovered && o.waiting > 0) {
+	switch {
+	case end == llm.OutageRecovered:
 		o.mu.Unlock()
-		return
+		o.over(s)
+	case end == llm.OutageGaveUp && len(o.told) > 0 && o.waiting == 0:
+		told, since := o.told, o.since
+		o.told = nil
+		o.mu.Unlock()
+		for _, op := range told {
+			s.tellOperator(op, "llm_outage_gave_up", map[string]any{
+				"Since": since.Format(time.DateTime), "Duration": s.now().Sub(since).Round(time.Second).String(),
+			})
+		}
+	default:
+		// Calls still wait, or this one left on its own account (an
+		// interrupt, a stop, a shutdown): nobody gave up on the endpoint,
+		// and those told of the outage are told when it answers.
+		o.mu.Unlock()
 	}
+}
+
+// toldBeforeRestart records, at a restore, that the operator of taskID
+// was told of an outage its step's call was waiting out when the process
+// ended (but for a budget wait, the other wait inside a call): it is told
+// when the endpoint answers again, as it was promised, and not told again
+// that it is unavailable. When the outage began is not known.
+func (o *outageTracker) toldBeforeRestart(s *System, taskID string) {
+	if t, ok := s.task(taskID); ok {
+		budget := false
+		t.mu.peek(func(ts *TaskState) { budget = ts.Budget.Held != "" })
+		if budget {
+			return
+		}
+	}
+	op := s.operatorOf(taskID)
+	o.mu.Lock()
+	if !slices.Contains(o.told, op) {
+		o.told = append(o.told, op)
+	}
+	o.mu.Unlock()
+}
+
+// over tells the operators told of the outage that the endpoint answers
+// again, once: from a call that waited it out, or from any call answered
+// (endpointAnswered) — the calls that waited may have left (an interrupt),
+// or been lost with a restart (restoreOutage).
+func (o *outageTracker) over(s *System) {
+	o.mu.Lock()
 	told, since := o.told, o.since
 	o.told = nil
 	o.mu.Unlock()
-	key := "llm_outage_gave_up"
-	if recovered {
-		key = "llm_outage_ended"
-		s.log.Info("LLM endpoint available again", "since", since)
+	if len(told) == 0 {
+		return
+	}
+	s.log.Info("LLM endpoint available again", "since", since)
+	key, data := "llm_outage_ended", map[string]any{
+		"Since": since.Format(time.DateTime), "Duration": s.now().Sub(since).Round(time.Second).String(),
+	}
+	if since.IsZero() {
+		key, data = "llm_outage_ended_restarted", nil // when it began died with the process
 	}
 	for _, op := range told {
-		s.tellOperator(op, key, map[string]any{
-			"Since": since.Format(time.DateTime), "Duration": s.now().Sub(since).Round(time.Second).String(),
-		})
+		s.tellOperator(op, key, data)
 	}
 }
 

@@ -25,7 +25,7 @@ func waitOutLLM(b *testbed, in *ExecInput) {
 	step := in.Step
 	o := &stepOutage{a: a, step: &step}
 	o.OutageBegan(time.Now(), "status 503: overloaded")
-	o.OutageEnded(false)
+	o.OutageEnded(llm.OutageGaveUp)
 }
 
 // TestOutagePutBackSurvivesARefusedWrite: a step put back after its call

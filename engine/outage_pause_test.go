@@ -79,8 +79,11 @@ func TestOutageLongerThanTheWindowPausesTheTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	pausedForOutage(t, s, id)
-	if !strings.Contains(strings.Join(inbox(t, s), "\n"), "[LLM endpoint still unavailable]") {
-		t.Errorf("the operator was not told the calls stopped waiting:\n%s", strings.Join(inbox(t, s), "\n"))
+	// Told the calls wait, the operator is told they stopped waiting (a
+	// slow machine can spend the 100 ms window in the quick retries,
+	// before any call waits: then neither is said).
+	if in := inbox(t, s); count(in, "[LLM endpoint unavailable]") > 0 && count(in, "[LLM endpoint still unavailable]") == 0 {
+		t.Errorf("the operator was not told the calls stopped waiting:\n%s", strings.Join(in, "\n"))
 	}
 	s.Restart()
 	e.down.Store(false)

@@ -212,7 +212,7 @@ func (o *OpenAI) complete(ctx context.Context, req *Request) (*Response, error) 
 		resp.Attempts = attempt
 		cres, f := o.attempt(ctx, creq, req.Tag, attempt)
 		if f == nil {
-			outage.end(true)
+			outage.end(OutageRecovered)
 			resp.Usage.PromptTokens = cres.Usage.PromptTokens
 			resp.Usage.CompletionTokens = cres.Usage.CompletionTokens
 			resp.Usage.TotalTokens = cres.Usage.TotalTokens
@@ -229,7 +229,14 @@ func (o *OpenAI) complete(ctx context.Context, req *Request) (*Response, error) 
 			return done(nil)
 		}
 		if !f.retryable || o.maxRetries < 0 {
-			outage.end(false)
+			// An HTTP answer (a refusal) says the endpoint is back; a
+			// context that ended, or a failure with no answer, says
+			// nothing of it.
+			how := OutageLeft
+			if f.ctxErr == nil && f.status > 0 {
+				how = OutageRecovered
+			}
+			outage.end(how)
 			return done(o.fail(f, model, attempt))
 		}
 		now := o.now()
@@ -239,7 +246,7 @@ func (o *OpenAI) complete(ctx context.Context, req *Request) (*Response, error) 
 			// the window.
 			left := o.window - now.Sub(outage.first)
 			if o.window <= 0 || left <= 0 {
-				outage.end(false)
+				outage.end(OutageGaveUp)
 				if o.window > 0 {
 					f.detail += fmt.Sprintf("; the endpoint stayed unavailable for %s", now.Sub(outage.first).Round(time.Second))
 					f.gaveUp = true
@@ -261,7 +268,7 @@ func (o *OpenAI) complete(ctx context.Context, req *Request) (*Response, error) 
 			slog.Int("attempt", attempt), slog.Int("status", f.status),
 			slog.Duration("wait", wait), slog.String("reason", f.detail))
 		if err := o.sleep(ctx, wait); err != nil {
-			outage.end(false)
+			outage.end(OutageLeft)
 			return done(o.fail(&failure{ctxErr: err, detail: f.detail}, model, attempt))
 		}
 	}

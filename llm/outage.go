@@ -3,6 +3,7 @@ package llm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -14,11 +15,40 @@ const DefaultOutageWindow = 10 * time.Minute
 // endpoint: its quick retries are spent and it keeps trying, with capped
 // backoff, until the endpoint answers or the outage window has passed.
 // Began is called once, when the call starts waiting; Ended once after
-// that, with recovered true when the endpoint answered again. Both are
-// called on the caller's goroutine and must return promptly.
+// that, saying how the wait ended. Both are called on the caller's
+// goroutine and must return promptly.
 type OutageObserver interface {
 	OutageBegan(since time.Time, reason string)
-	OutageEnded(recovered bool)
+	OutageEnded(end OutageEnd)
+}
+
+// OutageEnd is how a call's wait for the endpoint ended.
+type OutageEnd int
+
+const (
+	// OutageRecovered: the endpoint answered again (an answer, or a
+	// refusal: it is reachable).
+	OutageRecovered OutageEnd = iota
+	// OutageGaveUp: the outage window passed; the call fails with
+	// ErrUnavailable.
+	OutageGaveUp
+	// OutageLeft: the call stopped waiting on its own account (its
+	// context ended: an interrupt, a stop, a shutdown) or for a failure
+	// that says nothing of the endpoint; the outage may well go on.
+	OutageLeft
+)
+
+// String names the end for logs and tests.
+func (e OutageEnd) String() string {
+	switch e {
+	case OutageRecovered:
+		return "recovered"
+	case OutageGaveUp:
+		return "gave up"
+	case OutageLeft:
+		return "left"
+	}
+	return fmt.Sprintf("OutageEnd(%d)", int(e))
 }
 
 // CallGate is an ability an OutageObserver may have: BeforeCall is asked
@@ -69,13 +99,13 @@ func (w *outageWait) begin(reason string) {
 }
 
 // end tells the observer the wait is over, if it was told of one.
-func (w *outageWait) end(recovered bool) {
+func (w *outageWait) end(how OutageEnd) {
 	if !w.waiting {
 		return
 	}
 	w.waiting = false
 	if w.obs != nil {
-		w.obs.OutageEnded(recovered)
+		w.obs.OutageEnded(how)
 	}
 }
 

@@ -84,14 +84,10 @@ func (l *outageLog) OutageBegan(since time.Time, reason string) {
 	l.events = append(l.events, "began: "+reason)
 }
 
-func (l *outageLog) OutageEnded(recovered bool) {
+func (l *outageLog) OutageEnded(end OutageEnd) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if recovered {
-		l.events = append(l.events, "recovered")
-	} else {
-		l.events = append(l.events, "gave up")
-	}
+	l.events = append(l.events, end.String())
 }
 
 func (l *outageLog) got() []string {
@@ -189,7 +185,10 @@ func TestOutageWaitEndsWithTheCaller(t *testing.T) {
 	if errors.Is(err, ErrUnavailable) {
 		t.Errorf("error %v: a call its caller ended did not give up on the endpoint", err)
 	}
-	if diff := cmp.Diff([]string{"began: status 503: overloaded", "gave up"}, log.got()); diff != "" {
+	// Left, not gave up: the caller's end says nothing of the endpoint,
+	// and the engine tells nobody it gave up on it (an interrupt during an
+	// outage told the operator its tasks were paused).
+	if diff := cmp.Diff([]string{"began: status 503: overloaded", "left"}, log.got()); diff != "" {
 		t.Errorf("observer mismatch (-want +got):\n%s", diff)
 	}
 }
@@ -229,5 +228,24 @@ func TestCallGate(t *testing.T) {
 	}
 	if n := len(api.received()); n != 2 || g.asked != 1 {
 		t.Errorf("sent %d requests, gate asked %d times; want 2 (one retry) and 1", n, g.asked)
+	}
+}
+
+// TestOutageEndedByARefusal: an endpoint that comes back refusing the call
+// (a key revoked meanwhile) is reachable: the wait ends recovered, and the
+// refusal fails the call as one.
+func TestOutageEndedByARefusal(t *testing.T) {
+	down := reply{status: 503, body: errorBody("overloaded")}
+	api := newFakeAPI(t, down, down, reply{status: 401, body: errorBody("invalid api key")})
+	o, _ := newTestClient(t, api, OpenAIConfig{MaxRetries: 1, OutageWindow: time.Hour})
+	clock := &fakeClock{now: time.Unix(1e9, 0)}
+	o.now, o.sleep = clock.read, clock.sleep
+	log := &outageLog{}
+	_, err := o.Complete(WithOutageObserver(t.Context(), log), userRequest("hi"))
+	if !errors.Is(err, ErrRefused) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("error %v: want a refusal, not ErrUnavailable", err)
+	}
+	if diff := cmp.Diff([]string{"began: status 503: overloaded", "recovered"}, log.got()); diff != "" {
+		t.Errorf("observer mismatch (-want +got):\n%s", diff)
 	}
 }

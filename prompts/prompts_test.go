@@ -95,6 +95,7 @@ var textFields = map[string][]string{
 	"llm_waiting":                {"Since", "Reason"},
 	"llm_outage_began":           {"Since", "Reason"},
 	"llm_outage_ended":           {"Since", "Duration"},
+	"llm_outage_ended_restarted": {},
 	"llm_outage_gave_up":         {"Since", "Duration"},
 	"llm_outage_paused":          {"TaskID", "TaskName", "Reason"},
 	"llm_outage_resumed":         {"TaskID", "TaskName"},
