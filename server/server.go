@@ -57,6 +57,7 @@ type Server struct {
 	mcp *mcp.Server
 
 	updates  *updates
+	outbox   *outbox      // the notifications updates sends, per session
 	sessions apiSessions  // the web monitor's bound operators
 	throttle bindThrottle // failed bind_human_agent attempts
 
@@ -166,6 +167,7 @@ func New(cfg Config) (*Server, error) {
 	if err := s.addTasks(); err != nil {
 		return nil, fmt.Errorf("server: tasks: %w", err)
 	}
+	s.outbox = newOutbox(ctx, cfg.Logger)
 	s.updates = newUpdates(s)
 	s.mcp.AddSendingMiddleware(s.updates.forOperator)
 	s.goTracked(s.updates.run)
@@ -184,6 +186,7 @@ func (s *Server) Close() error {
 	s.once.Do(func() {
 		s.cancel()
 		s.wg.Wait()
+		s.outbox.close()
 	})
 	return nil
 }

@@ -18,7 +18,8 @@ import (
 // resources/list_changed when tasks and agents appear, logging
 // notifications of agents' steps, and the event log wait_for_updates reads.
 // Its run loop is the only goroutine that touches the coalescing state, and
-// the only one that sends resources/updated.
+// the only one that sends resources/updated; it waits for no client (the
+// outbox delivers what it sends, each session on its own).
 type updates struct {
 	s   *Server
 	sub *engine.Subscription
@@ -186,10 +187,12 @@ func (u *updates) send(t target, now time.Time) {
 }
 
 // forOperator is a sending middleware that withholds a resources/updated
-// sent for one operator's sessions (send, with only set) from the others.
-// go-sdk's Server.ResourceUpdated notifies every subscriber of the URI, in
-// the caller's goroutine (notifySessions, notifySubscribedSessions): only
-// the run loop calls it, so only holds for exactly that call.
+// sent for one operator's sessions (send, with only set) from the others,
+// and hands it to the session's queue in the outbox (folded by URI) rather
+// than waiting for the session to take it. go-sdk's Server.ResourceUpdated
+// notifies every subscriber of the URI, in the caller's goroutine
+// (notifySessions, notifySubscribedSessions): only the run loop calls it,
+// so only holds for exactly that call.
 func (u *updates) forOperator(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		if method == "notifications/resources/updated" {
@@ -198,6 +201,11 @@ func (u *updates) forOperator(next mcp.MethodHandler) mcp.MethodHandler {
 				if op, ok := u.s.subs.operator(ss); ss == nil || !ok || op != *only {
 					return nil, nil
 				}
+				u.s.outbox.post(ss, *only, delivery{key: updatedKey(req), send: func(ctx context.Context) error {
+					_, err := next(ctx, method, req)
+					return err
+				}})
+				return nil, nil
 			}
 		}
 		return next(ctx, method, req)
@@ -277,22 +285,23 @@ func (u *updates) addAgent(id, kind string) {
 }
 
 // logStep sends a logging notification of an agent's finished step to every
-// session that asked for logs.
+// session that asked for logs (through the outbox: the loop does not wait
+// for any session).
 func (u *updates) logStep(ev engine.Event) {
 	b, _ := u.s.sys.AgentBrief(ev.AgentID)
 	level := mcp.LoggingLevel("info")
 	if ev.Detail == engine.StateFailed {
 		level = "warning"
 	}
-	data := map[string]any{
+	params := &mcp.LoggingMessageParams{Level: level, Logger: "mas", Data: map[string]any{
 		"agent_id": ev.AgentID, "agent": b.Name, "task_id": ev.TaskID, "stage_id": ev.StageID,
 		"step_id": ev.StepID, "state": ev.Detail,
 		"message": fmt.Sprintf("agent %s: step %s %s", b.Name, ev.StepID, ev.Detail),
-	}
+	}}
 	for ss := range u.s.mcp.Sessions() {
 		// Only to the sessions of operators who may see the task.
 		if op, ok := u.s.sessionOperator(ss); ok && u.s.sys.EventVisible(op, ev) {
-			_ = ss.Log(u.s.ctx, &mcp.LoggingMessageParams{Level: level, Logger: "mas", Data: data})
+			u.s.outbox.post(ss, op, delivery{send: func(ctx context.Context) error { return ss.Log(ctx, params) }})
 		}
 	}
 }

@@ -1,0 +1,153 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// outbox delivers the notifications the updates' run loop sends
+// (resources/updated, logging) to each session on a goroutine of the
+// session's own, so that the loop never waits for a client. go-sdk writes
+// a notification to each session in the caller's goroutine and waits for
+// the transport (Server.ResourceUpdated gives each session up to 10 s,
+// ServerSession.Log as long as its context; a write to a stream whose
+// client stopped reading may never end): one operator's stuck client would
+// hold every other operator's notifications and, once the engine's buffer
+// filled, lose events for everyone, wait_for_updates included.
+//
+// Each session has a queue, and a goroutine while the queue is not empty;
+// a stuck session holds its own queue only. The queue is bounded: a
+// resources/updated says only "this URI changed", so one per URI (and
+// subscription) waits at most and later ones are folded into it — the
+// session's subscriptions bound those; other notifications (logging) wait
+// up to outboxBacklog, past which they are dropped. The first drop of a
+// backlog is logged, and its end with the count.
+type outbox struct {
+	ctx context.Context // the server's; cancelled on Close
+	log *slog.Logger
+
+	mu     sync.Mutex
+	queues map[*mcp.ServerSession]*sessionQueue // sessions with notifications to send; guarded by mu
+	closed bool                                 // no more deliveries; guarded by mu
+	wg     sync.WaitGroup                       // the sessions' goroutines
+}
+
+// outboxBacklog is how many notifications that are not folded (logging)
+// one session's queue holds.
+const outboxBacklog = 256
+
+// sendTimeout bounds one notification's write where the transport heeds
+// its context (go-sdk's notifySessions gives as much).
+const sendTimeout = 10 * time.Second
+
+// sessionQueue is one session's notifications waiting to be sent, in order.
+// Guarded by outbox.mu.
+type sessionQueue struct {
+	op      string // the session's operator, for the log
+	items   []delivery
+	folded  map[string]bool // keys of the folded deliveries in items
+	others  int             // deliveries in items that are not folded
+	dropped int             // dropped since the backlog began
+}
+
+// delivery is one notification to send.
+type delivery struct {
+	key  string // deliveries of one key are folded into one; "" for none
+	send func(ctx context.Context) error
+}
+
+func newOutbox(ctx context.Context, log *slog.Logger) *outbox {
+	return &outbox{ctx: ctx, log: log, queues: map[*mcp.ServerSession]*sessionQueue{}}
+}
+
+// post queues d for ss (of operator op) and returns at once: folded into a
+// delivery of its key already waiting, dropped over the backlog or once
+// the outbox closed.
+func (o *outbox) post(ss *mcp.ServerSession, op string, d delivery) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return
+	}
+	q := o.queues[ss]
+	if q == nil {
+		q = &sessionQueue{op: op, folded: map[string]bool{}}
+		o.queues[ss] = q
+		o.wg.Add(1)
+		go o.deliver(ss, q)
+	}
+	switch {
+	case d.key != "" && q.folded[d.key]:
+		return
+	case d.key == "" && q.others >= outboxBacklog:
+		if q.dropped++; q.dropped == 1 {
+			o.log.Warn("a client does not take its notifications: those past the backlog are dropped until it catches up",
+				"session", ss.ID(), "operator", op, "queued", len(q.items), "backlog", outboxBacklog)
+		}
+		return
+	case d.key != "":
+		q.folded[d.key] = true
+	default:
+		q.others++
+	}
+	q.items = append(q.items, d)
+}
+
+// deliver sends q's notifications to ss, one after another, until q is
+// empty or the outbox closes (what is left is dropped: the server stops).
+func (o *outbox) deliver(ss *mcp.ServerSession, q *sessionQueue) {
+	defer o.wg.Done()
+	for {
+		o.mu.Lock()
+		if len(q.items) == 0 || o.closed {
+			delete(o.queues, ss)
+			dropped := q.dropped
+			o.mu.Unlock()
+			if dropped > 0 {
+				o.log.Warn("a client's notification backlog ended", "session", ss.ID(), "operator", q.op, "dropped", dropped)
+			}
+			return
+		}
+		d := q.items[0]
+		q.items[0] = delivery{}
+		q.items = q.items[1:]
+		if d.key != "" {
+			delete(q.folded, d.key)
+		} else {
+			q.others--
+		}
+		o.mu.Unlock()
+
+		ctx, cancel := context.WithTimeout(o.ctx, sendTimeout)
+		err := d.send(ctx)
+		cancel()
+		if err != nil {
+			o.log.Debug("notification not delivered", "session", ss.ID(), "operator", q.op, "err", err)
+		}
+	}
+}
+
+// close drops what waits and waits for the sessions' goroutines: each
+// ends after the notification it is sending, if any (a write the
+// transport does not give up ends when the transport closes).
+func (o *outbox) close() {
+	o.mu.Lock()
+	o.closed = true
+	o.mu.Unlock()
+	o.wg.Wait()
+}
+
+// updatedKey is the folding key of a resources/updated: its URI, and the
+// subscriptions/listen stream it is for (protocol 2026-07-28).
+func updatedKey(req mcp.Request) string {
+	p, ok := req.GetParams().(*mcp.ResourceUpdatedNotificationParams)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("%s\x00%v", p.URI, p.GetMeta()[mcp.MetaKeySubscriptionID])
+}
