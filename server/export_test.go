@@ -77,3 +77,8 @@ func (s *Server) AwaitUpdatesHandled(seq uint64) {
 		<-changed
 	}
 }
+
+// AfterSessionsSnapshot sets a function the next count of the live MCP
+// sessions (before each admission, and Held) calls once, between its look
+// at the SDK's sessions and taking its lock: a test opens a session there.
+func (s *Server) AfterSessionsSnapshot(f func()) { s.mcpSessions.afterSnapshot.Store(&f) }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -370,8 +371,27 @@ func (s *Server) requestOperator(r *http.Request) (string, bool) {
 type mcpSessions struct {
 	caps *streamCaps // pending admissions and live sessions
 
-	mu   sync.Mutex
-	live map[string]string // session ID → operator; guarded by mu
+	mu       sync.Mutex
+	live     map[string]liveSession // by session ID; guarded by mu
+	recorded uint64                 // sessions recorded so far; guarded by mu
+
+	// afterSnapshot, when set (tests only), is called once by the next
+	// forgetClosed between its look at the SDK's sessions and its lock.
+	afterSnapshot atomic.Pointer[func()]
+}
+
+// liveSession is an admitted session: its operator, and when it was
+// recorded (mcpSessions.recorded then).
+type liveSession struct {
+	op string
+	n  uint64
+}
+
+// sessionOpLocked is the operator of the live session id, if it is live. mu
+// must be held.
+func (m *mcpSessions) sessionOpLocked(id string) (op string, live bool) {
+	l, live := m.live[id]
+	return l.op, live
 }
 
 // limitSessions admits a new stateful session (a POST without
@@ -400,7 +420,8 @@ func (s *Server) limitSessions(next http.Handler) http.Handler {
 		sw := &sessionHeaderWriter{ResponseWriter: w, seen: func() {
 			if id := w.Header().Get("Mcp-Session-Id"); id != "" {
 				m.mu.Lock()
-				m.live[id] = op
+				m.recorded++
+				m.live[id] = liveSession{op: op, n: m.recorded}
 				m.mu.Unlock()
 				held = true
 			}
@@ -445,18 +466,27 @@ func (w *sessionHeaderWriter) Flush() {
 
 func (w *sessionHeaderWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// forgetClosed releases the sessions the SDK has closed since.
+// forgetClosed releases the sessions the SDK has closed since. Only those
+// recorded before it looked at the SDK's sessions can be missing from
+// them for having closed: a session recorded since (created and recorded
+// meanwhile) is open, though the look did not see it.
 func (m *mcpSessions) forgetClosed(s *Server) {
+	m.mu.Lock()
+	before := m.recorded
+	m.mu.Unlock()
 	open := map[string]bool{}
 	for ss := range s.mcp.Sessions() {
 		open[ss.ID()] = true
 	}
+	if f := m.afterSnapshot.Swap(nil); f != nil {
+		(*f)()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for id, op := range m.live {
-		if !open[id] {
+	for id, l := range m.live {
+		if l.n <= before && !open[id] {
 			delete(m.live, id)
-			m.caps.release(op)
+			m.caps.release(l.op)
 		}
 	}
 }

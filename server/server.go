@@ -126,7 +126,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, sys: cfg.System, log: cfg.Logger, ctx: ctx, cancel: cancel, draining: make(chan struct{})}
 	l := &s.cfg.Limits
 	s.sessions.l, s.throttle.l = l, l
-	s.mcpSessions = &mcpSessions{live: map[string]string{},
+	s.mcpSessions = &mcpSessions{live: map[string]liveSession{},
 		caps: newStreamCaps("MCP sessions", l.Sessions, l.SessionsPerOperator, keySessions, keySessionsPerOp)}
 	s.eventCaps = newStreamCaps("/api/events streams", l.EventStreams, l.EventStreamsPerOperator, keyEventStreams, keyEventStreamsOp)
 	s.sseCaps = newStreamCaps("SSE streams", l.SSEStreams, l.SSEStreamsPerOperator, keySSEStreams, keySSEStreamsOp)

@@ -17,8 +17,7 @@ const unknownSession = "unknown-session"
 func (m *mcpSessions) sessionOwner(id string) (op string, live bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	op, live = m.live[id]
-	return op, live
+	return m.sessionOpLocked(id)
 }
 
 // ownSessions passes a request that names another operator's session on as

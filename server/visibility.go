@@ -161,7 +161,7 @@ func (s *Server) checkSubscribe(uri, op string) error {
 func (s *Server) sessionOperator(ss *mcp.ServerSession) (string, bool) {
 	m := s.mcpSessions
 	m.mu.Lock()
-	op, ok := m.live[ss.ID()]
+	op, ok := m.sessionOpLocked(ss.ID())
 	m.mu.Unlock()
 	if ok {
 		return op, true
