@@ -9,6 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -38,7 +39,7 @@ func (c *inputCheck) name(field, v string) {
 	}
 	for i, r := range v {
 		if r == utf8.RuneError || unicode.IsControl(r) || isBidiControl(r) {
-			c.err = fmt.Errorf("%s %q: has a control character (%U) at byte %d; names and IDs are one line of printable text", field, v, r, i)
+			c.err = fmt.Errorf("%s %q: has a control character (%U) at byte %d; names and IDs are one line of printable text", field, clip(v), r, i)
 			return
 		}
 	}
@@ -88,6 +89,89 @@ func (c *inputCheck) allocation(field string, m map[string]string) {
 	for _, id := range slices.Sorted(maps.Keys(m)) {
 		c.name(field+" key", id)
 		c.text(fmt.Sprintf("%s[%q]", field, id), m[id])
+	}
+}
+
+// clip is what an error quotes of a value a client sent: its first 64
+// bytes (whole characters) and "…" if there was more. An error never
+// carries a client's value of any size back (as it would a 4 MiB ID).
+func clip(v string) string {
+	const most = 64
+	if len(v) <= most {
+		return v
+	}
+	cut := most
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return v[:cut] + "…"
+}
+
+// boundRequests refuses (-32602), before the SDK or a handler sees them,
+// values of the protocol's own requests over the limits of the tools'
+// inputs: a resource URI (resources/read, resources/subscribe and
+// unsubscribe, subscriptions/listen) is held to limits.name_bytes, as
+// read_resource's uri; so are a completion's reference, argument name and
+// context arguments, and its value when it completes a resource template's
+// argument (an ID), while a prompt's argument is free text
+// (limits.text_bytes). The SDK would otherwise match a URI of megabytes
+// against every resource template and quote it whole in its not-found
+// error. The tasks/* methods check their taskId themselves (visibleTask).
+func (s *Server) boundRequests(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		c := inputCheck{l: &s.cfg.Limits}
+		switch p := req.GetParams().(type) {
+		case *mcp.ReadResourceParams:
+			if p != nil {
+				c.name("uri", p.URI)
+			}
+		case *mcp.SubscribeParams:
+			if p != nil {
+				c.name("uri", p.URI)
+			}
+		case *mcp.UnsubscribeParams:
+			if p != nil {
+				c.name("uri", p.URI)
+			}
+		case *mcp.SubscriptionsListenParams:
+			if p != nil && p.Notifications != nil {
+				for i, uri := range p.Notifications.ResourceSubscriptions {
+					c.name(fmt.Sprintf("notifications.resourceSubscriptions[%d]", i), uri)
+				}
+			}
+		case *mcp.CompleteParams:
+			if p != nil {
+				c.completion(p)
+			}
+		}
+		if c.err != nil {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: c.err.Error()}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// completion checks completion/complete's values (boundRequests).
+func (c *inputCheck) completion(p *mcp.CompleteParams) {
+	prompt := false
+	if p.Ref != nil {
+		c.name("ref.type", p.Ref.Type)
+		c.name("ref.uri", p.Ref.URI)
+		c.name("ref.name", p.Ref.Name)
+		prompt = p.Ref.Type == "ref/prompt"
+	}
+	c.name("argument.name", p.Argument.Name)
+	if prompt {
+		c.text("argument.value", p.Argument.Value)
+	} else {
+		c.name("argument.value", p.Argument.Value)
+	}
+	if p.Context != nil {
+		c.list("context.arguments", len(p.Context.Arguments))
+		for _, k := range slices.Sorted(maps.Keys(p.Context.Arguments)) {
+			c.name("context.arguments key", k)
+			c.name(fmt.Sprintf("context.arguments[%q]", clip(k)), p.Context.Arguments[k])
+		}
 	}
 }
 

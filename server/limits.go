@@ -74,7 +74,8 @@ type Limits struct {
 	PasswordFailures                    int
 	PasswordBackoff, PasswordBackoffMax time.Duration
 	// NameBytes bounds names and IDs in tool and API inputs (task_name,
-	// agent_config.name, task_id, …), TextBytes their free text
+	// agent_config.name, task_id, …) and in the protocol's own requests
+	// (boundRequests, visibleTask), TextBytes their free text
 	// (task_intention, content, summary, …), ListItems their lists
 	// (receiver, stages, agents, …). Default 256 bytes, 32 KiB, 64.
 	NameBytes, TextBytes, ListItems int

@@ -92,7 +92,7 @@ func (s *Server) answerQuestions(op, taskID string, responses mcp.InputResponseM
 	}
 	var problems []string
 	for _, key := range slices.Sorted(maps.Keys(responses)) {
-		field := fmt.Sprintf("inputResponses[%q]", key)
+		field := fmt.Sprintf("inputResponses[%q]", clip(key))
 		r, ok := responses[key].(*mcp.ElicitResult)
 		if !ok {
 			problems = append(problems, field+": want an elicitation result (action, content)")

@@ -158,7 +158,7 @@ func New(cfg Config) (*Server, error) {
 			},
 			KeepAlive: 0,
 		})
-	s.mcp.AddReceivingMiddleware(telemetry.ServerMiddleware, s.filterLists, keepExtra, s.scrubAnswers)
+	s.mcp.AddReceivingMiddleware(s.boundRequests, telemetry.ServerMiddleware, s.filterLists, keepExtra, s.scrubAnswers)
 	s.mcp.AddSendingMiddleware(unaskedListChanges)
 	s.addTools()
 	s.addResources()

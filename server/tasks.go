@@ -160,12 +160,18 @@ func (s *Server) cancelTask(ctx context.Context, ss *mcp.ServerSession, t engine
 	return now, err == nil, nil
 }
 
-// visibleTask is the task taskID names, if the request's operator may see it.
+// visibleTask is the task taskID names, if the request's operator may see
+// it. A taskId is an ID: over limits.name_bytes it is refused as a tool's
+// task_id is.
 func (s *Server) visibleTask(ctx context.Context, ss *mcp.ServerSession, taskID string) (engine.TaskState, error) {
+	c := inputCheck{l: &s.cfg.Limits}
+	if c.name("taskId", taskID); c.err != nil {
+		return engine.TaskState{}, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: c.err.Error()}
+	}
 	op, ok := s.callerOperator(ctx, ss)
 	t, found := s.sys.Task(taskID)
 	if !ok || !found || t.Base || !s.sys.Visible(op, taskID) {
-		return engine.TaskState{}, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("taskId %q: no such task", taskID)}
+		return engine.TaskState{}, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("taskId %q: no such task", clip(taskID))}
 	}
 	return t, nil
 }
@@ -232,7 +238,7 @@ func (a taskPos) cursor() string {
 }
 
 func parseTaskCursor(c string) (taskPos, error) {
-	bad := &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("cursor %q: not a cursor tasks/list gave: list again without one", clipCursor(c))}
+	bad := &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("cursor %q: not a cursor tasks/list gave: list again without one", clip(c))}
 	b, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
 		return taskPos{}, bad

@@ -119,15 +119,7 @@ func (c *listCursors) open(cursor, op string) (string, error) {
 		}
 	}
 	return "", &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf(
-		"cursor %q: not a cursor this server gave operator %s for resources/list (cursors do not survive a restart): list again without one", clipCursor(cursor), op)}
-}
-
-// clipCursor keeps an echoed cursor short.
-func clipCursor(c string) string {
-	if len(c) > 64 {
-		return c[:64] + "…"
-	}
-	return c
+		"cursor %q: not a cursor this server gave operator %s for resources/list (cursors do not survive a restart): list again without one", clip(cursor), op)}
 }
 
 // uriTask returns the task a mas://tasks/{id}… URI names.
