@@ -63,7 +63,8 @@ func (s *Server) BeforeTaskCancel(f func(taskID string)) {
 
 // AwaitUpdatesHandled waits until the updates' run loop has handled the
 // MAS's events up to seq (they are in its event log, and the
-// resources/updated they caused were sent or are pending).
+// resources/updated they caused were handed to their sessions' queues in
+// the outbox, or are pending).
 func (s *Server) AwaitUpdatesHandled(seq uint64) {
 	u := s.updates
 	for {
