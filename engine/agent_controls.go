@@ -173,22 +173,30 @@ func (a *agent) requestStop(runID, stepID, reason, instruction string) (string, 
 	return running.StepID, nil
 }
 
-// showOutage shows the agent waiting out an LLM outage, with the reason.
-func (a *agent) showOutage(since time.Time, reason string) {
+// showOutage shows the agent waiting out an LLM outage in step's call,
+// with the reason.
+func (a *agent) showOutage(step *StepState, since time.Time, reason string) {
+	text := a.sys.text("llm_waiting", map[string]any{"Since": since.Format(time.DateTime), "Reason": Truncate(reason, 300)})
+	a.showWaiting(step, pausedOutage, text)
+}
+
+// showWaiting shows the agent waiting, for text, on what step's call waits
+// on (WaitingOn).
+func (a *agent) showWaiting(step *StepState, on, text string) {
 	a.mu.Lock()
 	a.st.WorkingState = WorkingWaiting
-	a.st.WaitingFor = a.sys.text("llm_waiting", map[string]any{"Since": since.Format(time.DateTime), "Reason": Truncate(reason, 300)})
-	a.changedLocked(Event{Detail: "llm_outage"})
+	a.st.WaitingFor, a.st.WaitingOn, a.st.WaitingIn = text, on, step.TaskID
+	a.changedLocked(Event{TaskID: step.TaskID, StepID: step.StepID, Detail: on + "_waiting"})
 	a.mu.Unlock()
 }
 
-// outageOver shows the agent working again after an outage.
-func (a *agent) outageOver() {
+// waitingOver shows the agent working again after step's call waited.
+func (a *agent) waitingOver(step *StepState, on string) {
 	a.mu.Lock()
 	if a.st.WaitingFor != "" {
-		a.st.WaitingFor = ""
+		a.st.WaitingFor, a.st.WaitingOn, a.st.WaitingIn = "", "", ""
 		a.st.WorkingState = WorkingWorking
-		a.changedLocked(Event{Detail: "llm_outage_over"})
+		a.changedLocked(Event{TaskID: step.TaskID, StepID: step.StepID, Detail: on + "_waiting_over"})
 	}
 	a.mu.Unlock()
 }

@@ -13,17 +13,17 @@ import (
 // Called before the agent's goroutine starts.
 func (a *agent) recoverStepsLocked(rerun Rerunner, stored map[string]bool) {
 	// What the agent waited for was said by its running step's LLM call
-	// (an outage or a budget waited out inside it): no call runs now.
-	waited := a.st.WaitingFor != ""
-	a.st.WaitingFor = ""
+	// (an outage or a budget waited out inside it): no call runs now. An
+	// outage's operator was told it would hear when the endpoint answers.
+	if a.st.WaitingOn == pausedOutage && a.st.WaitingIn != "" {
+		a.sys.outage.toldBeforeRestart(a.sys, a.st.WaitingIn)
+	}
+	a.st.WaitingFor, a.st.WaitingOn, a.st.WaitingIn = "", "", ""
 	var again []string
 	for i := range a.st.AgentStep.StepList {
 		step := &a.st.AgentStep.StepList[i]
 		if step.ExecutionState != StateRunning {
 			continue
-		}
-		if waited && step.Type == StepSkill {
-			a.sys.outage.toldBeforeRestart(a.sys, step.TaskID)
 		}
 		if step.Type == StepTool && (rerun == nil || !rerun.SafeToRerun(*step)) {
 			step.ExecutionState = StateFailed

@@ -289,22 +289,12 @@ func (o *stepOutage) BeforeCall(ctx context.Context) error {
 		reason = t.st.Budget.Held
 		t.mu.Unlock()
 	}
-	a.mu.Lock()
-	a.st.WorkingState = WorkingWaiting
-	a.st.WaitingFor = s.text("budget_waiting", map[string]any{"TaskID": o.step.TaskID, "Reason": reason})
-	a.changedLocked(Event{TaskID: o.step.TaskID, StepID: o.step.StepID, Detail: "budget_waiting"})
-	a.mu.Unlock()
+	a.showWaiting(o.step, pausedBudget, s.text("budget_waiting", map[string]any{"TaskID": o.step.TaskID, "Reason": reason}))
 	select {
 	case <-ch:
 	case <-ctx.Done():
 	}
-	a.mu.Lock()
-	if a.st.WaitingFor != "" {
-		a.st.WaitingFor = ""
-		a.st.WorkingState = WorkingWorking
-		a.changedLocked(Event{TaskID: o.step.TaskID, StepID: o.step.StepID, Detail: "budget_waiting_over"})
-	}
-	a.mu.Unlock()
+	a.waitingOver(o.step, pausedBudget)
 	if ok {
 		t.mu.Lock()
 		ended := t.endedLocked()
@@ -565,7 +555,7 @@ func (s *System) hold(t *task, kind, reason string, ask bool) bool {
 		return false
 	}
 	s.budgets.block(id)
-	if _, err := s.pauseTask(t, SystemSender, true, true); err != nil {
+	if _, err := s.pauseTaskFor(t, SystemSender, true, true, pausedBudget, nil); err != nil {
 		s.log.Error("budget: could not pause a task", "task", id, "err", err)
 	}
 	s.log.Warn("task paused: budget reached", "task", id, "reason", reason)
@@ -794,7 +784,8 @@ func (s *System) release(t *task) bool {
 		return false
 	}
 	s.budgets.unblock(id)
-	if _, err := s.pauseTask(t, SystemSender, true, false); err != nil {
+	// Its own pause only: one an operator took over stays.
+	if _, err := s.pauseTaskFor(t, SystemSender, true, false, pausedBudget, nil); err != nil {
 		s.log.Error("budget: could not resume a task", "task", id, "err", err)
 	}
 	s.log.Info("task resumed: budget raised", "task", id)
@@ -923,6 +914,25 @@ func (s *System) reaskBudgets() {
 		}
 		s.budgets.block(t.id())
 		s.askBudget(t)
+	}
+}
+
+// resumeReleased resumes, at a restore, the tasks paused for a budget that
+// no longer holds them: a crash came between the release's write and the
+// resume's. Nothing else would resume them (supervision passes paused
+// tasks by), and their operator was told the budget was raised.
+func (s *System) resumeReleased() {
+	for _, t := range s.allTasks() {
+		st := t.brief()
+		ended := st.ExecutionState == StateFinished || st.ExecutionState == StateFailed
+		if !st.Paused || st.PausedFor != pausedBudget || st.Budget.Held != "" || ended {
+			continue
+		}
+		if _, err := s.pauseTaskFor(t, SystemSender, true, false, pausedBudget, nil); err != nil {
+			s.log.Error("budget: restore: could not resume a task whose budget was raised", "task", st.TaskID, "err", err)
+			continue
+		}
+		s.log.Info("task resumed: its budget was raised before the restart", "task", st.TaskID)
 	}
 }
 

@@ -254,3 +254,34 @@ func TestSetBudgetResumesAHeldTask(t *testing.T) {
 	}
 	r.noCallsWhileHeld()
 }
+
+// TestBudgetRaiseKeepsTheOperatorsPause: an operator who pauses a task held
+// for its budget takes the pause over: raising the budget then releases
+// the hold but does not resume the task; the operator's resume_task does.
+func TestBudgetRaiseKeepsTheOperatorsPause(t *testing.T) {
+	r := startBudgetTask(t, engine.BudgetLimits{Tokens: new(1)}, engine.BudgetConfig{})
+	op := r.s.sys.OperatorID()
+	r.question()
+	if held := r.settledPaused(); held.PausedFor != "budget" {
+		t.Errorf("task held for its budget reads paused_for %q, want \"budget\"", held.PausedFor)
+	}
+	if _, err := r.s.sys.TaskInstruction(op, engine.TaskInstruction{Action: engine.ActionPauseTask, TaskID: r.task}); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.s.task(r.task); !st.Paused || st.PausedFor != "" {
+		t.Fatalf("after the operator's pause: paused=%v for %q, want paused as the operator's", st.Paused, st.PausedFor)
+	}
+	if _, err := r.s.sys.TaskInstruction(op, engine.TaskInstruction{Action: engine.ActionSetBudget, TaskID: r.task, Budget: &engine.BudgetLimits{Tokens: new(0)}}); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.s.task(r.task); !st.Paused || st.Budget.Held != "" {
+		t.Fatalf("after the budget was raised: paused=%v, held %q; want the hold released and the operator's pause kept", st.Paused, st.Budget.Held)
+	}
+	if _, err := r.s.sys.TaskInstruction(op, engine.TaskInstruction{Action: engine.ActionResumeTask, TaskID: r.task}); err != nil {
+		t.Fatal(err)
+	}
+	if end := r.waitEnded(); end.ExecutionState != engine.StateFinished {
+		t.Errorf("task %s after the operator resumed it, want finished", end.ExecutionState)
+	}
+	r.noCallsWhileHeld()
+}

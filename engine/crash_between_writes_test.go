@@ -94,10 +94,19 @@ func (f *freezeStore) PutMessage(ctx context.Context, m *Message) error {
 // that write would.
 func newFreezeBed(t *testing.T) (b *testbed, store *freezeStore, restart func() (*testbed, *Image)) {
 	t.Helper()
+	return freezeBedWith(t, nil)
+}
+
+// freezeBedWith is newFreezeBed with a change of the Config first.
+func freezeBedWith(t *testing.T, mod func(*Config)) (b *testbed, store *freezeStore, restart func() (*testbed, *Image)) {
+	t.Helper()
 	store = newFreezeStore()
 	var cfg Config
 	b = newTestbed(t, func(c *Config) {
 		c.Store = store
+		if mod != nil {
+			mod(c)
+		}
 		cfg = *c
 	})
 	restart = func() (*testbed, *Image) {

@@ -40,23 +40,30 @@ type stepOutage struct {
 // OutageBegan shows the agent waiting and tells the operator once.
 func (o *stepOutage) OutageBegan(since time.Time, reason string) {
 	a := o.a
-	a.showOutage(since, reason)
+	a.showOutage(o.step, since, reason)
 	a.sys.outage.began(a.sys, o.step.TaskID, since, reason)
 }
 
 // OutageEnded shows the agent working again.
 func (o *stepOutage) OutageEnded(end llm.OutageEnd) {
 	a := o.a
-	a.outageOver()
-	a.sys.outage.ended(a.sys, end)
+	a.waitingOver(o.step, pausedOutage)
+	a.sys.outage.ended(a.sys, o.step.TaskID, end)
 }
 
 // outageTracker counts the calls waiting out an outage and who was told.
 type outageTracker struct {
+	// notice orders the notices (began, gave up, over) as the changes
+	// of told they report: an answer right after a call began waiting
+	// cannot tell "available" before "unavailable".
+	notice  sync.Mutex
 	mu      sync.Mutex
 	waiting int
-	since   time.Time
-	told    []string // operators told that it began, in order
+	// waitingOf counts the waiting calls by the operator of their task: a
+	// give-up is told to an operator once none of its calls waits.
+	waitingOf map[string]int
+	since     time.Time
+	told      []string // operators told that it began, in order
 	// held is set while a task may be paused for the outage (holdOutage)
 	// and probing while the probe runs (probeOutage).
 	held, probing bool
@@ -72,8 +79,12 @@ type outageTracker struct {
 }
 
 // pausedOutage is TaskState.PausedFor of a task whose steps gave up
-// waiting for the LLM endpoint.
-const pausedOutage = "llm_outage"
+// waiting for the LLM endpoint, and pausedBudget of one held for its
+// budget (budget_tokens.go). They are also AgentState.WaitingOn.
+const (
+	pausedOutage = "llm_outage"
+	pausedBudget = "budget"
+)
 
 // outagePausedHook, set by tests only, runs in holdOutage once the task is
 // paused for the outage (before the rest of the hold).
@@ -307,12 +318,18 @@ func (s *System) resumeOutage() {
 // once per outage.
 func (o *outageTracker) began(s *System, taskID string, since time.Time, reason string) {
 	op := s.operatorOf(taskID)
+	o.notice.Lock()
+	defer o.notice.Unlock()
 	o.mu.Lock()
 	if (o.waiting == 0 && len(o.told) == 0) || o.since.IsZero() {
 		o.since = since
 		s.log.Error("LLM endpoint unavailable: calls wait and retry", "since", since, "reason", reason)
 	}
 	o.waiting++
+	if o.waitingOf == nil {
+		o.waitingOf = map[string]int{}
+	}
+	o.waitingOf[op]++
 	tell := op != "" && !slices.Contains(o.told, op)
 	if tell {
 		o.told = append(o.told, op)
@@ -326,58 +343,53 @@ func (o *outageTracker) began(s *System, taskID string, since time.Time, reason 
 	}
 }
 
-// ended records a call that stopped waiting. The first recovery ends the
-// outage; when every waiting call gave up instead, it ends too.
-func (o *outageTracker) ended(s *System, end llm.OutageEnd) {
+// ended records that a call of taskID no longer waits, and how its wait
+// ended: an answer tells everyone told of the outage (and resumes what it
+// paused, as any answer does); a give-up tells the task's operator once
+// none of its calls waits any more; a call that left (an interrupt, a
+// stop, a shutdown) tells nobody anything.
+func (o *outageTracker) ended(s *System, taskID string, end llm.OutageEnd) {
+	op := s.operatorOf(taskID)
 	o.mu.Lock()
 	o.waiting = max(o.waiting-1, 0)
-	switch {
-	case end == llm.OutageRecovered:
-		o.mu.Unlock()
-		o.over(s)
-	case end == llm.OutageGaveUp && len(o.told) > 0 && o.waiting == 0:
-		told, since := o.told, o.since
-		o.told = nil
-		o.mu.Unlock()
-		for _, op := range told {
-			s.tellOperator(op, "llm_outage_gave_up", map[string]any{
-				"Since": since.Format(time.DateTime), "Duration": s.now().Sub(since).Round(time.Second).String(),
-			})
-		}
-	default:
-		// Calls still wait, or this one left on its own account (an
-		// interrupt, a stop, a shutdown): nobody gave up on the endpoint,
-		// and those told of the outage are told when it answers.
-		o.mu.Unlock()
+	if o.waitingOf[op]--; o.waitingOf[op] <= 0 {
+		delete(o.waitingOf, op)
+	}
+	o.mu.Unlock()
+	switch end {
+	case llm.OutageRecovered:
+		s.endpointAnswered()
+	case llm.OutageGaveUp:
+		o.gaveUp(s, op)
 	}
 }
 
-// toldBeforeRestart records, at a restore, that the operator of taskID
-// was told of an outage its step's call was waiting out when the process
-// ended (but for a budget wait, the other wait inside a call): it is told
-// when the endpoint answers again, as it was promised, and not told again
-// that it is unavailable. When the outage began is not known.
-func (o *outageTracker) toldBeforeRestart(s *System, taskID string) {
-	if t, ok := s.task(taskID); ok {
-		budget := false
-		t.mu.peek(func(ts *TaskState) { budget = ts.Budget.Held != "" })
-		if budget {
-			return
-		}
-	}
-	op := s.operatorOf(taskID)
+// gaveUp tells op, once none of its calls waits any more, that the calls
+// stopped waiting; op is then no longer among those told of the outage.
+func (o *outageTracker) gaveUp(s *System, op string) {
+	o.notice.Lock()
+	defer o.notice.Unlock()
 	o.mu.Lock()
-	if !slices.Contains(o.told, op) {
-		o.told = append(o.told, op)
+	i := slices.Index(o.told, op)
+	if i < 0 || o.waitingOf[op] > 0 {
+		o.mu.Unlock()
+		return
 	}
+	o.told = slices.Delete(o.told, i, i+1)
+	since := o.since
 	o.mu.Unlock()
+	s.tellOperator(op, "llm_outage_gave_up", map[string]any{
+		"Since": since.Format(time.DateTime), "Duration": s.now().Sub(since).Round(time.Second).String(),
+	})
 }
 
 // over tells the operators told of the outage that the endpoint answers
-// again, once: from a call that waited it out, or from any call answered
-// (endpointAnswered) — the calls that waited may have left (an interrupt),
-// or been lost with a restart (restoreOutage).
+// again, once: from any call answered (endpointAnswered) — the calls that
+// waited may have left (an interrupt), or been lost with a restart
+// (toldBeforeRestart).
 func (o *outageTracker) over(s *System) {
+	o.notice.Lock()
+	defer o.notice.Unlock()
 	o.mu.Lock()
 	told, since := o.told, o.since
 	o.told = nil
@@ -395,6 +407,20 @@ func (o *outageTracker) over(s *System) {
 	for _, op := range told {
 		s.tellOperator(op, key, data)
 	}
+}
+
+// toldBeforeRestart records, at a restore, that the operator of taskID
+// was told of an outage a call of its was waiting out when the process
+// ended: it is told when the endpoint answers again, as it was promised,
+// and not told again that it is unavailable. When the outage began is
+// not known.
+func (o *outageTracker) toldBeforeRestart(s *System, taskID string) {
+	op := s.operatorOf(taskID)
+	o.mu.Lock()
+	if !slices.Contains(o.told, op) {
+		o.told = append(o.told, op)
+	}
+	o.mu.Unlock()
 }
 
 // refusalTracker remembers the refusal causes reported since the endpoint

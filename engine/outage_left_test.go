@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -117,4 +119,36 @@ func TestOutageWaitLostWithACrash(t *testing.T) {
 	if a := b2.agent(alice); a.WaitingFor != "" {
 		t.Errorf("alice shows waiting_for %q once the endpoint answered", a.WaitingFor)
 	}
+}
+
+// TestAnAnswerTheStepFailsOnResumesTheOutage: a task paused for an outage
+// resumes on any answer of the endpoint, also one its step then fails on
+// (an output that does not parse): with no probe configured, nothing else
+// would resume it.
+func TestAnAnswerTheStepFailsOnResumesTheOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := bubbleBed(t, nil)
+		alice, bob := b.newAgent("alice"), b.newAgent("bob")
+		task := b.newTask("t", alice)
+		var runs atomic.Int32
+		b.sc.onText("hold me", func(context.Context, *ExecInput) *Output {
+			if runs.Add(1) == 1 {
+				return gaveUp()
+			}
+			return &Output{Result: map[string]any{"think": "done"}, Usage: Usage{Calls: 1}}
+		})
+		b.sc.onText("garbled", func(context.Context, *ExecInput) *Output {
+			return &Output{Err: errors.New("think: the answer has no <think> block"), Usage: Usage{Calls: 1}}
+		})
+		b.inject(alice, task, NoRelative, false, spec(SkillThink, "hold me"))
+		synctest.Wait()
+		if ts := b.task(task); ts.PausedFor != pausedOutage {
+			t.Fatalf("task not paused for the outage (%q)\n%s", ts.PausedFor, b.dump())
+		}
+		b.inject(bob, b.sys.baseTaskID, NoRelative, false, spec(SkillThink, "garbled"))
+		synctest.Wait()
+		if ts := b.task(task); ts.Paused {
+			t.Errorf("the endpoint answered (bob's step failed on what it said) and the task is still paused for %q", ts.PausedFor)
+		}
+	})
 }

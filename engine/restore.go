@@ -168,6 +168,7 @@ func (s *System) StartFrom(img *Image) error {
 	}
 	s.deliver(missing...)
 	s.reaskBudgets()
+	s.resumeReleased()
 	s.rewatchOutage()
 	s.log.Info("mas restored", "tasks", len(img.Tasks), "agents", len(img.Agents),
 		"messages", len(img.Messages), "redelivered", redelivered, "recreated", len(missing), "base_task", s.baseTaskID)

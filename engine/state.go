@@ -94,9 +94,11 @@ type TaskState struct {
 	Paused   bool      `json:"paused,omitempty"`
 	PausedAt time.Time `json:"paused_at,omitzero"`
 	// PausedFor says why the MAS itself paused the task: "llm_outage",
-	// its steps gave up waiting for the LLM endpoint (endpoint.go). Such
-	// a pause ends by itself once the endpoint answers again. It is empty
-	// when an operator or a budget holds the task.
+	// its steps gave up waiting for the LLM endpoint (endpoint.go), or
+	// "budget", a budget of it is reached (budget_tokens.go). Such a pause
+	// ends by itself: once the endpoint answers again, once the budget is
+	// raised. It is empty when an operator holds the task (pause_task
+	// takes either over).
 	PausedFor string `json:"paused_for,omitempty"`
 	// Budget is the task's token and cost limits and what counts against
 	// them (budget_tokens.go).
@@ -243,6 +245,12 @@ type AgentState struct {
 	// "waiting" for another reason than its step lock: its running step's
 	// LLM call is waiting out an outage of the endpoint.
 	WaitingFor string `json:"waiting_for,omitempty"`
+	// WaitingOn is what WaitingFor waits on, "llm_outage" or "budget", and
+	// WaitingIn the task of the step whose call waits: who may read
+	// WaitingFor (filterAgent), and what a restart, which ends the call,
+	// owes its operator (recoverStepsLocked).
+	WaitingOn string `json:"waiting_on,omitempty"`
+	WaitingIn string `json:"waiting_in,omitempty"`
 	// Paused is set while an operator holds the agent (pause_agent): it
 	// starts no new step until resume_agent.
 	Paused bool `json:"paused,omitempty"`

@@ -93,9 +93,15 @@ func (s *System) apply(a *agent, step StepState, out *Output, cancelled bool) {
 		m.Message = s.clipText(m.Message)
 	}
 	failure := out.Err
-	if failure == nil && out.Usage.Calls > 0 {
-		s.refused.answered()
-		s.endpointAnswered()
+	if out.Usage.Calls > 0 {
+		if failure == nil {
+			s.refused.answered()
+		}
+		// An answer, even one the step then failed on (an output that
+		// does not parse, a refusal), says the endpoint is back.
+		if failure == nil || !llm.Unanswered(failure) {
+			s.endpointAnswered()
+		}
 	}
 
 	// Agent-local effects first: memory, usage, planned steps.

@@ -5,13 +5,30 @@ import (
 	"time"
 )
 
+// pauseRank orders who holds a paused task: a pause by someone ranked
+// higher takes a paused task over (its PausedFor becomes the new one's),
+// and a resume ends only the pause of its own reason. An operator's or a
+// manager's pause ("") outranks a budget's, which outranks an outage's:
+// the budget's release does not resume a task an operator paused, and an
+// outage's end does not resume one held for its budget.
+func pauseRank(reason string) int {
+	switch reason {
+	case "":
+		return 3
+	case pausedBudget:
+		return 2
+	default:
+		return 1
+	}
+}
+
 // setPaused pauses or resumes the task for actorID and reports whether that
 // changed it, how long it was held (on resume) and its group then.
 //
-// reason is the MAS's own reason for a pause (TaskState.PausedFor); an
-// operator's or a budget's pause of a task the MAS paused takes it over
-// (the reason is cleared, so it no longer ends by itself). A resume with a
-// reason resumes only a task the MAS paused for that reason.
+// reason is the MAS's own reason for a pause (TaskState.PausedFor, "" for
+// an operator's); a pause that outranks the one holding the task takes it
+// over (pauseRank). A resume with a reason resumes only a task paused for
+// that reason.
 func (t *task) setPaused(actorID string, human, pause bool, reason string, now time.Time) (changed bool, held time.Duration, group []string, err error) {
 	if err := t.mu.lockDurable(); err != nil {
 		return false, 0, nil, err
@@ -29,8 +46,8 @@ func (t *task) setPaused(actorID string, human, pause bool, reason string, now t
 		t.mu.Unlock()
 		return false, 0, nil, errf(ErrEnded, "task_id %q: has already ended (%s)", id, t.st.ExecutionState)
 	case t.st.Paused == pause:
-		if pause && reason == "" && t.st.PausedFor != "" {
-			t.st.PausedFor = ""
+		if pause && pauseRank(reason) > pauseRank(t.st.PausedFor) {
+			t.st.PausedFor = reason
 			t.changedLocked(Event{Detail: "paused"})
 			err := t.mu.syncLocked()
 			t.mu.Unlock()

@@ -285,6 +285,11 @@ func (s *System) filterAgent(viewerID string, st *AgentState, hidden []string) {
 		return drop
 	})
 	st.StepLock = slices.DeleteFunc(slices.Clone(st.StepLock), func(id string) bool { return slices.Contains(droppedWaits, id) })
+	// What a call of another's task waits for names that task (and its
+	// budget): the agent reads as waiting, no more.
+	if st.WaitingIn != "" && !seen(st.WaitingIn) {
+		st.WaitingFor, st.WaitingOn, st.WaitingIn = "", "", ""
+	}
 	// The IDs of the messages delivered to the agent are the engine's
 	// bookkeeping (a message delivered again is taken once), and among
 	// them are other operators' private messages.

@@ -258,3 +258,17 @@ func plural(n int) string {
 	}
 	return "s"
 }
+
+// Unanswered reports whether err is the failure of a call that got no
+// answer from the endpoint: a transient failure (connection, timeout, 429,
+// 5xx), a give-up on the outage window, or its caller's end. A refusal is
+// an answer (the endpoint is reachable), and so is any error that is not a
+// call's failure: a step's own, after an answer (an output that does not
+// parse). The engine resumes what an outage paused on an answer.
+func Unanswered(err error) bool {
+	var ce *callError
+	if !errors.As(err, &ce) {
+		return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	}
+	return !errors.Is(err, ErrRefused)
+}

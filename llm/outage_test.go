@@ -3,6 +3,7 @@ package llm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -247,5 +248,37 @@ func TestOutageEndedByARefusal(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"began: status 503: overloaded", "recovered"}, log.got()); diff != "" {
 		t.Errorf("observer mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestUnanswered tells the failures of calls the endpoint did not answer
+// from answers: what an outage's pause waits for.
+func TestUnanswered(t *testing.T) {
+	call := func(ctx context.Context, replies ...reply) error {
+		api := newFakeAPI(t, replies...)
+		o, _ := newTestClient(t, api, OpenAIConfig{MaxRetries: -1, OutageWindow: -1})
+		_, err := o.Complete(ctx, userRequest("hi"))
+		return err
+	}
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"5xx", call(t.Context(), reply{status: 503, body: errorBody("overloaded")}), true},
+		{"429", call(t.Context(), reply{status: 429, body: errorBody("slow down")}), true},
+		{"caller's end", call(cancelled, reply{}), true},
+		{"refusal", call(t.Context(), reply{status: 401, body: errorBody("invalid api key")}), false},
+		{"a step's own failure, wrapping none", fmt.Errorf("think: no <think> block: %w", errors.New("parse")), false},
+		{"a call's failure, wrapped", fmt.Errorf("planning: %w", call(t.Context(), reply{status: 500})), true},
+	} {
+		if c.err == nil {
+			t.Fatalf("%s: no error", c.name)
+		}
+		if got := Unanswered(c.err); got != c.want {
+			t.Errorf("%s: Unanswered(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
 	}
 }
