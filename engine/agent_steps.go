@@ -13,6 +13,12 @@ type stepOpts struct {
 	returnWaitingID string
 }
 
+// plannedStepID is the ID addStepsLocked gives the i-th step origin plans
+// (a new one when origin is "").
+func plannedStepID(origin string, i int) string {
+	return derivedID(origin, strconv.Itoa(i))
+}
+
 // addStepsLocked creates steps from specs in (taskID, stageID) and either
 // appends them (add_step, spec §5.7, §6.3.1) or inserts them, in order,
 // before the next pending step (add_next_step, spec §5.8, §6.3.2). Each is
@@ -30,7 +36,7 @@ func (a *agent) addStepsLocked(taskID, stageID string, specs []StepSpec, next bo
 	steps := make([]StepState, 0, len(specs))
 	ids := make([]string, 0, len(specs))
 	for i, sp := range specs {
-		id := derivedID(origin, strconv.Itoa(i))
+		id := plannedStepID(origin, i)
 		if origin != "" && a.stepLocked(id) != nil {
 			continue
 		}

@@ -22,6 +22,10 @@ type freezeStore struct {
 	// freezeAgent matches, is taken: a crash right after that write.
 	freezeTask func(*TaskState) bool
 	after      bool
+	// beforePut, when set, is called before an agent document is
+	// written, and afterPut once one is stored, outside the store's lock:
+	// a test holds a write in beforePut until afterPut saw another.
+	beforePut, afterPut func(*AgentState)
 
 	mu     sync.Mutex
 	frozen bool
@@ -67,16 +71,39 @@ func (f *freezeStore) PutTask(ctx context.Context, t *TaskState) error {
 	return err
 }
 
+// hookPuts sets beforePut and afterPut.
+func (f *freezeStore) hookPuts(before, after func(*AgentState)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.beforePut, f.afterPut = before, after
+}
+
 func (f *freezeStore) PutAgent(ctx context.Context, a *AgentState) error {
+	f.mu.Lock()
+	before, after := f.beforePut, f.afterPut
+	f.mu.Unlock()
+	if before != nil {
+		before(a)
+	}
+	stored, err := f.putAgent(ctx, a)
+	if stored && err == nil && after != nil {
+		after(a)
+	}
+	return err
+}
+
+// putAgent writes the document unless the store is frozen, and reports
+// whether it did.
+func (f *freezeStore) putAgent(ctx context.Context, a *AgentState) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	match := f.freezeAgent(a)
 	if !f.take(match && !f.after) {
-		return nil
+		return false, nil
 	}
 	err := f.MemoryStore.PutAgent(ctx, a)
 	f.take(match && f.after)
-	return err
+	return true, err
 }
 
 func (f *freezeStore) PutMessage(ctx context.Context, m *Message) error {

@@ -3,9 +3,12 @@ package engine
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 )
 
 // TestRestoreReleasesAWaitWhoseReplyFailed: the receiver's reply step
@@ -77,4 +80,83 @@ func TestRestoreReleasesAWaitWhoseReplyFailed(t *testing.T) {
 	if n := len(b2.steps(asker, told)); n != 1 {
 		t.Errorf("the asker was told %d times that no reply comes, want once\n%s", n, b2.dump())
 	}
+}
+
+// TestRerunAskingStepDoesNotWaitForALostReply: the crash also lost the end
+// of the asker's asking step (its wait and its message were stored, the
+// peer's failed reply too). After the restart the step runs again and
+// sends its message again (the same one, taken once): it must not engage
+// its wait anew, for the reply can no longer come, but carry on at once,
+// told once why, rather than sit out its wait timeout (10 minutes).
+func TestRerunAskingStepDoesNotWaitForALostReply(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, store, restart := newFreezeBed(t)
+		asker, peer := b.newAgent("asker"), b.newAgent("peer")
+		asked := func(a *AgentState) bool {
+			return a.AgentID == asker && slices.ContainsFunc(a.AgentStep.StepList, func(s StepState) bool {
+				return s.TextContent == "ask" && s.ExecutionState == StateFinished
+			})
+		}
+		told := func(s StepState) bool {
+			return s.Executor == SkillProcessMessage && strings.Contains(s.TextContent, "can no longer come") && strings.Contains(s.TextContent, "HTTP 401")
+		}
+		// The asker's step end waits until the peer's failed reply is
+		// stored; the crash comes right before the asker's next write
+		// (its step's end, or the release of its wait).
+		failed := make(chan struct{})
+		var once sync.Once
+		store.hookPuts(func(a *AgentState) {
+			if asked(a) {
+				<-failed
+			}
+		}, func(a *AgentState) {
+			if a.AgentID == peer && slices.ContainsFunc(a.AgentStep.StepList, func(s StepState) bool {
+				return s.ReturnWaitingID != "" && s.ExecutionState == StateFailed
+			}) {
+				once.Do(func() { close(failed) })
+			}
+		})
+		store.freezeAt(func(a *AgentState) bool {
+			return asked(a) || (a.AgentID == asker && slices.ContainsFunc(a.AgentStep.StepList, told))
+		}, nil)
+		b.sc.onText("ask", func(_ context.Context, in *ExecInput) *Output { return askPeer(in, peer) })
+		b.sc.onAgent("peer", SkillSendMessage, func(context.Context, *ExecInput) *Output {
+			return &Output{Err: errors.New("the LLM endpoint refused the API key (HTTP 401)")}
+		})
+		task := b.newTask("crash", asker, peer)
+		step := b.inject(asker, task, NoRelative, false, spec(SkillSendMessage, "ask"))[0]
+		b2, img := restart()
+
+		// The image is the one the crash leaves: the reply failed, the
+		// asker waits, its asking step not ended.
+		var replyFailed, waiting, running bool
+		for _, a := range img.Agents {
+			for _, s := range a.AgentStep.StepList {
+				if a.AgentID == peer && s.ReturnWaitingID != "" && s.ExecutionState == StateFailed {
+					replyFailed = true
+				}
+				if a.AgentID == asker && s.StepID == step && s.ExecutionState == StateRunning {
+					running = true
+				}
+			}
+			if a.AgentID == asker && len(a.StepLock) > 0 {
+				waiting = true
+			}
+		}
+		if !replyFailed || !waiting || !running {
+			t.Fatalf("stored: the peer's reply failed %v, the asker waits %v, its asking step running %v; want all three", replyFailed, waiting, running)
+		}
+
+		// Well within the wait timeout, the asking step ran again and the
+		// asker waits for nothing.
+		b2.until("the asker's asking step to run again, waiting for nothing", time.Minute, func() bool {
+			return b2.stepDone(asker, step) && len(b2.agent(asker).StepLock) == 0
+		})
+		b2.until("the asker to read that no reply comes", time.Minute, func() bool {
+			return len(b2.steps(asker, func(s StepState) bool { return told(s) && s.ExecutionState == StateFinished })) > 0
+		})
+		if n := len(b2.steps(asker, told)); n != 1 {
+			t.Errorf("the asker was told %d times that no reply comes, want once\n%s", n, b2.dump())
+		}
+	})
 }

@@ -24,7 +24,8 @@ type Rerunner interface {
 //     else it fails with a reason the agent's next reflection sees;
 //   - step locks keep their deadlines; the wait graph is rebuilt; a wait
 //     whose reply step is stored ended without its reply is released,
-//     the release a crash lost (releaseLostReplies);
+//     the release a crash lost (releaseLostReplies), and the asking step,
+//     if it runs again, does not wait for that reply anew;
 //   - messages a receiver has not taken yet are delivered again (receivers
 //     take each message once, by its ID);
 //   - instructions and notices a task's stored state implies, lost by a

@@ -118,16 +118,18 @@ func (s *System) engageWaits(a *agent, m *Message) string {
 }
 
 // engagedOrAnswered returns which of the waiting IDs the agent holds
-// already, or got the answer to already. A step that engaged them and was
+// already, got the answer to already, or was told can get no answer (its
+// reply step ended without it: replyLost). A step that engaged them and was
 // interrupted by a crash before it was marked finished runs again after
 // the restart (with the same, derived, waiting IDs): it must neither wait
 // twice (one answer releases one entry) nor wait again for an answer that
-// came (it is not sent again), or the agent stays blocked until the wait
-// times out. The agent is read before the task (an answer is recorded in
-// the task before it reaches the agent), each under its own mutex.
+// came or can no longer come (none is sent again), or the agent stays
+// blocked until the wait times out. The agent is read before the task (an
+// answer is recorded in the task before it reaches the agent), each under
+// its own mutex.
 func (s *System) engagedOrAnswered(a *agent, taskID string, ids []string) map[string]bool {
 	out := map[string]bool{}
-	for _, id := range a.heldWaits(ids) {
+	for _, id := range a.heldOrLost(ids) {
 		out[id] = true
 	}
 	if t, ok := s.task(taskID); ok {
@@ -358,17 +360,27 @@ func (s *System) releaseLost(replier *agent, lost ...lostReply) {
 	}
 }
 
-// heldWaits returns which of the waiting IDs the agent's step lock holds.
-func (a *agent) heldWaits(ids []string) []string {
+// heldOrLost returns which of the waiting IDs the agent's step lock holds,
+// or were released because their reply can no longer come (the step that
+// told the agent so is there).
+func (a *agent) heldOrLost(ids []string) []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var held []string
 	for _, id := range ids {
-		if slices.Contains(a.st.StepLock, id) {
+		if slices.Contains(a.st.StepLock, id) || a.stepLocked(plannedStepID(replyLostID(id), 0)) != nil {
 			held = append(held, id)
 		}
 	}
 	return held
+}
+
+// replyLostID is the origin of what tells a waiter that the reply to its
+// waiting ID can no longer come: an LLM agent's process_message step
+// derives its ID from it (addStepsLocked), an operator's notice is it. A
+// restart that tells the waiter again makes the same ID: it is told once.
+func replyLostID(waitingID string) string {
+	return derivedID(waitingID, "reply_lost")
 }
 
 // replyLost releases the agent's wait whose reply can no longer come, with
@@ -385,7 +397,7 @@ func (a *agent) replyLost(l lostReply, replier string) bool {
 			Type:          StepSkill,
 			Executor:      SkillProcessMessage,
 			TextContent:   a.sys.text("reply_lost_text", data),
-		}}, true, "")
+		}}, true, replyLostID(l.waitingID))
 		a.changedLocked(Event{TaskID: rw.TaskID, Detail: "step_lock_released"})
 		// The replier's step is over and cannot be told: kept through an
 		// outage rather than withdrawn (owner.go).
