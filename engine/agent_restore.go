@@ -115,17 +115,23 @@ func (a *agent) rejoinWaits() {
 // awaitedReply is a restored wait of an LLM agent on another agent's reply.
 type awaitedReply struct{ waiter, replier string }
 
-// releaseLostReplies releases the restored waits whose reply can no longer
-// come: the replier's reply step is stored ended without sending it, but a
-// crash came before the waiter's release was stored (releaseLost). Each is
+// releaseLostReplies tells the waiters of the replies that can no longer
+// come what a crash kept them from being told: the replier's reply step is
+// stored ended without sending it, but the crash came before the release
+// or the notice was (releaseLost). A restored wait of an LLM agent is
 // released as the live path does, with its process_message step, instead
-// of sitting out its wait timeout. The agents' waits and steps are read
-// once each: linear in them, whatever the number of messages. Called with
-// the waits rejoined, before the agents' loops run.
-func (s *System) releaseLostReplies(agents []*agent) {
+// of sitting out its wait timeout. An operator, who holds no step lock, is
+// sent the notice the store lacks (stored: the IDs of the stored messages;
+// a notice it holds was sent, and is delivered again if not taken). The
+// agents' waits and steps are read once each: linear in them, whatever the
+// number of messages. Called with the waits rejoined, before the agents'
+// loops run.
+func (s *System) releaseLostReplies(agents []*agent, stored map[string]bool) {
 	waits := map[string]awaitedReply{} // waiting ID ->
+	operators := map[string]bool{}
 	for _, a := range agents {
 		if a.kind != KindLLM {
+			operators[a.id] = true
 			continue
 		}
 		a.mu.Lock()
@@ -136,29 +142,34 @@ func (s *System) releaseLostReplies(agents []*agent) {
 		}
 		a.mu.Unlock()
 	}
-	if len(waits) == 0 {
-		return
-	}
 	for _, a := range agents {
+		owed := func(step *StepState) bool {
+			if operators[step.ReplyTo] {
+				return true
+			}
+			w, ok := waits[step.ReturnWaitingID]
+			return ok && w.replier == a.id && w.waiter == step.ReplyTo
+		}
 		a.mu.Lock()
-		lost := a.lostRepliesLocked(waits)
+		lost := a.lostRepliesLocked(owed)
 		a.mu.Unlock()
+		lost = slices.DeleteFunc(lost, func(l lostReply) bool { return operators[l.waiter] && stored[replyLostID(l.waitingID)] })
 		s.releaseLost(a, lost...)
 	}
 }
 
-// lostRepliesLocked returns the waits of waits this agent owes a reply to
-// whose reply step ended without sending it, with no step carrying the
-// same waiting ID that is still to run or that sent it (get_more_info
-// queues a copy): replyLostLocked's judgement, on the stored steps. a.mu
-// must be held.
-func (a *agent) lostRepliesLocked(waits map[string]awaitedReply) []lostReply {
+// lostRepliesLocked returns the waits this agent owes a reply to (its
+// steps carrying their waiting ID that owed says so of) whose last reply
+// step ended without sending it, with no step carrying the same waiting
+// ID that is still to run or that sent it (get_more_info queues a copy):
+// replyLostLocked's judgement, on the stored steps. a.mu must be held.
+func (a *agent) lostRepliesLocked(owed func(*StepState) bool) []lostReply {
 	settled := map[string]bool{}
-	var ended []*StepState
+	ended := map[string]*StepState{} // waiting ID -> its last reply step
+	var order []string
 	for i := range a.st.AgentStep.StepList {
 		step := &a.st.AgentStep.StepList[i]
-		w, ok := waits[step.ReturnWaitingID]
-		if !ok || step.ReturnWaitingID == "" || w.replier != a.id || w.waiter != step.ReplyTo {
+		if step.ReturnWaitingID == "" || step.ReplyTo == "" || !owed(step) {
 			continue
 		}
 		_, sent := step.ExecuteResult["message_id"]
@@ -166,13 +177,15 @@ func (a *agent) lostRepliesLocked(waits map[string]awaitedReply) []lostReply {
 			settled[step.ReturnWaitingID] = true
 			continue
 		}
-		ended = append(ended, step)
+		if _, ok := ended[step.ReturnWaitingID]; !ok {
+			order = append(order, step.ReturnWaitingID)
+		}
+		ended[step.ReturnWaitingID] = step
 	}
 	var lost []lostReply
-	for _, step := range ended {
-		if !settled[step.ReturnWaitingID] {
-			settled[step.ReturnWaitingID] = true // one release per wait
-			lost = append(lost, lostReplyOf(step, step.ExecuteResult))
+	for _, id := range order {
+		if !settled[id] { // one release per wait
+			lost = append(lost, lostReplyOf(ended[id], ended[id].ExecuteResult))
 		}
 	}
 	return lost

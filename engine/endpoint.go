@@ -495,5 +495,12 @@ func (s *System) operatorOf(taskID string) string {
 // tellOperator puts an engine notice into an operator's inbox, in the base
 // task (which never ends, so the notice stays).
 func (s *System) tellOperator(op, key string, data map[string]any) {
-	s.deliver(s.newMessage("", s.baseTaskID, SystemSender, []string{op}, s.text(key, data), NoRelative))
+	s.tellOperatorAs("", op, key, data)
+}
+
+// tellOperatorAs is tellOperator with the notice's message ID (a new one
+// when id is ""): a notice a restart may send again takes a derived one,
+// and the operator takes it once.
+func (s *System) tellOperatorAs(id, op, key string, data map[string]any) {
+	s.deliver(s.newMessage(id, s.baseTaskID, SystemSender, []string{op}, s.text(key, data), NoRelative))
 }

@@ -160,3 +160,91 @@ func TestRerunAskingStepDoesNotWaitForALostReply(t *testing.T) {
 		}
 	})
 }
+
+// TestRestoreTellsTheOperatorItsReplyIsLost: an operator waits for the
+// manager's reply, and the manager's reply step fails. The operator holds
+// no step lock: it is told by a notice in its inbox, sent after the
+// failed step is stored. A crash before the notice was stored must not
+// lose it, and one after must not have it sent twice: after the restart
+// the operator holds it once.
+func TestRestoreTellsTheOperatorItsReplyIsLost(t *testing.T) {
+	notice := func(text string) bool { return strings.Contains(text, "[No reply coming]") }
+	for _, tc := range []struct {
+		name  string
+		after bool // the crash comes after the operator's write, not before
+		agent bool // the crash comes at the operator's write, not the notice's
+	}{
+		{name: "before the notice is stored"},
+		{name: "before the operator takes it", agent: true},
+		{name: "after the operator took it", agent: true, after: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b, store, restart := newFreezeBed(t)
+				op := b.op()
+				if tc.agent {
+					store.after = tc.after
+					store.freezeAt(func(a *AgentState) bool {
+						return a.AgentID == op && a.ConversationPool != nil &&
+							slices.ContainsFunc(a.ConversationPool.ConversationPrivates[SystemSender], func(p PrivateMessage) bool { return notice(p.Content) })
+					}, nil)
+				} else {
+					store.freezeAt(nil, func(m *Message) bool { return m.SenderID == SystemSender && notice(m.Message) })
+				}
+				b.sc.onAgent("manager", SkillSendMessage, func(context.Context, *ExecInput) *Output {
+					return &Output{Err: errors.New("the LLM endpoint refused the API key (HTTP 401)")}
+				})
+				if _, err := b.sys.HumanSend(op, HumanMessage{TaskID: b.sys.BaseTaskID(), Receiver: []string{b.mgr()},
+					Content: "How many tasks are running?", NeedReply: true, Waiting: true}); err != nil {
+					t.Fatal(err)
+				}
+				b2, img := restart()
+
+				var replyFailed bool
+				for _, a := range img.Agents {
+					for _, s := range a.AgentStep.StepList {
+						if a.AgentID == b.mgr() && s.ReplyTo == op && s.ReturnWaitingID != "" && s.ExecutionState == StateFailed {
+							replyFailed = true
+						}
+					}
+				}
+				stored := slices.ContainsFunc(img.Messages, func(m Message) bool { return notice(m.Message) })
+				if !replyFailed || stored == !tc.agent {
+					t.Fatalf("stored: the manager's reply failed %v, the notice %v; want the reply failed, the notice stored %v", replyFailed, stored, tc.agent)
+				}
+
+				told := func() int {
+					in, err := b2.sys.Inbox(op)
+					if err != nil {
+						t.Fatal(err)
+					}
+					n := 0
+					for _, e := range in {
+						if e.SenderID == SystemSender && notice(e.Content) {
+							if !strings.Contains(e.Content, "HTTP 401") {
+								t.Errorf("the notice does not say why: %s", e.Content)
+							}
+							n++
+						}
+					}
+					return n
+				}
+				b2.until("the operator to be told no reply comes", time.Minute, func() bool { return told() > 0 })
+				b2.until("the MAS to settle", time.Minute, b2.settled)
+				if n := told(); n != 1 {
+					t.Errorf("the operator was told %d times that no reply comes, want once", n)
+				}
+				// A notice the store held is not sent again (the
+				// operator's record of what it took keeps only the
+				// newest IDs): the restored MAS writes none.
+				after, err := b2.sys.cfg.Store.(*MemoryStore).Image()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if sent := slices.ContainsFunc(after.Messages, func(m Message) bool { return notice(m.Message) }); sent == tc.agent {
+					t.Errorf("the restored MAS sent the notice %v; want it sent only when the store lacked it (%v)", sent, !tc.agent)
+				}
+			})
+		})
+	}
+}

@@ -25,7 +25,8 @@ type Rerunner interface {
 //   - step locks keep their deadlines; the wait graph is rebuilt; a wait
 //     whose reply step is stored ended without its reply is released,
 //     the release a crash lost (releaseLostReplies), and the asking step,
-//     if it runs again, does not wait for that reply anew;
+//     if it runs again, does not wait for that reply anew; an operator
+//     who waited is sent the notice of it if the store lacks it;
 //   - messages a receiver has not taken yet are delivered again (receivers
 //     take each message once, by its ID);
 //   - instructions and notices a task's stored state implies, lost by a
@@ -120,7 +121,7 @@ func (s *System) StartFrom(img *Image) error {
 	for _, a := range restored {
 		a.rejoinWaits()
 	}
-	s.releaseLostReplies(restored)
+	s.releaseLostReplies(restored, stored)
 	if err := s.runLoops(restored); err != nil {
 		return fmt.Errorf("engine: restore: %w", err)
 	}

@@ -338,7 +338,9 @@ func lostReplyOf(step *StepState, result map[string]any) lostReply {
 // releaseLost releases at once the waits whose reply from replier can no
 // longer come, each with a process_message step (run next) saying why:
 // the waiter does not sit out its wait timeout. An operator who waits
-// (a HumanAgent holds no step lock) is told in its inbox.
+// (a HumanAgent holds no step lock) is told in its inbox, by a notice
+// whose ID derives from the waiting ID (a restart that sends it again
+// sends the same one: releaseLostReplies).
 func (s *System) releaseLost(replier *agent, lost ...lostReply) {
 	if len(lost) == 0 {
 		return
@@ -350,7 +352,7 @@ func (s *System) releaseLost(replier *agent, lost ...lostReply) {
 			continue
 		}
 		if w.kind != KindLLM {
-			s.tellOperator(w.id, "operator_reply_lost", map[string]any{"Replier": name, "TaskID": l.taskID, "Reason": l.reason})
+			s.tellOperatorAs(replyLostID(l.waitingID), w.id, "operator_reply_lost", map[string]any{"Replier": name, "TaskID": l.taskID, "Reason": l.reason})
 			s.log.Info("operator told: the reply can no longer come", "operator", w.id, "for", replier.id, "waiting_id", l.waitingID, "reason", l.reason)
 			continue
 		}
