@@ -43,6 +43,9 @@ type envOptions struct {
 	Config func(*server.Config)
 	// ProtocolVersion pins the client's protocol version ("": the SDK's latest).
 	ProtocolVersion string
+	// Stack adjusts the stack's options (its Handler is the scripted
+	// team's) before teststack.New.
+	Stack func(*teststack.Options)
 }
 
 func newEnv(t *testing.T) *env { return newEnvWith(t, envOptions{}) }
@@ -51,7 +54,11 @@ func newEnvWith(t *testing.T, o envOptions) *env {
 	t.Helper()
 	team := scripted.NewTeam()
 	team.AskOperator = true
-	st := teststack.New(t, teststack.Options{Handler: team.Handle})
+	so := teststack.Options{Handler: team.Handle}
+	if o.Stack != nil {
+		o.Stack(&so)
+	}
+	st := teststack.New(t, so)
 	cfg := server.Config{System: st.Sys, Logger: st.Log, Trail: st.Trail}
 	if o.Config != nil {
 		o.Config(&cfg)

@@ -107,7 +107,8 @@ func (s *Server) addTasks() error {
 			if err != nil {
 				return nil, err
 			}
-			return &taskResult{mcpTask: s.mcpTaskOf(t)}, nil
+			op, _ := s.callerOperator(ctx, ss)
+			return &taskResult{mcpTask: s.mcpTaskOf(t, op)}, nil
 		}),
 		mcp.AddReceivingCustomMethod(s.mcp, "tasks/update", s.extUpdate),
 		mcp.AddReceivingCustomMethod(s.mcp, "tasks/list", s.listTasks),
@@ -126,9 +127,10 @@ func (s *Server) addTasks() error {
 			}
 			if !cancelled {
 				// SEP-1686: a task already in a terminal status is refused.
-				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("task %s: already %s", t.TaskID, s.mcpTaskOf(t).Status)}
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("task %s: already %s", t.TaskID, s.mcpTaskOf(t, "").Status)}
 			}
-			return &taskResult{mcpTask: s.mcpTaskOf(t)}, nil
+			op, _ := s.callerOperator(ctx, ss)
+			return &taskResult{mcpTask: s.mcpTaskOf(t, op)}, nil
 		}),
 	} {
 		if err != nil {
@@ -204,7 +206,7 @@ func (s *Server) listTasks(ctx context.Context, ss *mcp.ServerSession, p *listTa
 			out.NextCursor = posOf(mine[i-1]).cursor()
 			break
 		}
-		mt := s.mcpTaskOf(t)
+		mt := s.mcpTaskOf(t, op)
 		mt.StatusMessage = engine.Truncate(mt.StatusMessage, listedStatusChars)
 		out.Tasks = append(out.Tasks, mt)
 	}
@@ -255,12 +257,27 @@ func ended(t engine.TaskState) bool {
 	return t.ExecutionState == engine.StateFinished || t.ExecutionState == engine.StateFailed
 }
 
-// mcpTaskOf maps a MAS task to an MCP task.
-func (s *Server) mcpTaskOf(t engine.TaskState) mcpTask {
+// mcpTaskOf maps a MAS task to an MCP task as the operator viewer sees
+// it (taskStatus).
+func (s *Server) mcpTaskOf(t engine.TaskState, viewer string) mcpTask {
+	mt, _ := s.taskStatus(t, viewer)
+	return mt
+}
+
+// taskStatus maps a MAS task to an MCP task as the operator viewer sees it,
+// with viewer's questions of the task that await an answer. The status is
+// the viewer's: input_required while an agent of the task waits on a
+// question to viewer (which only the operators among a message's sender
+// and receivers see: engine.MessageVisible), working otherwise — also
+// while it waits on another operator's, which the status must not reveal.
+func (s *Server) taskStatus(t engine.TaskState, viewer string) (_ mcpTask, open []engine.InboxEntry) {
 	out := mcpTask{TaskID: t.TaskID, PollInterval: taskPollMS, CreatedAt: t.CreatedAt.UTC().Format(time.RFC3339Nano),
 		LastUpdatedAt: t.CreatedAt.UTC().Format(time.RFC3339Nano)}
 	if !t.UpdatedAt.IsZero() {
 		out.LastUpdatedAt = t.UpdatedAt.UTC().Format(time.RFC3339Nano)
+	}
+	if !ended(t) {
+		open = s.openQuestions(viewer, t.TaskID)
 	}
 	switch {
 	case t.ExecutionState == engine.StateFinished:
@@ -269,28 +286,27 @@ func (s *Server) mcpTaskOf(t engine.TaskState) mcpTask {
 		out.Status, out.StatusMessage = taskCancelled, t.TaskSummary
 	case t.ExecutionState == engine.StateFailed:
 		out.Status, out.StatusMessage = taskFailed, t.TaskSummary
-	case s.awaitsOperator(t):
-		out.Status, out.StatusMessage = taskInputRequired, "an agent waits for the operator's answer (get_inbox)"
+	case len(open) > 0:
+		out.Status, out.StatusMessage = taskInputRequired, awaitingMessage(len(open))+" (get_inbox)"
 	default:
 		out.Status = taskWorking
 		if t.Paused {
 			out.StatusMessage = "paused by the operator"
 		}
 	}
-	return out
+	return out, open
+}
+
+// awaitingMessage is the status message of a task with n questions
+// awaiting the viewer's answer.
+func awaitingMessage(n int) string {
+	return fmt.Sprintf("%d question(s) of the task's agents await your answer", n)
 }
 
 // endedByOperator reports whether an operator ended the task (cancel_task).
 func (s *Server) endedByOperator(t engine.TaskState) bool {
 	b, ok := s.sys.AgentBrief(t.EndedBy)
 	return ok && b.Kind == engine.KindHuman
-}
-
-// awaitsOperator reports whether an agent of the task waits for an answer
-// of the task's operator.
-func (s *Server) awaitsOperator(t engine.TaskState) bool {
-	in, err := s.sys.Inbox(t.Operator)
-	return err == nil && slices.ContainsFunc(in, func(e engine.InboxEntry) bool { return e.TaskID == t.TaskID && e.AwaitingReply })
 }
 
 // taskResult waits until the task ends and answers add_task's final
@@ -330,7 +346,7 @@ func (s *Server) taskResult(ctx context.Context, ss *mcp.ServerSession, p *taskI
 // taskCallResult is add_task's final result for the ended task t: its
 // summary, isError unless it completed.
 func (s *Server) taskCallResult(t engine.TaskState) *mcp.CallToolResult {
-	mt := s.mcpTaskOf(t)
+	mt := s.mcpTaskOf(t, "") // ended: the same for every viewer
 	res := &mcp.CallToolResult{
 		Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("task %s %s: %s", t.TaskID, mt.Status, t.TaskSummary)}},
 		StructuredContent: map[string]any{"task_id": t.TaskID, "status": mt.Status, "execution_state": t.ExecutionState,
@@ -404,7 +420,8 @@ func (s *Server) taskAugmented(next http.Handler) http.Handler {
 		}
 		// Only the caller's own session: another operator's is an unknown
 		// one (ownSessions), which the SDK answers.
-		if op, live := s.mcpSessions.sessionOwner(r.Header.Get("Mcp-Session-Id")); !live || op != s.operator(r.Context(), nil) {
+		op := s.operator(r.Context(), nil)
+		if owner, live := s.mcpSessions.sessionOwner(r.Header.Get("Mcp-Session-Id")); !live || owner != op {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -423,6 +440,6 @@ func (s *Server) taskAugmented(next http.Handler) http.Handler {
 			return
 		}
 		t, _ := s.sys.Task(out.TaskID)
-		answer(&createTaskResult{Task: s.mcpTaskOf(t)}, nil)
+		answer(&createTaskResult{Task: s.mcpTaskOf(t, op)}, nil)
 	})
 }

@@ -169,24 +169,19 @@ func (s *Server) extCancel(ctx context.Context, ss *mcp.ServerSession, p *taskID
 }
 
 // extTaskOf maps a MAS task to the extension's task as the operator op
-// sees it: input_required only when op has open questions of it.
+// sees it: input_required only when op has open questions of it, which
+// are its inputRequests (taskStatus).
 func (s *Server) extTaskOf(t engine.TaskState, op string) *extTask {
-	mt := s.mcpTaskOf(t)
+	mt, open := s.taskStatus(t, op)
 	out := &extTask{TaskID: mt.TaskID, Status: mt.Status, StatusMessage: mt.StatusMessage, CreatedAt: mt.CreatedAt,
 		LastUpdatedAt: mt.LastUpdatedAt, PollIntervalMs: taskPollMS}
 	switch mt.Status {
 	case taskCompleted, taskFailed:
 		out.Status, out.Result = taskCompleted, s.taskCallResult(t)
-	case taskCancelled:
-	default:
-		out.Status = taskWorking
-		if qs := s.openQuestions(op, t.TaskID); len(qs) > 0 {
-			out.Status, out.StatusMessage = taskInputRequired, fmt.Sprintf("%d question(s) of the task's agents await your answer", len(qs))
-			if out.InputRequests, out.more = s.inputRequests(qs); out.more > 0 {
-				out.StatusMessage += fmt.Sprintf(": %d in inputRequests, %d more once these are answered", len(out.InputRequests), out.more)
-			}
-		} else if mt.Status == taskInputRequired {
-			out.StatusMessage = "an agent waits for its operator's answer"
+	case taskInputRequired:
+		out.StatusMessage = awaitingMessage(len(open))
+		if out.InputRequests, out.more = s.inputRequests(open); out.more > 0 {
+			out.StatusMessage += fmt.Sprintf(": %d in inputRequests, %d more once these are answered", len(out.InputRequests), out.more)
 		}
 	}
 	return out
