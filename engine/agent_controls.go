@@ -177,7 +177,7 @@ func (a *agent) requestStop(runID, stepID, reason, instruction string) (string, 
 // with the reason.
 func (a *agent) showOutage(step *StepState, since time.Time, reason string) {
 	text := a.sys.text("llm_waiting", map[string]any{"Since": since.Format(time.DateTime), "Reason": Truncate(reason, 300)})
-	a.showWaiting(step, pausedOutage, text)
+	a.showWaiting(step, PausedOutage, text)
 }
 
 // showWaiting shows the agent waiting, for text, on what step's call waits

@@ -289,12 +289,12 @@ func (o *stepOutage) BeforeCall(ctx context.Context) error {
 		reason = t.st.Budget.Held
 		t.mu.Unlock()
 	}
-	a.showWaiting(o.step, pausedBudget, s.text("budget_waiting", map[string]any{"TaskID": o.step.TaskID, "Reason": reason}))
+	a.showWaiting(o.step, PausedBudget, s.text("budget_waiting", map[string]any{"TaskID": o.step.TaskID, "Reason": reason}))
 	select {
 	case <-ch:
 	case <-ctx.Done():
 	}
-	a.waitingOver(o.step, pausedBudget)
+	a.waitingOver(o.step, PausedBudget)
 	if ok {
 		t.mu.Lock()
 		ended := t.endedLocked()
@@ -555,7 +555,7 @@ func (s *System) hold(t *task, kind, reason string, ask bool) bool {
 		return false
 	}
 	s.budgets.block(id)
-	if _, err := s.pauseTaskFor(t, SystemSender, true, true, pausedBudget, nil); err != nil {
+	if _, err := s.pauseTaskFor(t, SystemSender, true, true, PausedBudget, nil); err != nil {
 		s.log.Error("budget: could not pause a task", "task", id, "err", err)
 	}
 	s.log.Warn("task paused: budget reached", "task", id, "reason", reason)
@@ -785,7 +785,7 @@ func (s *System) release(t *task) bool {
 	}
 	s.budgets.unblock(id)
 	// Its own pause only: one an operator took over stays.
-	if _, err := s.pauseTaskFor(t, SystemSender, true, false, pausedBudget, nil); err != nil {
+	if _, err := s.pauseTaskFor(t, SystemSender, true, false, PausedBudget, nil); err != nil {
 		s.log.Error("budget: could not resume a task", "task", id, "err", err)
 	}
 	s.log.Info("task resumed: budget raised", "task", id)
@@ -925,10 +925,10 @@ func (s *System) resumeReleased() {
 	for _, t := range s.allTasks() {
 		st := t.brief()
 		ended := st.ExecutionState == StateFinished || st.ExecutionState == StateFailed
-		if !st.Paused || st.PausedFor != pausedBudget || st.Budget.Held != "" || ended {
+		if !st.Paused || st.PausedFor != PausedBudget || st.Budget.Held != "" || ended {
 			continue
 		}
-		if _, err := s.pauseTaskFor(t, SystemSender, true, false, pausedBudget, nil); err != nil {
+		if _, err := s.pauseTaskFor(t, SystemSender, true, false, PausedBudget, nil); err != nil {
 			s.log.Error("budget: restore: could not resume a task whose budget was raised", "task", st.TaskID, "err", err)
 			continue
 		}

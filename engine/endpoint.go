@@ -47,7 +47,7 @@ func (o *stepOutage) OutageBegan(since time.Time, reason string) {
 // OutageEnded shows the agent working again.
 func (o *stepOutage) OutageEnded(end llm.OutageEnd) {
 	a := o.a
-	a.waitingOver(o.step, pausedOutage)
+	a.waitingOver(o.step, PausedOutage)
 	a.sys.outage.ended(a.sys, o.step.TaskID, end)
 }
 
@@ -78,12 +78,12 @@ type outageTracker struct {
 	baseMu sync.Mutex
 }
 
-// pausedOutage is TaskState.PausedFor of a task whose steps gave up
-// waiting for the LLM endpoint, and pausedBudget of one held for its
+// PausedOutage is TaskState.PausedFor of a task whose steps gave up
+// waiting for the LLM endpoint, and PausedBudget of one held for its
 // budget (budget_tokens.go). They are also AgentState.WaitingOn.
 const (
-	pausedOutage = "llm_outage"
-	pausedBudget = "budget"
+	PausedOutage = "llm_outage"
+	PausedBudget = "budget"
 )
 
 // outagePausedHook, set by tests only, runs in holdOutage once the task is
@@ -111,7 +111,7 @@ func (s *System) holdOutage(a *agent, step *StepState, out *Output) bool {
 	default:
 		// The notice is told with the pause: a resume coming at once
 		// (the endpoint answers another call) tells its own after it.
-		_, err := s.pauseTaskFor(t, SystemSender, true, true, pausedOutage, func() {
+		_, err := s.pauseTaskFor(t, SystemSender, true, true, PausedOutage, func() {
 			s.log.Warn("task paused: its step gave up waiting for the LLM endpoint", "task", st.TaskID, "step", step.StepID, "err", out.Err)
 			s.tellOperator(s.operatorOf(st.TaskID), "llm_outage_paused", map[string]any{
 				"TaskID": st.TaskID, "TaskName": st.TaskName, "Reason": Truncate(out.Err.Error(), 300),
@@ -220,7 +220,7 @@ func (s *System) outageHeld() bool {
 	}
 	for _, t := range s.allTasks() {
 		st := t.brief()
-		if st.Paused && st.PausedFor == pausedOutage && st.ExecutionState != StateFinished && st.ExecutionState != StateFailed {
+		if st.Paused && st.PausedFor == PausedOutage && st.ExecutionState != StateFinished && st.ExecutionState != StateFailed {
 			return true
 		}
 	}
@@ -298,10 +298,10 @@ func (s *System) resumeOutage() {
 	s.releaseBase()
 	for _, t := range s.allTasks() {
 		st := t.brief()
-		if !st.Paused || st.PausedFor != pausedOutage {
+		if !st.Paused || st.PausedFor != PausedOutage {
 			continue
 		}
-		_, err := s.pauseTaskFor(t, SystemSender, true, false, pausedOutage, func() {
+		_, err := s.pauseTaskFor(t, SystemSender, true, false, PausedOutage, func() {
 			s.log.Info("task resumed: the LLM endpoint answers again", "task", st.TaskID)
 			s.tellOperator(s.operatorOf(st.TaskID), "llm_outage_resumed", map[string]any{"TaskID": st.TaskID, "TaskName": st.TaskName})
 		})

@@ -62,7 +62,7 @@ func TestOutagePutBackSurvivesARefusedWrite(t *testing.T) {
 		})
 		id := b.inject(alice, task, NoRelative, false, spec(SkillThink, "hold me"))[0]
 		synctest.Wait()
-		if ts := b.task(task); !ts.Paused || ts.PausedFor != pausedOutage {
+		if ts := b.task(task); !ts.Paused || ts.PausedFor != PausedOutage {
 			t.Fatalf("task paused=%v for %q, want paused for the outage\n%s", ts.Paused, ts.PausedFor, b.dump())
 		}
 		letFakeTimePass(time.Minute) // the agent's commit retries
@@ -96,7 +96,7 @@ func TestOutageProbeStopsWhenNothingIsHeld(t *testing.T) {
 		b.sc.onText("hold me", func(context.Context, *ExecInput) *Output { return gaveUp() })
 		b.inject(alice, task, NoRelative, false, spec(SkillThink, "hold me"))
 		synctest.Wait()
-		if ts := b.task(task); ts.PausedFor != pausedOutage {
+		if ts := b.task(task); ts.PausedFor != PausedOutage {
 			t.Fatalf("task not paused for the outage (%q)\n%s", ts.PausedFor, b.dump())
 		}
 		if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionCancelTask, TaskID: task}); err != nil {

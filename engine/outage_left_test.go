@@ -142,7 +142,7 @@ func TestAnAnswerTheStepFailsOnResumesTheOutage(t *testing.T) {
 		})
 		b.inject(alice, task, NoRelative, false, spec(SkillThink, "hold me"))
 		synctest.Wait()
-		if ts := b.task(task); ts.PausedFor != pausedOutage {
+		if ts := b.task(task); ts.PausedFor != PausedOutage {
 			t.Fatalf("task not paused for the outage (%q)\n%s", ts.PausedFor, b.dump())
 		}
 		b.inject(bob, b.sys.baseTaskID, NoRelative, false, spec(SkillThink, "garbled"))

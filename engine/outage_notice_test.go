@@ -64,7 +64,7 @@ func TestOutageNoticesFollowTheTask(t *testing.T) {
 		})
 		b.inject(bob, first, NoRelative, false, spec(SkillThink, "bob holds"))
 		synctest.Wait()
-		if ts := b.task(first); ts.PausedFor != pausedOutage {
+		if ts := b.task(first); ts.PausedFor != PausedOutage {
 			t.Fatalf("the first task is not paused for the outage (%q)\n%s", ts.PausedFor, b.dump())
 		}
 		done := resumeInTheHold(t, second)

@@ -93,9 +93,9 @@ type TaskState struct {
 	// It survives restarts until resume_task.
 	Paused   bool      `json:"paused,omitempty"`
 	PausedAt time.Time `json:"paused_at,omitzero"`
-	// PausedFor says why the MAS itself paused the task: "llm_outage",
+	// PausedFor says why the MAS itself paused the task: PausedOutage,
 	// its steps gave up waiting for the LLM endpoint (endpoint.go), or
-	// "budget", a budget of it is reached (budget_tokens.go). Such a pause
+	// PausedBudget, a budget of it is reached (budget_tokens.go). Such a pause
 	// ends by itself: once the endpoint answers again, once the budget is
 	// raised. It is empty when an operator holds the task (pause_task
 	// takes either over).

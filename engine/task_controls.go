@@ -15,7 +15,7 @@ func pauseRank(reason string) int {
 	switch reason {
 	case "":
 		return 3
-	case pausedBudget:
+	case PausedBudget:
 		return 2
 	default:
 		return 1

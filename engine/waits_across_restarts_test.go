@@ -103,7 +103,7 @@ func TestBudgetWaitIsNoOutageAfterACrash(t *testing.T) {
 	// restore resumes a task paused for a budget that no longer holds it.
 	if st := img.Tasks; len(st) > 0 {
 		for _, ts := range st {
-			if ts.TaskID == task && (!ts.Paused || ts.PausedFor != pausedBudget) {
+			if ts.TaskID == task && (!ts.Paused || ts.PausedFor != PausedBudget) {
 				t.Fatalf("the image holds the task paused=%v for %q, want paused for its budget", ts.Paused, ts.PausedFor)
 			}
 		}
@@ -218,7 +218,7 @@ func TestGiveUpToldOnlyToOperatorsWhoseCallsGaveUp(t *testing.T) {
 		synctest.Wait()
 		close(giveUp)
 		synctest.Wait()
-		if ts := b.task(task2); ts.PausedFor != pausedOutage {
+		if ts := b.task(task2); ts.PausedFor != PausedOutage {
 			t.Fatalf("the second operator's task is not paused for the outage (%q)\n%s", ts.PausedFor, b.dump())
 		}
 		if ts := b.task(task1); ts.Paused {

@@ -289,12 +289,25 @@ func (s *Server) taskStatus(t engine.TaskState, viewer string) (_ mcpTask, open 
 	case len(open) > 0:
 		out.Status, out.StatusMessage = taskInputRequired, awaitingMessage(len(open))+" (get_inbox)"
 	default:
-		out.Status = taskWorking
-		if t.Paused {
-			out.StatusMessage = "paused by the operator"
-		}
+		out.Status, out.StatusMessage = taskWorking, pausedMessage(t)
 	}
 	return out, open
+}
+
+// pausedMessage says why the task is paused ("": it is not): its budget,
+// an LLM outage (the MAS's own pause, which ends by itself) or an
+// operator's pause_task. A budget's hold comes first: resume_task is
+// refused while it lasts, whoever paused the task before.
+func pausedMessage(t engine.TaskState) string {
+	switch {
+	case !t.Paused:
+		return ""
+	case t.Budget.Held != "":
+		return "paused for its budget: " + t.Budget.Held + "; it goes on once the budget is raised (the budget question in the owner's inbox, or manage_task set_budget for the task's own limits)"
+	case t.PausedFor == engine.PausedOutage:
+		return "paused: its step gave up waiting for the LLM endpoint, which does not answer; it resumes by itself when the endpoint answers again (resume_task resumes it sooner)"
+	}
+	return "paused by an operator (pause_task): no new step starts until resume_task"
 }
 
 // awaitingMessage is the status message of a task with n questions

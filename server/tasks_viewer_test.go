@@ -211,3 +211,73 @@ func TestTaskStatusIsTheViewers(t *testing.T) {
 		})
 	}
 }
+
+// TestPausedTaskStatusSaysWhy: a paused task's status message says who
+// or what paused it — an operator (pause_task), its budget (with the
+// budget's reason), or an LLM outage (it resumes by itself once the
+// endpoint answers) — over both protocols.
+func TestPausedTaskStatusSaysWhy(t *testing.T) {
+	r := newViewerRig(t, viewerOptions{outage: true})
+	sys := r.stack.Sys
+	add := func(budget *engine.BudgetLimits) string {
+		t.Helper()
+		id, err := sys.AddTask(r.ann, engine.AddTaskRequest{TaskName: "report", TaskIntention: "Research a topic and write a report.", Budget: budget})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	// Each task is paused before it is shared, so that no question of
+	// its agents goes to bea, whose view is read: working, and why.
+	byOperator := add(nil)
+	if _, err := sys.TaskInstruction(r.ann, engine.TaskInstruction{Action: engine.ActionPauseTask, TaskID: byOperator}); err != nil {
+		t.Fatal(err)
+	}
+	one := 1
+	byBudget := add(&engine.BudgetLimits{Tokens: &one})
+	r.stack.WaitFor("the task held for its budget", func() bool {
+		st := r.stack.Task(byBudget)
+		return st.Paused && st.Budget.Held != ""
+	})
+	r.down.Store(true)
+	byOutage := add(nil)
+	r.stack.WaitFor("the task paused for the outage", func() bool {
+		st := r.stack.Task(byOutage)
+		return st.Paused && st.PausedFor == "llm_outage"
+	})
+	held := r.stack.Task(byBudget).Budget.Held
+
+	bea := r.viewers()[1]
+	for _, c := range []struct {
+		name, id string
+		want     []string
+	}{
+		{"paused by an operator", byOperator, []string{"paused by an operator", "resume_task"}},
+		{"held by its budget", byBudget, []string{"budget", held}},
+		{"paused for an LLM outage", byOutage, []string{"LLM endpoint", "resumes by itself"}},
+	} {
+		r.share(c.id)
+		got, listed := r.sepView(bea, c.id)
+		ext, err := call(t, r.client(bea.token, true, nil), "tasks/get", &extTaskParams{TaskID: c.id})
+		if err != nil {
+			t.Fatalf("%s: 2026-07-28 tasks/get: %v", c.name, err)
+		}
+		for what, v := range map[string][2]string{
+			"2025-11-25 tasks/get": {got.Status, got.StatusMessage}, "2025-11-25 tasks/list": {listed.Status, listed.StatusMessage},
+			"2026-07-28 tasks/get": {ext.Status, ext.StatusMessage},
+		} {
+			status, msg := v[0], v[1]
+			if status != "working" {
+				t.Errorf("%s: %s: status %s, want working", c.name, what, status)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("%s: %s: status message %q, want it to say %q", c.name, what, msg, w)
+				}
+			}
+			if c.id != byOperator && strings.Contains(msg, "operator") {
+				t.Errorf("%s: %s: status message %q blames an operator", c.name, what, msg)
+			}
+		}
+	}
+}
