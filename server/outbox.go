@@ -11,7 +11,8 @@ import (
 )
 
 // outbox delivers the notifications the updates' run loop sends
-// (resources/updated, logging) to each session on a goroutine of the
+// (resources/updated, logging), and go-sdk's list-changed notifications
+// (queueListChanges), to each session on a goroutine of the
 // session's own, so that the loop never waits for a client. go-sdk writes
 // a notification to each session in the caller's goroutine and waits for
 // the transport (Server.ResourceUpdated gives each session up to 10 s,
@@ -149,5 +150,47 @@ func updatedKey(req mcp.Request) string {
 	if !ok {
 		return ""
 	}
-	return fmt.Sprintf("%s\x00%v", p.URI, p.GetMeta()[mcp.MetaKeySubscriptionID])
+	return foldKey(p.URI, req)
+}
+
+// foldKey is the folding key of the notification req about what (a URI,
+// a list-changed method): what, and the subscriptions/listen stream it is
+// for (protocol 2026-07-28), if any.
+func foldKey(what string, req mcp.Request) string {
+	var sub any
+	if p := req.GetParams(); p != nil {
+		sub = p.GetMeta()[mcp.MetaKeySubscriptionID]
+	}
+	return fmt.Sprintf("%s\x00%v", what, sub)
+}
+
+// listChanged reports whether method is a list-changed notification.
+func listChanged(method string) bool {
+	switch method {
+	case "notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed":
+		return true
+	}
+	return false
+}
+
+// queueListChanges is a sending middleware that hands each session's
+// list-changed notification to the session's queue in the outbox, folded
+// by method (and listen stream): one that waits already says all a later
+// one would. go-sdk sends them from its own timer after AddResource, to one
+// session after another, each write waited for (Server.notifySessions and
+// notifySubscribedSessions, 10 s, which a transport may not heed): a stuck
+// session would hold the sessions after it.
+func (s *Server) queueListChanges(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		ss, ok := req.GetSession().(*mcp.ServerSession)
+		if !ok || !listChanged(method) {
+			return next(ctx, method, req)
+		}
+		op, _ := s.sessionOperator(ss)
+		s.outbox.post(ss, op, delivery{key: foldKey(method, req), send: func(ctx context.Context) error {
+			_, err := next(ctx, method, req)
+			return err
+		}})
+		return nil, nil
+	}
 }

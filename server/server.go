@@ -159,7 +159,10 @@ func New(cfg Config) (*Server, error) {
 			KeepAlive: 0,
 		})
 	s.mcp.AddReceivingMiddleware(s.boundRequests, telemetry.ServerMiddleware, s.filterLists, keepExtra, s.scrubAnswers)
-	s.mcp.AddSendingMiddleware(unaskedListChanges)
+	// The outbox sends what queueListChanges queues: a list-changed
+	// notification unaskedListChanges lets pass.
+	s.outbox = newOutbox(ctx, cfg.Logger)
+	s.mcp.AddSendingMiddleware(unaskedListChanges, s.queueListChanges)
 	s.addTools()
 	s.addResources()
 	s.addApp()
@@ -167,7 +170,6 @@ func New(cfg Config) (*Server, error) {
 	if err := s.addTasks(); err != nil {
 		return nil, fmt.Errorf("server: tasks: %w", err)
 	}
-	s.outbox = newOutbox(ctx, cfg.Logger)
 	s.updates = newUpdates(s)
 	s.mcp.AddSendingMiddleware(s.updates.forOperator)
 	s.goTracked(s.updates.run)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -119,4 +120,41 @@ func TestStuckClientDelaysOnlyItself(t *testing.T) {
 	if out.TimedOut || len(out.Events) == 0 {
 		t.Errorf("ann's wait_for_updates = %+v, want her task's events", out)
 	}
+}
+
+// TestStuckClientHoldsNotOthersListChanged: resources/list_changed goes
+// to each session from its own queue too. A client that stopped reading,
+// connected before ann (go-sdk notifies sessions in that order, and
+// waits for each write), does not hold back the list_changed of ann's
+// new task.
+func TestStuckClientHoldsNotOthersListChanged(t *testing.T) {
+	o := &operators{}
+	o.env = newEnvWith(t, tokenOperators(t, &o.ann, &o.bea))
+	ts := httptest.NewServer(o.srv.Handler())
+	t.Cleanup(ts.Close)
+	sys := o.stack.Sys
+	_, reader := o.connectStalling("2025-11-25")
+	reader.stall()
+	addDefault := func(name string) {
+		t.Helper()
+		if _, err := sys.AddTask(sys.OperatorID(), engine.AddTaskRequest{TaskName: name, TaskIntention: "Research a topic and write a report."}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// After the first task's list_changed the stuck client waits on the
+	// stall; the second's can no longer be written to it.
+	addDefault("default's first")
+	guard := time.NewTimer(20 * time.Second)
+	defer guard.Stop()
+	select {
+	case <-reader.waiting:
+	case <-guard.C:
+		t.Fatal("timed out waiting for the stuck client to stop reading")
+	}
+	addDefault("default's second")
+
+	ann := o.httpPeer(ts.URL, tokenAnn, "2025-11-25")
+	drain(ann.listChanged)
+	ann.call("add_task", map[string]any{"task_name": "ann's", "task_intention": "Research a topic and write a report."}, nil)
+	ann.waitUntil("a resources/list_changed for ann's new task", func() bool { return len(drain(ann.listChanged)) > 0 })
 }

@@ -364,17 +364,11 @@ func (s *Server) unsubscribe(_ context.Context, req *mcp.UnsubscribeRequest) err
 // sessions once initialized, as before.
 func unaskedListChanges(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		switch method {
-		case "notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed":
-			ss, ok := req.GetSession().(*mcp.ServerSession)
-			if !ok {
-				break
-			}
+		if ss, ok := req.GetSession().(*mcp.ServerSession); ok && listChanged(method) {
+			// An initialized session of an older protocol gets them all.
 			ip := ss.InitializeParams()
-			if ip != nil && ip.ProtocolVersion < statelessFrom {
-				break // an initialized session of an older protocol
-			}
-			if p := req.GetParams(); p == nil || p.GetMeta()[mcp.MetaKeySubscriptionID] == nil {
+			older := ip != nil && ip.ProtocolVersion < statelessFrom
+			if p := req.GetParams(); !older && (p == nil || p.GetMeta()[mcp.MetaKeySubscriptionID] == nil) {
 				return nil, nil // untagged: not for a listen stream that asked
 			}
 		}
