@@ -26,7 +26,8 @@ import (
 //   - tools/call of add_task with params.task (task-augmented) answers at
 //     once with a CreateTaskResult (streamable HTTP only, see below).
 //   - tasks/get reports working / input_required (an agent waits on the
-//     operator's answer) / completed / failed / cancelled.
+//     answer of the operator who asks: taskStatus) / completed / failed /
+//     cancelled.
 //   - tasks/result waits until the task ends and answers add_task's result:
 //     the task's summary (isError when it failed or was cancelled).
 //   - tasks/list lists the operator's tasks; tasks/cancel cancels one.
