@@ -257,6 +257,8 @@ func (a *agent) next() (context.Context, StepState, AgentState, bool) {
 			a.cancelRun = cancel
 			view := a.viewLocked(&step)
 			a.mu.Unlock()
+			// Not under the agent's lock: it reads the tasks.
+			a.sys.stepMemory(&view, step.TaskID)
 			return ctx, step, view, true
 		}
 		a.mu.Unlock()

@@ -58,7 +58,7 @@ func (a *agent) applyPlanLocked(step *StepState, out *Output, result map[string]
 // task ended while it ran (its steps were cleaned up), or the MAS is
 // shutting down. A step interrupted by shutdown stays "running", so a
 // durable store can run it again after a restart.
-func (a *agent) applyOwn(step *StepState, out *Output, cancelled bool, failure error, result map[string]any) (bool, error) {
+func (a *agent) applyOwn(step *StepState, shown map[string]string, out *Output, cancelled bool, failure error, result map[string]any) (bool, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	cur := a.stepLocked(step.StepID)
@@ -73,7 +73,7 @@ func (a *agent) applyOwn(step *StepState, out *Output, cancelled bool, failure e
 	}
 	cur.Usage.Add(out.Usage)
 	if len(out.Memory) > 0 {
-		result["persistent_memory"] = a.applyMemoryLocked(step.TaskID, out.Memory)
+		result["persistent_memory"] = a.applyMemoryLocked(step.TaskID, shown, out.Memory)
 	}
 	if failure == nil {
 		failure = a.applyPlanLocked(step, out, result)

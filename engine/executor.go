@@ -23,13 +23,14 @@ func (f ExecutorFunc) Execute(ctx context.Context, in *ExecInput) *Output { retu
 type ExecInput struct {
 	// Agent is a copy of the agent's state when the step started, to read
 	// only. Its step list holds only the steps of Step's task and stage,
-	// in order, and its working memory only Step's task; it lists no
-	// received message IDs (the engine's bookkeeping). The ended steps
-	// share their result and tool call maps with the agent (the engine
-	// replaces those maps, never changes them in place); the rest is
-	// copied deeply. The step list is valid until Execute returns: the
-	// next step's view reuses its array, so an executor that keeps steps
-	// for later copies them.
+	// in order, its working memory only Step's task, and its persistent
+	// memory only the entries the operator who owns Step's task may see
+	// (stepMemory); it lists no received message IDs (the engine's
+	// bookkeeping). The ended steps share their result and tool call maps
+	// with the agent (the engine replaces those maps, never changes them
+	// in place); the rest is copied deeply. The step list is valid until
+	// Execute returns: the next step's view reuses its array, so an
+	// executor that keeps steps for later copies them.
 	Agent AgentState
 	// Step is a copy of the step, already marked running.
 	Step StepState

@@ -12,15 +12,17 @@ const memoryKeyLayout = "20060102T150405"
 
 // applyMemoryLocked applies persistent-memory ops (spec §5.10): add stores
 // the text under a new timestamp key (made unique by stepping forward a
-// second when taken), delete removes a key. Ops apply in order, so a block
-// that deletes first makes room for its adds. An add that would take the
-// memory past Config.MemoryMaxEntries or MemoryMaxChars is refused, never
-// stored in part, and nothing else is dropped to make room: the agent is
-// told in the report and, through MemoryFull, in its next prompts until it
-// consolidates. Each entry added records taskID, the task of the step that
+// second when taken), delete removes a key of shown, the memory the step
+// was shown (stepMemory), or one the block added: the others are not the
+// step's to delete and are refused as unknown keys. Ops apply in order, so
+// a block that deletes first makes room for its adds. An add that would
+// take the memory past Config.MemoryMaxEntries or MemoryMaxChars is
+// refused, never stored in part, and nothing else is dropped to make room:
+// the agent is told in the report and, through MemoryFull, in its next
+// prompts until it consolidates. Each entry added records taskID, the task of the step that
 // wrote it (AgentState.MemoryTasks). It returns what happened to each op,
 // in the prompt set's language, for the step's result. a.mu must be held.
-func (a *agent) applyMemoryLocked(taskID string, ops []MemoryOp) []string {
+func (a *agent) applyMemoryLocked(taskID string, shown map[string]string, ops []MemoryOp) []string {
 	var report []string
 	pm := a.st.PersistentMemory
 	if a.st.MemoryTasks == nil {
@@ -35,6 +37,7 @@ func (a *agent) applyMemoryLocked(taskID string, ops []MemoryOp) []string {
 	}
 	maxEntries, maxChars := a.sys.cfg.MemoryMaxEntries, a.sys.cfg.MemoryMaxChars
 	refused := false
+	var added map[string]bool // the keys this block added
 	for _, op := range ops {
 		switch {
 		case strings.TrimSpace(op.Add) != "":
@@ -56,12 +59,17 @@ func (a *agent) applyMemoryLocked(taskID string, ops []MemoryOp) []string {
 				key = t.Format(memoryKeyLayout)
 			}
 			pm[key] = text
+			if added == nil {
+				added = map[string]bool{}
+			}
+			added[key] = true
 			a.st.MemoryTasks[key] = taskID
 			chars += n
 			report = append(report, a.sys.text("memory_added", map[string]any{"Key": key}))
 		case op.Delete != "":
 			key := strings.TrimSpace(op.Delete)
-			if m, ok := pm[key]; ok {
+			_, seen := shown[key]
+			if m, ok := pm[key]; ok && (seen || added[key]) {
 				chars -= utf8.RuneCountInString(m)
 				if t := a.st.MemoryTasks[key]; !slices.Contains(tasks, t) {
 					tasks = append(tasks, t)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -22,7 +23,7 @@ func TestPersistentMemoryOps(t *testing.T) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 
-	report := a.applyMemoryLocked("t-1", []MemoryOp{
+	report := a.applyMemoryLocked("t-1", maps.Clone(a.st.PersistentMemory), []MemoryOp{
 		{Add: "  first  "},
 		{Add: "second"},
 		{Delete: "20250101T000000"},
@@ -66,8 +67,8 @@ func TestPersistentMemoryKeysStayUnique(t *testing.T) {
 	for range 3 {
 		ops = append(ops, MemoryOp{Add: "same second"})
 	}
-	a.applyMemoryLocked("t-1", ops)
-	a.applyMemoryLocked("t-2", []MemoryOp{{Add: "later call, same second"}})
+	a.applyMemoryLocked("t-1", nil, ops)
+	a.applyMemoryLocked("t-2", nil, []MemoryOp{{Add: "later call, same second"}})
 	want := []string{"20250613T103022", "20250613T103023", "20250613T103024", "20250613T103025"}
 	if diff := cmp.Diff(want, slices.Sorted(maps.Keys(a.st.PersistentMemory))); diff != "" {
 		t.Errorf("keys mismatch (-want +got):\n%s", diff)
@@ -142,7 +143,7 @@ func TestPersistentMemoryCap(t *testing.T) {
 		{[]MemoryOp{{Delete: "20250613T103022"}, {Add: "merged"}}, []string{"20250613T103022", "20250613T103023"}, false, 0},
 	}
 	for i, st := range steps {
-		report := a.applyMemoryLocked("t-1", st.ops)
+		report := a.applyMemoryLocked("t-1", maps.Clone(a.st.PersistentMemory), st.ops)
 		refused := 0
 		for _, r := range report {
 			if strings.HasPrefix(r, "refused to add") {
@@ -161,5 +162,97 @@ func TestPersistentMemoryCap(t *testing.T) {
 	}
 	if got := a.st.PersistentMemory["20250613T103022"]; got != "merged" {
 		t.Errorf("entry after delete and add = %q, want %q", got, "merged")
+	}
+}
+
+// TestStepMemoryIsItsTaskOwners: a step is shown only the persistent-memory
+// entries the owner of its task may see — those written in that task, in
+// the base task and in the other tasks the owner sees; one that records no
+// task only when the owner is an admin; in the base task, which is
+// everyone's, what every operator sees — and a delete of an entry it was
+// not shown is refused as one of no such key.
+func TestStepMemoryIsItsTaskOwners(t *testing.T) {
+	b := newTestbed(t, func(c *Config) { c.Now = steppingClock(time.Second) })
+	opA, base := b.op(), b.sys.BaseTaskID()
+	opB, admin := b.operator("bob"), b.operator("admin")
+	if err := b.sys.SetAdmins([]string{admin}); err != nil {
+		t.Fatal(err)
+	}
+	w := b.newAgent("w")
+	taskOf := func(op, name string) string {
+		id, err := b.sys.AddTask(op, AddTaskRequest{TaskName: name, TaskIntention: "intention of " + name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.sys.AgentInstruction(op, AgentInstruction{Action: ActionAddTaskParticipant, TaskID: id, Agents: StringList{w}}); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	taskA, taskB, taskAdmin := taskOf(opA, "a's"), taskOf(opB, "b's"), taskOf(admin, "admin's")
+	b.settle()
+
+	const noteA, noteB, noteBase, noteAdmin, legacy = "NOTE-A", "NOTE-B", "NOTE-base", "NOTE-admin", "NOTE-legacy"
+	a, _ := b.sys.agent(w)
+	a.mu.Lock()
+	a.st.PersistentMemory["20200101T000000"] = legacy // written before entries recorded their task
+	a.mu.Unlock()
+	run := func(task, text string, h handler) map[string]any {
+		t.Helper()
+		b.sc.onText(text, h)
+		id := b.inject(w, task, NoRelative, false, spec(SkillThink, text))[0]
+		b.waitFor(text+" in "+task, func() bool { return b.stepDone(w, id) })
+		st, _ := b.step(w, id)
+		return st.ExecuteResult
+	}
+	for task, note := range map[string]string{taskA: noteA, taskB: noteB, base: noteBase, taskAdmin: noteAdmin} {
+		run(task, "remember "+note, func(context.Context, *ExecInput) *Output {
+			return &Output{Memory: []MemoryOp{{Add: note}}}
+		})
+	}
+	for _, tc := range []struct {
+		task string
+		want []string
+	}{
+		{taskA, []string{noteA, noteBase}},
+		{taskB, []string{noteB, noteBase}},
+		{base, []string{noteBase}}, // everyone's: what every operator sees
+		{taskAdmin, []string{noteA, noteB, noteBase, noteAdmin, legacy}},
+	} {
+		var shown []string
+		run(tc.task, "recall in "+tc.task, func(_ context.Context, in *ExecInput) *Output {
+			shown = slices.Sorted(maps.Values(in.Agent.PersistentMemory))
+			for k := range in.Agent.MemoryTasks {
+				if _, ok := in.Agent.PersistentMemory[k]; !ok {
+					t.Errorf("the step in %s is shown the task of memory entry %s, not shown to it", tc.task, k)
+				}
+			}
+			return &Output{}
+		})
+		if want := slices.Sorted(slices.Values(tc.want)); !slices.Equal(shown, want) {
+			t.Errorf("the step in %s was shown memory %q, want %q", tc.task, shown, want)
+		}
+	}
+
+	// A step in b's task deletes an entry of a's and one of its own: only
+	// its own goes.
+	keyOf := map[string]string{}
+	for k, v := range b.agent(w).PersistentMemory {
+		keyOf[v] = k
+	}
+	res := run(taskB, "forget", func(context.Context, *ExecInput) *Output {
+		return &Output{Memory: []MemoryOp{{Delete: keyOf[noteA]}, {Delete: keyOf[legacy]}, {Delete: keyOf[noteB]}}}
+	})
+	wantReport := []string{
+		fmt.Sprintf("delete %q: no such key", keyOf[noteA]),
+		fmt.Sprintf("delete %q: no such key", keyOf[legacy]),
+		"deleted " + keyOf[noteB],
+	}
+	if diff := cmp.Diff(jsonNorm(t, wantReport), jsonNorm(t, res["persistent_memory"])); diff != "" {
+		t.Errorf("the deletes' report mismatch (-want +got):\n%s", diff)
+	}
+	got := slices.Sorted(maps.Values(b.agent(w).PersistentMemory))
+	if want := slices.Sorted(slices.Values([]string{noteA, noteBase, noteAdmin, legacy})); !slices.Equal(got, want) {
+		t.Errorf("memory after the deletes %q, want %q", got, want)
 	}
 }

@@ -236,8 +236,9 @@ type AgentState struct {
 	// MemoryTasks is {timestamp: task_id}: the task each PersistentMemory
 	// entry was written in, kept in step with it (applyMemoryLocked), so
 	// that an operator is shown only the entries of the tasks it sees
-	// (filterAgent). An entry it lacks (written before entries recorded
-	// their task) is shown to unrestricted viewers only.
+	// (filterAgent), and a step only those its task's operator sees
+	// (stepMemory). An entry it lacks (written before entries recorded
+	// their task) is shown to unrestricted viewers and admins only.
 	MemoryTasks map[string]string `json:"persistent_memory_tasks,omitempty"`
 	// Waits details each StepLock entry: whom it waits for and until when.
 	Waits []Wait `json:"step_lock_waits,omitempty"`

@@ -40,7 +40,7 @@ func (a *agent) runStep(ctx context.Context, step StepState, view AgentState) {
 		a.notRunning()
 		return
 	}
-	s.apply(a, step, out, cancelled)
+	s.apply(a, step, view.PersistentMemory, out, cancelled)
 	s.meter(a.id, &step, &view, out)
 	a.notRunning()
 }
@@ -77,8 +77,10 @@ func (s *System) route(ag *AgentState, step *StepState) (Executor, error) {
 }
 
 // apply turns an executor's Output into changes of the owners (spec §2.5),
-// finishes the step and keeps the agent moving in its stage.
-func (s *System) apply(a *agent, step StepState, out *Output, cancelled bool) {
+// finishes the step and keeps the agent moving in its stage. shown is the
+// persistent memory the step was shown, the entries its memory ops may
+// delete.
+func (s *System) apply(a *agent, step StepState, shown map[string]string, out *Output, cancelled bool) {
 	// Everything an executor produced is bounded as it is taken in.
 	// (the step's result is bounded as it is stored, in finishStepLocked)
 	result := map[string]any{}
@@ -105,7 +107,7 @@ func (s *System) apply(a *agent, step StepState, out *Output, cancelled bool) {
 	}
 
 	// Agent-local effects first: memory, usage, planned steps.
-	applies, failure := a.applyOwn(&step, out, cancelled, failure, result)
+	applies, failure := a.applyOwn(&step, shown, out, cancelled, failure, result)
 	if !applies {
 		s.addTaskUsage(step.TaskID, out)
 		return

@@ -237,15 +237,7 @@ func (s *System) filterAgent(viewerID string, st *AgentState, hidden []string) {
 		st.AgentStep.TodoList = nil
 		st.WorkingMemory = nil
 	}
-	visible := map[string]bool{}
-	seen := func(taskID string) bool {
-		v, ok := visible[taskID]
-		if !ok {
-			v = s.Visible(viewerID, taskID)
-			visible[taskID] = v
-		}
-		return v
-	}
+	seen := s.visibleTo(viewerID)
 	var dropped []string
 	st.AgentStep.StepList = slices.DeleteFunc(st.AgentStep.StepList, func(sp StepState) bool {
 		drop := !seen(sp.TaskID) || (sp.ReplyTo != "" && sp.ReplyTo != viewerID && s.isHuman(sp.ReplyTo)) || carries(&sp, hidden)
@@ -261,17 +253,7 @@ func (s *System) filterAgent(viewerID string, st *AgentState, hidden []string) {
 			delete(st.WorkingMemory, id)
 		}
 	}
-	// A persistent-memory entry is what the agent learnt in the task it
-	// was written in. One that records no task (written before entries
-	// recorded theirs) may come from any: hidden, to be safe, but from
-	// admins, who see every task.
-	for k := range st.PersistentMemory {
-		if id, ok := st.MemoryTasks[k]; ok && seen(id) || !ok && s.isAdmin(viewerID) {
-			continue
-		}
-		delete(st.PersistentMemory, k)
-		delete(st.MemoryTasks, k)
-	}
+	s.filterMemory(viewerID, st, seen)
 	// A wait for a reply from another operator is the agent's question to
 	// it, a private message: its waiting ID and message ID are that
 	// operator's to see, as is a wait for a private message of others.
@@ -294,6 +276,74 @@ func (s *System) filterAgent(viewerID string, st *AgentState, hidden []string) {
 	// bookkeeping (a message delivered again is taken once), and among
 	// them are other operators' private messages.
 	st.Received = nil
+}
+
+// filterMemory leaves in st's persistent memory only the entries viewerID
+// may see, seen telling the tasks it sees. An entry is what the agent
+// learnt in the task it was written in. One that records no task (written
+// before entries recorded theirs) may come from any: hidden, to be safe,
+// but from admins, who see every task.
+func (s *System) filterMemory(viewerID string, st *AgentState, seen func(taskID string) bool) {
+	if !s.restricted(viewerID) {
+		return
+	}
+	for k := range st.PersistentMemory {
+		if id, ok := st.MemoryTasks[k]; ok && seen(id) || !ok && s.isAdmin(viewerID) {
+			continue
+		}
+		delete(st.PersistentMemory, k)
+		delete(st.MemoryTasks, k)
+	}
+}
+
+// stepMemory leaves in view, a step's copy of its agent, only the
+// persistent-memory entries the operator who owns the step's task may see
+// (filterMemory). The model working in one operator's task is not given
+// what the agent learnt in tasks that operator may not see, so neither its
+// answers nor the task's trail, where its prompts are recorded, can show
+// it. The base task is everyone's: its steps are shown what every operator
+// may see.
+func (s *System) stepMemory(view *AgentState, taskID string) {
+	if len(view.PersistentMemory) == 0 {
+		return
+	}
+	viewers := []string{""} // a task that does not exist: no operator's, restricted
+	if t, ok := s.task(taskID); ok {
+		ts := t.brief()
+		viewers[0] = s.owner(&ts)
+		if ts.Base {
+			if ops := s.operators(); len(ops) > 0 {
+				viewers = ops
+			}
+		}
+	}
+	for _, v := range viewers {
+		s.filterMemory(v, view, s.visibleTo(v))
+	}
+}
+
+// operators lists the MAS's operators (HumanAgents).
+func (s *System) operators() []string {
+	var out []string
+	for _, a := range s.allAgents() {
+		if a.kind == KindHuman {
+			out = append(out, a.id)
+		}
+	}
+	return out
+}
+
+// visibleTo is Visible for viewerID, each task looked up once.
+func (s *System) visibleTo(viewerID string) func(taskID string) bool {
+	visible := map[string]bool{}
+	return func(taskID string) bool {
+		v, ok := visible[taskID]
+		if !ok {
+			v = s.Visible(viewerID, taskID)
+			visible[taskID] = v
+		}
+		return v
+	}
 }
 
 // messageHidden reports whether messageID names a message of task taskID

@@ -220,7 +220,8 @@ func jsonOf(t *testing.T, v any) string {
 // memorises something in a task of each; each operator sees in the agent's
 // persistent memory only what it wrote in tasks that operator sees (and in
 // the base task, which everyone sees), admins and the MAS's agents see it
-// all, and the agent's prompts keep all of it. After a restart from the
+// all, and the agent's steps in a task are shown what the task's operator
+// sees (TestStepMemoryIsItsTaskOwners). After a restart from the
 // store it is the same, and an entry that records no task (written before
 // entries recorded theirs) is shown to admins and the MAS's agents only.
 func TestPersistentMemoryFiltered(t *testing.T) {
@@ -261,8 +262,8 @@ func TestPersistentMemoryFiltered(t *testing.T) {
 	recall := b.inject(w, taskA, NoRelative, false, spec(SkillThink, "recall"))[0]
 	b.waitFor("the recall step", func() bool { return b.stepDone(w, recall) })
 	b.settle()
-	if want := slices.Sorted(slices.Values([]string{noteBase, noteA, noteB})); !slices.Equal(prompted, want) {
-		t.Errorf("the agent's prompt had memory %q, want all of %q", prompted, want)
+	if want := slices.Sorted(slices.Values([]string{noteBase, noteA})); !slices.Equal(prompted, want) {
+		t.Errorf("the agent's prompt in a's task had memory %q, want %q", prompted, want)
 	}
 
 	// The change of the agent's memory is told to those who see the task
