@@ -214,7 +214,7 @@ func TestStepMemoryIsItsTaskOwners(t *testing.T) {
 		task string
 		want []string
 	}{
-		{taskA, []string{noteA, noteBase}},
+		{taskA, []string{noteA, noteBase, legacy}}, // the default operator's: legacy entries are its
 		{taskB, []string{noteB, noteBase}},
 		{base, []string{noteBase}}, // everyone's: what every operator sees
 		{taskAdmin, []string{noteA, noteB, noteBase, noteAdmin, legacy}},

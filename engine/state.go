@@ -238,7 +238,8 @@ type AgentState struct {
 	// that an operator is shown only the entries of the tasks it sees
 	// (filterAgent), and a step only those its task's operator sees
 	// (stepMemory). An entry it lacks (written before entries recorded
-	// their task) is shown to unrestricted viewers and admins only.
+	// their task, in a MAS of one operator) is shown to the default
+	// operator, admins and unrestricted viewers only.
 	MemoryTasks map[string]string `json:"persistent_memory_tasks,omitempty"`
 	// Waits details each StepLock entry: whom it waits for and until when.
 	Waits []Wait `json:"step_lock_waits,omitempty"`

@@ -288,7 +288,9 @@ func (s *System) filterMemory(viewerID string, st *AgentState, seen func(taskID 
 		return
 	}
 	for k := range st.PersistentMemory {
-		if id, ok := st.MemoryTasks[k]; ok && seen(id) || !ok && s.isAdmin(viewerID) {
+		// An entry written before entries recorded their task dates from
+		// a MAS of one operator: the default operator's (and the admins').
+		if id, ok := st.MemoryTasks[k]; ok && seen(id) || !ok && (s.isAdmin(viewerID) || viewerID == s.operatorID) {
 			continue
 		}
 		delete(st.PersistentMemory, k)
