@@ -11,6 +11,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mas-mcp/mas-mcp/internal/secret"
 )
 
 // Every free-text input of the tools and the monitor API is bounded here, at
@@ -104,7 +106,7 @@ func clip(v string) string {
 	for cut > 0 && !utf8.RuneStart(v[cut]) {
 		cut--
 	}
-	return v[:cut] + "…"
+	return v[:cut] + secret.ClipMark // a secret it cuts is still scrubbed
 }
 
 // boundRequests refuses (-32602), before the SDK or a handler sees them,
@@ -145,7 +147,8 @@ func (s *Server) boundRequests(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 		}
 		if c.err != nil {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: c.err.Error()}
+			// Outside scrubAnswers: it quotes what it refuses, scrubbed here.
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: s.sys.Scrub(c.err.Error())}
 		}
 		return next(ctx, method, req)
 	}

@@ -89,8 +89,26 @@ func New(with string, secrets ...string) *List {
 }
 
 // spellings are s as written and as JSON (with and without HTML escaping)
-// and Go's %q spell it inside their quotes.
+// and Go's %q spell it inside their quotes, and those spelt once more as
+// JSON: a tool call's result is JSON kept as a text inside the trail's
+// JSON entry, where a secret with a quote, a backslash or an ampersand is
+// escaped twice.
 func spellings(s string) []string {
+	once := quoted(s)
+	out := slices.Clone(once)
+	for _, f := range once[1:] {
+		for _, g := range quoted(f)[2:] { // as JSON
+			if !slices.Contains(out, g) {
+				out = append(out, g)
+			}
+		}
+	}
+	return out
+}
+
+// quoted is s, as Go's %q and as JSON (with and without HTML escaping)
+// spell it inside their quotes, in that order.
+func quoted(s string) []string {
 	out := []string{s, strings.Trim(strconv.Quote(s), `"`)}
 	for _, html := range []bool{true, false} {
 		var b strings.Builder
@@ -140,10 +158,11 @@ func (l *List) Bytes(b []byte) []byte {
 	return []byte(l.Text(string(b)))
 }
 
-// in reports whether s holds a secret.
+// in reports whether s holds a secret, whole or cut by a clip.
 func (l *List) in(s string) bool {
+	clipped := strings.Contains(s, ClipMark)
 	for _, f := range l.forms {
-		if strings.Contains(s, f) {
+		if strings.Contains(s, f) || clipped && strings.Contains(s, f[:MinLen]) {
 			return true
 		}
 	}
@@ -157,6 +176,7 @@ func (l *List) Mark(s string, hide []bool) {
 	if l == nil {
 		return
 	}
+	clipped := strings.Contains(s, ClipMark)
 	for _, f := range l.forms {
 		for i := 0; ; {
 			j := strings.Index(s[i:], f)
@@ -168,6 +188,37 @@ func (l *List) Mark(s string, hide []bool) {
 			}
 			i += j + 1
 		}
+		if clipped {
+			markClipped(s, f, hide)
+		}
+	}
+}
+
+// ClipMark is what ends a value cut short to be quoted (the server's
+// errors quote the first bytes of what a client sent, then "…").
+const ClipMark = "…"
+
+// markClipped marks where s holds the first MinLen bytes or more of f,
+// cut right before a ClipMark: a secret a clip cut in two, which no longer
+// matches whole.
+func markClipped(s, f string, hide []bool) {
+	head := f[:MinLen]
+	for i := 0; ; {
+		j := strings.Index(s[i:], head)
+		if j < 0 {
+			return
+		}
+		at := i + j
+		n := MinLen
+		for at+n < len(s) && n < len(f) && s[at+n] == f[n] {
+			n++
+		}
+		if n < len(f) && strings.HasPrefix(s[at+n:], ClipMark) {
+			for k := at; k < at+n; k++ {
+				hide[k] = true
+			}
+		}
+		i = at + 1
 	}
 }
 
