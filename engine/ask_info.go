@@ -78,8 +78,17 @@ func taskInfo(t TaskState) TaskInfo {
 }
 
 // Query answers an ask_info query for askerID from snapshots (spec §3.11,
-// §2.5). It never blocks on a working agent.
+// §2.5), with what askerID may see. It never blocks on a working agent.
 func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
+	return s.query(askerID, []string{askerID}, q)
+}
+
+// query answers askerID's query with what every one of viewers may see:
+// a task is shown only if each may see it, and of it, and of an agent,
+// only what each may see (the rules of TaskFor and AgentFor). An
+// operator's query is its own view; an agent's ask_info step is answered
+// with its task's readers' (askFromAgent).
+func (s *System) query(askerID string, viewers []string, q AskInfoQuery) (*QueryResult, error) {
 	q = scrubbed(s.secrets, q)
 	typ := strings.TrimSpace(q.Type)
 	res := &QueryResult{Type: typ}
@@ -90,10 +99,10 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 		var out []TaskInfo
 		for _, t := range s.allTasks() {
 			ts := t.read()
-			if !s.allowed(askerID, &ts) {
+			if !s.allowedAll(viewers, &ts) {
 				continue
 			}
-			s.filterTask(askerID, &ts)
+			s.filterTaskAll(viewers, &ts)
 			managed := ts.TaskManager == askerID
 			if typ == QueryManagedTaskAndStageInfo && !managed {
 				continue
@@ -118,17 +127,17 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 		}
 		res.Data = nonNil(out)
 	case QueryTaskInfo:
-		t, err := s.queryTask(askerID, q.TaskID)
+		t, err := s.queryTask(viewers, q.TaskID)
 		if err != nil {
 			return nil, err
 		}
 		ts := t.read()
-		s.filterTask(askerID, &ts) // conversation_length counts what the asker may see
+		s.filterTaskAll(viewers, &ts) // conversation_length counts what the viewers may see
 		ti := taskInfo(ts)
 		s.writeTask(&b, ti)
 		res.Data = ti
 	case QueryStageInfo:
-		st, err := s.queryStage(askerID, q.TaskID, q.StageID)
+		st, err := s.queryStage(viewers, q.TaskID, q.StageID)
 		if err != nil {
 			return nil, err
 		}
@@ -156,14 +165,14 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 		s.writeBriefs(&b, briefs, nil)
 		res.Data = nonNil(briefs)
 	case QueryTaskAgents:
-		if _, err := s.queryTask(askerID, q.TaskID); err != nil {
+		if _, err := s.queryTask(viewers, q.TaskID); err != nil {
 			return nil, err
 		}
 		briefs := s.briefs(s.taskGroup(q.TaskID))
 		s.writeBriefs(&b, briefs, nil)
 		res.Data = nonNil(briefs)
 	case QueryStageAgents:
-		st, err := s.queryStage(askerID, q.TaskID, q.StageID)
+		st, err := s.queryStage(viewers, q.TaskID, q.StageID)
 		if err != nil {
 			return nil, err
 		}
@@ -175,14 +184,19 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 			return nil, errf(ErrInvalid, "agent_id: is empty; give one agent ID or a list")
 		}
 		var states []AgentState
-		hidden := s.hiddenContents(askerID)
+		hidden := make([][]string, len(viewers))
+		for i, v := range viewers {
+			hidden[i] = s.hiddenContents(v)
+		}
 		for _, id := range q.AgentID {
 			a, ok := s.agent(id)
 			if !ok {
 				return nil, errf(ErrNotFound, "agent_id %q: no such agent", id)
 			}
 			st := a.read()
-			s.filterAgent(askerID, &st, hidden)
+			for i, v := range viewers {
+				s.filterAgent(v, &st, hidden[i])
+			}
 			st.ConversationPool = nil // an operator's conversations are its own
 			states = append(states, st)
 			if step := strings.TrimSpace(q.StepID); step != "" {
@@ -223,8 +237,16 @@ func (s *System) Query(askerID string, q AskInfoQuery) (*QueryResult, error) {
 // askFromAgent runs an ask_info step's query and answers it with a message
 // that releases the wait it engaged (spec §3.11): the answer is digested by
 // a process_message step that runs next. A bad query fails the step instead.
+//
+// The answer is a message of the step's task, and the step's result and
+// the answer's step are the agent's steps in it: whoever reads the task
+// reads them. So the query is answered with what every operator who may
+// read the task may see (readers), not with the agent's own rights: an
+// agent working for several operators must not carry one's tasks, or what
+// it did and learnt in them, into another's (a confused deputy). A task the
+// readers may not see is refused as their own ask_info would refuse it.
 func (s *System) askFromAgent(a *agent, step *StepState, q AskInfoQuery) error {
-	res, err := s.Query(a.id, q)
+	res, err := s.query(a.id, s.readers(step.TaskID), q)
 	if err != nil {
 		return err
 	}
@@ -248,7 +270,7 @@ func (s *System) askFromAgent(a *agent, step *StepState, q AskInfoQuery) error {
 	return nil
 }
 
-func (s *System) queryTask(askerID, id string) (*task, error) {
+func (s *System) queryTask(viewers []string, id string) (*task, error) {
 	if strings.TrimSpace(id) == "" {
 		return nil, errf(ErrInvalid, "task_id: is empty")
 	}
@@ -256,14 +278,16 @@ func (s *System) queryTask(askerID, id string) (*task, error) {
 	if !ok {
 		return nil, errf(ErrNotFound, "task_id %q: no such task", id)
 	}
-	if !s.Visible(askerID, id) {
-		return nil, notVisible(id, askerID)
+	for _, v := range viewers {
+		if !s.Visible(v, id) {
+			return nil, notVisible(id, v)
+		}
 	}
 	return t, nil
 }
 
-func (s *System) queryStage(askerID, taskID, id string) (StageState, error) {
-	t, err := s.queryTask(askerID, taskID)
+func (s *System) queryStage(viewers []string, taskID, id string) (StageState, error) {
+	t, err := s.queryTask(viewers, taskID)
 	if err != nil {
 		return StageState{}, err
 	}

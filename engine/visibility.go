@@ -324,6 +324,43 @@ func (s *System) stepMemory(view *AgentState, taskID string) {
 	}
 }
 
+// readers lists the operators who may read task taskID (Visible): its
+// owner, the operators it is shared with and the admins; every operator
+// for the base task. What the MAS's agents write in the task is read by
+// them all, so it may hold only what each of them may see. For a task that
+// does not exist (or that no operator may see) it is an ID that names no
+// agent: restricted, it sees no task but the base task.
+func (s *System) readers(taskID string) []string {
+	var out []string
+	for _, op := range s.operators() {
+		if s.Visible(op, taskID) {
+			out = append(out, op)
+		}
+	}
+	if len(out) == 0 {
+		return []string{""}
+	}
+	return out
+}
+
+// allowedAll is allowed for each of viewers.
+func (s *System) allowedAll(viewers []string, ts *TaskState) bool {
+	for _, v := range viewers {
+		if !s.allowed(v, ts) {
+			return false
+		}
+	}
+	return true
+}
+
+// filterTaskAll is filterTask for each of viewers: what is left, each may
+// see.
+func (s *System) filterTaskAll(viewers []string, ts *TaskState) {
+	for _, v := range viewers {
+		s.filterTask(v, ts)
+	}
+}
+
 // operators lists the MAS's operators (HumanAgents).
 func (s *System) operators() []string {
 	var out []string
