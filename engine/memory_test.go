@@ -256,3 +256,47 @@ func TestStepMemoryIsItsTaskOwners(t *testing.T) {
 		t.Errorf("memory after the deletes %q, want %q", got, want)
 	}
 }
+
+// TestSharedTaskStepsHoldOnlyWhatItsReadersSee: a step in a task its owner
+// shares with another operator is shown only the memory both may see: not
+// what the agent learnt in the owner's other tasks, which the task's trail
+// would show the other operator.
+func TestSharedTaskStepsHoldOnlyWhatItsReadersSee(t *testing.T) {
+	b := newTestbed(t, nil)
+	ann, bob := b.op(), b.operator("bob")
+	w := b.newAgent("w")
+	taskOf := func(name string) string {
+		id, err := b.sys.AddTask(ann, AddTaskRequest{TaskName: name, TaskIntention: "intention of " + name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.sys.AgentInstruction(ann, AgentInstruction{Action: ActionAddTaskParticipant, TaskID: id, Agents: StringList{w}}); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	private, shared := taskOf("private"), taskOf("shared")
+	if _, err := b.sys.ShareTask(ann, shared, bob); err != nil {
+		t.Fatal(err)
+	}
+	b.settle()
+	run := func(task, text string, h handler) {
+		t.Helper()
+		b.sc.onText(text, h)
+		id := b.inject(w, task, NoRelative, false, spec(SkillThink, text))[0]
+		b.waitFor(text+" in "+task, func() bool { return b.stepDone(w, id) })
+	}
+	run(private, "remember", func(context.Context, *ExecInput) *Output {
+		return &Output{Memory: []MemoryOp{{Add: "NOTE-private"}}}
+	})
+	for task, want := range map[string]bool{private: true, shared: false} {
+		var shown bool
+		run(task, "recall in "+task, func(_ context.Context, in *ExecInput) *Output {
+			shown = slices.Contains(slices.Collect(maps.Values(in.Agent.PersistentMemory)), "NOTE-private")
+			return &Output{}
+		})
+		if shown != want {
+			t.Errorf("a step in the %s task was shown the note of ann's private task: %v, want %v", map[bool]string{true: "private", false: "shared"}[want], shown, want)
+		}
+	}
+}

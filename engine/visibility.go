@@ -299,27 +299,17 @@ func (s *System) filterMemory(viewerID string, st *AgentState, seen func(taskID 
 }
 
 // stepMemory leaves in view, a step's copy of its agent, only the
-// persistent-memory entries the operator who owns the step's task may see
-// (filterMemory). The model working in one operator's task is not given
-// what the agent learnt in tasks that operator may not see, so neither its
-// answers nor the task's trail, where its prompts are recorded, can show
-// it. The base task is everyone's: its steps are shown what every operator
-// may see.
+// persistent-memory entries every reader of the step's task may see
+// (readers: its owner, the operators it is shared with, the admins; in the
+// base task, every operator; filterMemory for each). The model working in
+// a task is not given what the agent learnt in tasks one of them may not
+// see, so neither its answers nor the task's trail, where its prompts are
+// recorded, can show it.
 func (s *System) stepMemory(view *AgentState, taskID string) {
 	if len(view.PersistentMemory) == 0 {
 		return
 	}
-	viewers := []string{""} // a task that does not exist: no operator's, restricted
-	if t, ok := s.task(taskID); ok {
-		ts := t.brief()
-		viewers[0] = s.owner(&ts)
-		if ts.Base {
-			if ops := s.operators(); len(ops) > 0 {
-				viewers = ops
-			}
-		}
-	}
-	for _, v := range viewers {
+	for _, v := range s.readers(taskID) {
 		s.filterMemory(v, view, s.visibleTo(v))
 	}
 }
