@@ -533,6 +533,8 @@ func (r *relay) resume(ctx context.Context, conn net.Conn, br *bufio.Reader) err
 		_, err := conn.Write(append(b, '\n'))
 		return err
 	}
+	// call sends req to the new owner and waits for its answer; an error
+	// answer is returned as one (refused).
 	call := func(req *jsonrpc.Request) error {
 		r.mu.Lock()
 		r.n++
@@ -562,6 +564,9 @@ func (r *relay) resume(ctx context.Context, conn net.Conn, br *bufio.Reader) err
 			}
 			if msg, err := jsonrpc.DecodeMessage(line); err == nil {
 				if resp, ok := msg.(*jsonrpc.Response); ok && resp.ID == id {
+					if resp.Error != nil {
+						return fmt.Errorf("%s: the new owner refused it: %w", req.Method, resp.Error)
+					}
 					return nil
 				}
 			}
@@ -577,13 +582,21 @@ func (r *relay) resume(ctx context.Context, conn net.Conn, br *bufio.Reader) err
 				return err
 			}
 		}
+		// A refused level or subscription is the host's to meet as it
+		// would have (a subscription to a task gone): logged, not a failed
+		// resume, which would be tried again and refused again.
+		var refused *jsonrpc.Error
 		if level != nil {
-			if err := call(level); err != nil {
+			if err := call(level); errors.As(err, &refused) {
+				r.log.Warn("relay: the new owner refused the host's logging level", "err", err)
+			} else if err != nil {
 				return err
 			}
 		}
 		for _, req := range subs {
-			if err := call(req); err != nil {
+			if err := call(req); errors.As(err, &refused) {
+				r.log.Warn("relay: the new owner refused a subscription of the host", "err", err)
+			} else if err != nil {
 				return err
 			}
 		}

@@ -205,3 +205,56 @@ func TestRelayFailedResumeDoesNotReplayWhatItSent(t *testing.T) {
 		t.Errorf("the host got %v, want the call the failed owner took (4) answered as in flight", got)
 	}
 }
+
+// TestRelayResumeFailsOnARefusedInitialize: a new owner that answers the
+// replayed initialize with an error has not taken the session: the resume
+// fails (and is tried again), where it counted any answer as success and
+// went on relaying to an owner that never initialized. A refused
+// subscription, the host's own to meet, does not fail it.
+func TestRelayResumeFailsOnARefusedInitialize(t *testing.T) {
+	for _, c := range []struct {
+		refuse  string // the method the owner refuses
+		wantErr bool
+	}{{"initialize", true}, {"resources/subscribe", false}} {
+		r := newRelay(nil, &bytes.Buffer{})
+		for _, l := range []string{
+			`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18"}}`,
+			`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+			`{"jsonrpc":"2.0","id":2,"method":"resources/subscribe","params":{"uri":"mas://tasks/gone"}}`,
+		} {
+			r.note([]byte(l))
+		}
+		relaySide, ownerSide := net.Pipe()
+		ownerDone := make(chan struct{})
+		go func() {
+			defer close(ownerDone)
+			defer ownerSide.Close()
+			br := bufio.NewReader(ownerSide)
+			for {
+				line, err := br.ReadBytes('\n')
+				if err != nil {
+					return
+				}
+				req := request(line)
+				if req == nil || !req.IsCall() {
+					continue
+				}
+				id, _ := json.Marshal(req.ID.Raw())
+				if req.Method == c.refuse {
+					fmt.Fprintf(ownerSide, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32603,"message":"not now"}}`+"\n", id)
+				} else {
+					fmt.Fprintf(ownerSide, `{"jsonrpc":"2.0","id":%s,"result":{}}`+"\n", id)
+				}
+			}
+		}()
+		err := r.resume(t.Context(), relaySide, bufio.NewReader(relaySide))
+		relaySide.Close()
+		<-ownerDone
+		if got := err != nil; got != c.wantErr {
+			t.Errorf("resume with %s refused: %v, want an error %v", c.refuse, err, c.wantErr)
+		}
+		if c.wantErr && (err == nil || !strings.Contains(err.Error(), "initialize: the new owner refused it")) {
+			t.Errorf("resume with initialize refused: %v, want it named", err)
+		}
+	}
+}
