@@ -57,8 +57,9 @@ func (a *agent) applyPlanLocked(step *StepState, out *Output, result map[string]
 // far. It reports false when nothing else applies: the step's stage or
 // task ended while it ran (its steps were cleaned up), or the MAS is
 // shutting down. A step interrupted by shutdown stays "running", so a
-// durable store can run it again after a restart.
-func (a *agent) applyOwn(step *StepState, shown map[string]string, out *Output, cancelled bool, failure error, result map[string]any) (bool, error) {
+// durable store can run it again after a restart. view and shown are the
+// step's view of the persistent memory and its entries (applyMemoryLocked).
+func (a *agent) applyOwn(step *StepState, view string, shown map[string]string, out *Output, cancelled bool, failure error, result map[string]any) (bool, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	cur := a.stepLocked(step.StepID)
@@ -73,7 +74,7 @@ func (a *agent) applyOwn(step *StepState, shown map[string]string, out *Output, 
 	}
 	cur.Usage.Add(out.Usage)
 	if len(out.Memory) > 0 {
-		result["persistent_memory"] = a.applyMemoryLocked(step.TaskID, shown, out.Memory)
+		result["persistent_memory"] = a.applyMemoryLocked(step.TaskID, view, shown, out.Memory)
 	}
 	if failure == nil {
 		failure = a.applyPlanLocked(step, out, result)

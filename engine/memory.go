@@ -15,14 +15,22 @@ const memoryKeyLayout = "20060102T150405"
 // second when taken), delete removes a key of shown, the memory the step
 // was shown (stepMemory), or one the block added: the others are not the
 // step's to delete and are refused as unknown keys. Ops apply in order, so
-// a block that deletes first makes room for its adds. An add that would
-// take the memory past Config.MemoryMaxEntries or MemoryMaxChars is
-// refused, never stored in part, and nothing else is dropped to make room:
-// the agent is told in the report and, through MemoryFull, in its next
-// prompts until it consolidates. Each entry added records taskID, the task of the step that
-// wrote it (AgentState.MemoryTasks). It returns what happened to each op,
-// in the prompt set's language, for the step's result. a.mu must be held.
-func (a *agent) applyMemoryLocked(taskID string, shown map[string]string, ops []MemoryOp) []string {
+// a block that deletes first makes room for its adds.
+//
+// The caps are the step's view's (view names it, System.memoryView): an
+// add that would take the entries the step sees — those it was shown and
+// those the block added — past Config.MemoryMaxEntries or MemoryMaxChars
+// is refused, never stored in part, and nothing else is dropped to make
+// room. The step may delete every entry the caps count, so it is never
+// held by entries it cannot consolidate, and the refusal tells of those
+// entries only. The agent is told in the report and, through MemoryFullIn,
+// in the view's next prompts until it consolidates. Past the caps of each
+// view, the whole memory is bounded by what the agent's document may
+// store (memoryBytes). Each entry added records taskID, the task of the
+// step that wrote it (AgentState.MemoryTasks). It returns what happened to
+// each op, in the prompt set's language, for the step's result. a.mu must
+// be held.
+func (a *agent) applyMemoryLocked(taskID, view string, shown map[string]string, ops []MemoryOp) []string {
 	var report []string
 	pm := a.st.PersistentMemory
 	if a.st.MemoryTasks == nil {
@@ -31,10 +39,14 @@ func (a *agent) applyMemoryLocked(taskID string, shown map[string]string, ops []
 	// The tasks whose viewers see the memory change: the step's, and
 	// those of the entries it deletes.
 	tasks := []string{taskID}
-	chars := 0
-	for _, m := range pm {
-		chars += utf8.RuneCountInString(m)
+	entries, chars := 0, 0 // of the view
+	for k := range shown {
+		if m, ok := pm[k]; ok {
+			entries++
+			chars += utf8.RuneCountInString(m)
+		}
 	}
+	size, maxSize := a.memorySizeLocked(), a.sys.memoryBytes()
 	maxEntries, maxChars := a.sys.cfg.MemoryMaxEntries, a.sys.cfg.MemoryMaxChars
 	refused := false
 	var added map[string]bool // the keys this block added
@@ -43,10 +55,15 @@ func (a *agent) applyMemoryLocked(taskID string, shown map[string]string, ops []
 		case strings.TrimSpace(op.Add) != "":
 			text := demoteHeadings(strings.TrimSpace(op.Add))
 			n := utf8.RuneCountInString(text)
-			if len(pm)+1 > maxEntries || chars+n > maxChars {
+			if entries+1 > maxEntries || chars+n > maxChars {
 				refused = true
 				report = append(report, a.sys.text("memory_refused", map[string]any{
-					"Entries": len(pm), "MaxEntries": maxEntries, "Chars": chars, "MaxChars": maxChars, "Size": n}))
+					"Entries": entries, "MaxEntries": maxEntries, "Chars": chars, "MaxChars": maxChars, "Size": n}))
+				continue
+			}
+			if size+memoryEntrySize(text, taskID) > maxSize {
+				refused = true
+				report = append(report, a.sys.text("memory_refused_total", map[string]any{"Size": n}))
 				continue
 			}
 			t := a.sys.now()
@@ -64,14 +81,19 @@ func (a *agent) applyMemoryLocked(taskID string, shown map[string]string, ops []
 			}
 			added[key] = true
 			a.st.MemoryTasks[key] = taskID
+			entries++
 			chars += n
+			size += memoryEntrySize(text, taskID)
 			report = append(report, a.sys.text("memory_added", map[string]any{"Key": key}))
 		case op.Delete != "":
 			key := strings.TrimSpace(op.Delete)
 			_, seen := shown[key]
 			if m, ok := pm[key]; ok && (seen || added[key]) {
+				t := a.st.MemoryTasks[key]
+				entries--
 				chars -= utf8.RuneCountInString(m)
-				if t := a.st.MemoryTasks[key]; !slices.Contains(tasks, t) {
+				size -= memoryEntrySize(m, t)
+				if !slices.Contains(tasks, t) {
 					tasks = append(tasks, t)
 				}
 				delete(pm, key)
@@ -84,13 +106,50 @@ func (a *agent) applyMemoryLocked(taskID string, shown map[string]string, ops []
 			report = append(report, a.sys.text("memory_ignored", nil))
 		}
 	}
-	// Full until a block of ops is applied without a refusal (the agent
-	// deleted or merged entries, or added only what fits).
-	a.st.MemoryFull = refused
+	// The view is full until a block of ops is applied there without a
+	// refusal (the agent deleted or merged entries, or added only what
+	// fits).
+	full := slices.Contains(a.st.MemoryFullIn, view)
+	switch {
+	case refused && !full:
+		a.st.MemoryFullIn = append(slices.Clone(a.st.MemoryFullIn), view)
+	case !refused && full:
+		a.st.MemoryFullIn = slices.DeleteFunc(slices.Clone(a.st.MemoryFullIn), func(v string) bool { return v == view })
+	}
+	if len(a.st.MemoryFullIn) == 0 {
+		a.st.MemoryFullIn = nil
+	}
+	a.st.MemoryFull = a.st.MemoryFullIn != nil
 	for _, t := range tasks {
 		a.changedLocked(Event{Detail: "persistent_memory", TaskID: t})
 	}
 	return report
+}
+
+// memoryBytes bounds the stored size of an agent's whole persistent memory
+// (memorySizeLocked) to half the document bound, MaxDocumentBytes: the caps
+// hold per view, and an agent shared by many operators has as many views;
+// the other half is its steps', which boundLocked shortens. An add past it
+// is refused whatever its view holds.
+func (s *System) memoryBytes() int { return s.cfg.MaxDocumentBytes / 2 }
+
+// memoryEntrySize is what an entry written in task taskID adds to the
+// agent's document (agentSizeLocked counts it so).
+func memoryEntrySize(text, taskID string) int {
+	return storedLen(text) + 24 + len(taskID) + 24
+}
+
+// memorySizeLocked is the stored size of the agent's persistent memory and
+// of the tasks its entries record. mu must be held.
+func (a *agent) memorySizeLocked() int {
+	n := 0
+	for _, m := range a.st.PersistentMemory {
+		n += storedLen(m) + 24
+	}
+	for _, id := range a.st.MemoryTasks {
+		n += len(id) + 24
+	}
+	return n
 }
 
 // demoteHeadings turns level-1 and level-2 markdown headings into level 3:

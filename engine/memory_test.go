@@ -23,7 +23,7 @@ func TestPersistentMemoryOps(t *testing.T) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 
-	report := a.applyMemoryLocked("t-1", maps.Clone(a.st.PersistentMemory), []MemoryOp{
+	report := a.applyMemoryLocked("t-1", "op", maps.Clone(a.st.PersistentMemory), []MemoryOp{
 		{Add: "  first  "},
 		{Add: "second"},
 		{Delete: "20250101T000000"},
@@ -67,8 +67,8 @@ func TestPersistentMemoryKeysStayUnique(t *testing.T) {
 	for range 3 {
 		ops = append(ops, MemoryOp{Add: "same second"})
 	}
-	a.applyMemoryLocked("t-1", nil, ops)
-	a.applyMemoryLocked("t-2", nil, []MemoryOp{{Add: "later call, same second"}})
+	a.applyMemoryLocked("t-1", "op", nil, ops)
+	a.applyMemoryLocked("t-2", "op", nil, []MemoryOp{{Add: "later call, same second"}})
 	want := []string{"20250613T103022", "20250613T103023", "20250613T103024", "20250613T103025"}
 	if diff := cmp.Diff(want, slices.Sorted(maps.Keys(a.st.PersistentMemory))); diff != "" {
 		t.Errorf("keys mismatch (-want +got):\n%s", diff)
@@ -143,7 +143,7 @@ func TestPersistentMemoryCap(t *testing.T) {
 		{[]MemoryOp{{Delete: "20250613T103022"}, {Add: "merged"}}, []string{"20250613T103022", "20250613T103023"}, false, 0},
 	}
 	for i, st := range steps {
-		report := a.applyMemoryLocked("t-1", maps.Clone(a.st.PersistentMemory), st.ops)
+		report := a.applyMemoryLocked("t-1", "op", maps.Clone(a.st.PersistentMemory), st.ops)
 		refused := 0
 		for _, r := range report {
 			if strings.HasPrefix(r, "refused to add") {
@@ -165,6 +165,51 @@ func TestPersistentMemoryCap(t *testing.T) {
 	}
 }
 
+// TestPersistentMemoryBoundedAsAWhole: the caps are each view's, and the
+// whole memory, every view's entries, stays within half the document bound
+// (memoryBytes): an add past it is refused, whatever the step's view holds,
+// without telling the other views' counts, until entries are deleted.
+func TestPersistentMemoryBoundedAsAWhole(t *testing.T) {
+	s := bareSystem(t, func(c *Config) { c.Now = fixedClock; c.MaxDocumentBytes = 4096 })
+	a := looseAgent(s, "x")
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	note := strings.Repeat("n", 500) // 551 bytes with its key and task: 3 fit in 2048, not 4
+
+	shown := func(task string) map[string]string {
+		m := map[string]string{}
+		for k, v := range a.st.PersistentMemory {
+			if a.st.MemoryTasks[k] == task {
+				m[k] = v
+			}
+		}
+		return m
+	}
+	a.applyMemoryLocked("t-a", "ann", shown("t-a"), []MemoryOp{{Add: note}, {Add: note}, {Add: note}})
+	if len(a.st.PersistentMemory) != 3 || a.st.MemoryFull {
+		t.Fatalf("ann's view holds %d entries, full %v; want 3, not full", len(a.st.PersistentMemory), a.st.MemoryFull)
+	}
+	report := a.applyMemoryLocked("t-b", "bea", shown("t-b"), []MemoryOp{{Add: note}})
+	if want := []string{s.text("memory_refused_total", map[string]any{"Size": 500})}; !slices.Equal(report, want) {
+		t.Errorf("bea's add past the whole bound: report %q, want %q", report, want)
+	}
+	if !slices.Equal(a.st.MemoryFullIn, []string{"bea"}) {
+		t.Errorf("memory_full_in %q, want bea's view only", a.st.MemoryFullIn)
+	}
+	if got := a.memorySizeLocked(); got > s.memoryBytes() {
+		t.Errorf("memory takes %d bytes, past its bound %d", got, s.memoryBytes())
+	}
+	// ann makes room: bea's add fits, and bea's view is no longer full.
+	keys := slices.Sorted(maps.Keys(shown("t-a")))
+	a.applyMemoryLocked("t-a", "ann", shown("t-a"), []MemoryOp{{Delete: keys[0]}})
+	if report := a.applyMemoryLocked("t-b", "bea", shown("t-b"), []MemoryOp{{Add: note}}); len(report) != 1 || !strings.HasPrefix(report[0], "added ") {
+		t.Errorf("bea's add after ann's delete: report %q, want it added", report)
+	}
+	if a.st.MemoryFullIn != nil || a.st.MemoryFull {
+		t.Errorf("memory_full_in %q, memory_full %v after bea's add; want none full", a.st.MemoryFullIn, a.st.MemoryFull)
+	}
+}
+
 // TestStepMemoryIsItsTaskOwners: a step is shown only the persistent-memory
 // entries the owner of its task may see — those written in that task, in
 // the base task and in the other tasks the owner sees; one that records no
@@ -179,17 +224,7 @@ func TestStepMemoryIsItsTaskOwners(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := b.newAgent("w")
-	taskOf := func(op, name string) string {
-		id, err := b.sys.AddTask(op, AddTaskRequest{TaskName: name, TaskIntention: "intention of " + name})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := b.sys.AgentInstruction(op, AgentInstruction{Action: ActionAddTaskParticipant, TaskID: id, Agents: StringList{w}}); err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
-	taskA, taskB, taskAdmin := taskOf(opA, "a's"), taskOf(opB, "b's"), taskOf(admin, "admin's")
+	taskA, taskB, taskAdmin := b.ownedTask(opA, "a's", w), b.ownedTask(opB, "b's", w), b.ownedTask(admin, "admin's", w)
 	b.settle()
 
 	const noteA, noteB, noteBase, noteAdmin, legacy = "NOTE-A", "NOTE-B", "NOTE-base", "NOTE-admin", "NOTE-legacy"
@@ -199,11 +234,7 @@ func TestStepMemoryIsItsTaskOwners(t *testing.T) {
 	a.mu.Unlock()
 	run := func(task, text string, h handler) map[string]any {
 		t.Helper()
-		b.sc.onText(text, h)
-		id := b.inject(w, task, NoRelative, false, spec(SkillThink, text))[0]
-		b.waitFor(text+" in "+task, func() bool { return b.stepDone(w, id) })
-		st, _ := b.step(w, id)
-		return st.ExecuteResult
+		return b.runText(w, task, text, h)
 	}
 	for task, note := range map[string]string{taskA: noteA, taskB: noteB, base: noteBase, taskAdmin: noteAdmin} {
 		run(task, "remember "+note, func(context.Context, *ExecInput) *Output {
@@ -299,4 +330,121 @@ func TestSharedTaskStepsHoldOnlyWhatItsReadersSee(t *testing.T) {
 			t.Errorf("a step in the %s task was shown the note of ann's private task: %v, want %v", map[bool]string{true: "private", false: "shared"}[want], shown, want)
 		}
 	}
+}
+
+// TestMemoryCapsCountTheStepsView: the caps count the entries the step
+// sees (its task owner's view), not the whole memory. An agent whose
+// memory is full of one operator's entries still stores what it learns in
+// another's task; a refusal there reports that view's entries and
+// characters only; and the memory-full notice is the view's: told in the
+// view that had an add refused until it consolidates, not in the others.
+func TestMemoryCapsCountTheStepsView(t *testing.T) {
+	const maxChars = 1000
+	b := newTestbed(t, func(c *Config) {
+		c.Now = steppingClock(time.Second)
+		c.MemoryMaxEntries, c.MemoryMaxChars = 2, maxChars
+	})
+	ann, bea := b.op(), b.operator("bea")
+	w := b.newAgent("w")
+	taskA, taskB := b.ownedTask(ann, "ann's", w), b.ownedTask(bea, "bea's", w)
+	b.settle()
+
+	refusal := func(size, entries, chars int) string {
+		return b.sys.text("memory_refused", map[string]any{"Entries": entries, "MaxEntries": 2, "Chars": chars, "MaxChars": maxChars, "Size": size})
+	}
+	var full bool // what the last step's prompt was told
+	step := func(task, name string, ops ...MemoryOp) []string {
+		t.Helper()
+		res := b.runText(w, task, name, func(_ context.Context, in *ExecInput) *Output {
+			full = in.Agent.MemoryFull
+			return &Output{Memory: ops}
+		})
+		var report []string
+		if r, ok := jsonNorm(t, res["persistent_memory"]).([]any); ok {
+			for _, l := range r {
+				report = append(report, fmt.Sprint(l))
+			}
+		}
+		return report
+	}
+	added := func(report []string) bool {
+		return len(report) > 0 && strings.HasPrefix(report[len(report)-1], "added ")
+	}
+
+	// ann's view fills: 2 entries of 100 characters, a third refused.
+	annNote := strings.Repeat("a", 100)
+	report := step(taskA, "fill ann's", MemoryOp{Add: annNote}, MemoryOp{Add: annNote}, MemoryOp{Add: "a3"})
+	if want := refusal(2, 2, 200); len(report) != 3 || report[2] != want {
+		t.Fatalf("ann's third add: report %q, want its last line %q", report, want)
+	}
+
+	// In bea's task the memory is not full: ann's entries are not its.
+	report = step(taskB, "bea's first", MemoryOp{Add: "b1"})
+	if full {
+		t.Errorf("the step in bea's task was told its memory is full (ann's view is)")
+	}
+	if !added(report) {
+		t.Fatalf("an add in bea's task, whose view is empty: report %q, want it added", report)
+	}
+	// bea's view fills in turn; the refusal counts bea's entries only.
+	report = step(taskB, "bea's more", MemoryOp{Add: "b22"}, MemoryOp{Add: "b333"})
+	if want := []string{report[0], refusal(4, 2, 5)}; !added(report[:1]) || !slices.Equal(report, want) {
+		t.Errorf("bea's adds past the cap: report %q, want an add then %q", report, want[1])
+	}
+	for _, r := range report {
+		if strings.Contains(r, "200") {
+			t.Errorf("bea's report %q tells ann's characters", r)
+		}
+	}
+
+	// Each view is told of its own refusal until it consolidates.
+	mem := b.agent(w)
+	var annKey string
+	for k, v := range mem.PersistentMemory {
+		if v == annNote {
+			annKey = k
+		}
+	}
+	if report = step(taskA, "ann consolidates", MemoryOp{Delete: annKey}, MemoryOp{Add: "merged"}); !full || !added(report) {
+		t.Errorf("ann's step after its refusal: told full %v, report %q; want told, and the merge added", full, report)
+	}
+	if step(taskA, "ann again"); full {
+		t.Errorf("ann's step after it consolidated was told its memory is full")
+	}
+	if step(taskB, "bea again"); !full {
+		t.Errorf("bea's step after its refusal was not told its memory is full")
+	}
+	// An operator reading the agent sees its own view's notice.
+	for op, want := range map[string]bool{ann: false, bea: true} {
+		if st, _ := b.sys.AgentFor(op, w); st.MemoryFull != want {
+			t.Errorf("%s reads memory_full %v, want %v", op, st.MemoryFull, want)
+		}
+	}
+	if got := len(b.agent(w).PersistentMemory); got != 4 {
+		t.Errorf("the agent holds %d entries, want 4 (2 per view)", got)
+	}
+}
+
+// ownedTask adds a task of operator op with agents as participants.
+func (b *testbed) ownedTask(op, name string, agents ...string) string {
+	b.t.Helper()
+	id, err := b.sys.AddTask(op, AddTaskRequest{TaskName: name, TaskIntention: "intention of " + name})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if _, err := b.sys.AgentInstruction(op, AgentInstruction{Action: ActionAddTaskParticipant, TaskID: id, Agents: StringList(agents)}); err != nil {
+		b.t.Fatal(err)
+	}
+	return id
+}
+
+// runText runs a think step of agent in task whose text is text, handled
+// by h, and returns its result once it ended.
+func (b *testbed) runText(agent, task, text string, h handler) map[string]any {
+	b.t.Helper()
+	b.sc.onText(text, h)
+	id := b.inject(agent, task, NoRelative, false, spec(SkillThink, text))[0]
+	b.waitFor(text+" in "+task, func() bool { return b.stepDone(agent, id) })
+	st, _ := b.step(agent, id)
+	return st.ExecuteResult
 }

@@ -97,6 +97,9 @@ func (s *System) StartFrom(img *Image) error {
 		}
 		// The entries' tasks go with their entries.
 		maps.DeleteFunc(st.MemoryTasks, func(k, _ string) bool { _, ok := st.PersistentMemory[k]; return !ok })
+		// Full where a view is: a notice stored before notices were a
+		// view's names none, and the next refusal tells it again.
+		st.MemoryFull = len(st.MemoryFullIn) > 0
 		a := newAgentOwner(s, st)
 		a.recoverStepsLocked(rerun, stored)
 		if a.kind == KindHuman {

@@ -216,9 +216,10 @@ type AgentState struct {
 	WorkingMemory map[string]map[string][]string `json:"working_memory"`
 	// PersistentMemory is {"%Y%m%dT%H%M%S" timestamp: markdown} (spec §9.3).
 	PersistentMemory map[string]string `json:"persistent_memory"`
-	// MemoryFull reports that the agent's last memory ops had an add
-	// refused at the memory's cap (Config.MemoryMaxEntries,
-	// MemoryMaxChars); its prompts say so until it consolidates.
+	// MemoryFull reports that a view of the agent's memory is full
+	// (MemoryFullIn): stored, that some is; in a step's copy (stepMemory),
+	// that the step's view is, which its prompt then says; read by an
+	// operator, that its own or the base task's is (filterAgent).
 	MemoryFull bool      `json:"memory_full,omitempty"`
 	AgentStep  AgentStep `json:"agent_step"`
 	// StepLock holds the waiting IDs the agent is blocked on (spec §9.1).
@@ -241,6 +242,11 @@ type AgentState struct {
 	// their task, in a MAS of one operator) is shown to the default
 	// operator, admins and unrestricted viewers only.
 	MemoryTasks map[string]string `json:"persistent_memory_tasks,omitempty"`
+	// MemoryFullIn names the views of the memory (System.memoryView: an
+	// operator's ID, the base task's ID) whose last memory ops had an add
+	// refused at the caps (Config.MemoryMaxEntries, MemoryMaxChars): the
+	// steps there are told their memory is full until they consolidate.
+	MemoryFullIn []string `json:"memory_full_in,omitempty"`
 	// Waits details each StepLock entry: whom it waits for and until when.
 	Waits []Wait `json:"step_lock_waits,omitempty"`
 	// WaitingFor says what the agent waits for when its working_state is
@@ -398,6 +404,7 @@ func (a *AgentState) copyState(shareEnded bool, into []StepState) AgentState {
 	}
 	c.PersistentMemory = maps.Clone(a.PersistentMemory)
 	c.MemoryTasks = maps.Clone(a.MemoryTasks)
+	c.MemoryFullIn = slices.Clone(a.MemoryFullIn)
 	c.AgentStep.TodoList = slices.Clone(a.AgentStep.TodoList)
 	n := len(a.AgentStep.StepList)
 	if cap(into) >= n {

@@ -79,7 +79,7 @@ func (s *System) route(ag *AgentState, step *StepState) (Executor, error) {
 // apply turns an executor's Output into changes of the owners (spec §2.5),
 // finishes the step and keeps the agent moving in its stage. shown is the
 // persistent memory the step was shown, the entries its memory ops may
-// delete.
+// delete and the memory caps count.
 func (s *System) apply(a *agent, step StepState, shown map[string]string, out *Output, cancelled bool) {
 	// Everything an executor produced is bounded as it is taken in.
 	// (the step's result is bounded as it is stored, in finishStepLocked)
@@ -107,7 +107,11 @@ func (s *System) apply(a *agent, step StepState, shown map[string]string, out *O
 	}
 
 	// Agent-local effects first: memory, usage, planned steps.
-	applies, failure := a.applyOwn(&step, shown, out, cancelled, failure, result)
+	var view string
+	if len(out.Memory) > 0 {
+		view = s.memoryView(step.TaskID) // not under the agent's lock: it reads the task
+	}
+	applies, failure := a.applyOwn(&step, view, shown, out, cancelled, failure, result)
 	if !applies {
 		s.addTaskUsage(step.TaskID, out)
 		return

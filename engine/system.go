@@ -102,9 +102,12 @@ type Config struct {
 	// store's message limit (1 MiB on NATS). Default 640 KiB.
 	MaxDocumentBytes int
 	// MemoryMaxEntries and MemoryMaxChars cap each agent's persistent
-	// memory (spec §9.3): an add past either is refused and the agent is
-	// told to consolidate; nothing is dropped. Defaults 30 entries and
-	// 6,000 characters (every entry is in every prompt of the agent).
+	// memory (spec §9.3) in each view, the entries a step sees (its task
+	// owner's, applyMemoryLocked): an add past either is refused and the
+	// agent is told to consolidate; nothing is dropped. Defaults 30
+	// entries and 6,000 characters (every entry of a view is in every
+	// prompt of the agent there). The whole memory is bounded by half of
+	// MaxDocumentBytes.
 	MemoryMaxEntries int
 	MemoryMaxChars   int
 	// Budgets limits what tasks' LLM calls may spend (budget_tokens.go).

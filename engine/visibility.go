@@ -254,6 +254,11 @@ func (s *System) filterAgent(viewerID string, st *AgentState, hidden []string) {
 		}
 	}
 	s.filterMemory(viewerID, st, seen)
+	// Of the views whose memory is full, the viewer's own and the base
+	// task's, which is everyone's: the others tell of other operators'
+	// work.
+	st.MemoryFullIn = slices.DeleteFunc(slices.Clone(st.MemoryFullIn), func(v string) bool { return v != viewerID && v != s.baseTaskID })
+	st.MemoryFull = len(st.MemoryFullIn) > 0
 	// A wait for a reply from another operator is the agent's question to
 	// it, a private message: its waiting ID and message ID are that
 	// operator's to see, as is a wait for a private message of others.
@@ -304,8 +309,12 @@ func (s *System) filterMemory(viewerID string, st *AgentState, seen func(taskID 
 // base task, every operator; filterMemory for each). The model working in
 // a task is not given what the agent learnt in tasks one of them may not
 // see, so neither its answers nor the task's trail, where its prompts are
-// recorded, can show it.
+// recorded, can show it. The view's memory-full notice goes with it
+// (MemoryFull), and only its own: the other views' are not the step's.
 func (s *System) stepMemory(view *AgentState, taskID string) {
+	key := s.memoryView(taskID)
+	view.MemoryFull = slices.Contains(view.MemoryFullIn, key)
+	view.MemoryFullIn = nil
 	if len(view.PersistentMemory) == 0 {
 		return
 	}
@@ -349,6 +358,23 @@ func (s *System) filterTaskAll(viewers []string, ts *TaskState) {
 	for _, v := range viewers {
 		s.filterTask(v, ts)
 	}
+}
+
+// memoryView names the view of an agent's persistent memory that a step
+// in the task has: the operator who owns the task (its tasks share it),
+// or, in the base task, the base task's ID. The memory caps and the
+// memory-full notice are the view's (applyMemoryLocked); what a step is
+// shown of it is what every reader of its task may see (stepMemory).
+func (s *System) memoryView(taskID string) string {
+	t, ok := s.task(taskID)
+	if !ok {
+		return ""
+	}
+	ts := t.brief()
+	if ts.Base {
+		return ts.TaskID
+	}
+	return s.owner(&ts)
 }
 
 // operators lists the MAS's operators (HumanAgents).

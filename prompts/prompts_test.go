@@ -119,6 +119,7 @@ var textFields = map[string][]string{
 	"memory_no_key":              {"Key"},
 	"memory_ignored":             {},
 	"memory_refused":             {"Entries", "MaxEntries", "Chars", "MaxChars", "Size"},
+	"memory_refused_total":       {"Size"},
 	"shared_info_step":           {"Executor", "State", "Reason"},
 	"stage_no_step_left":         {},
 	"stage_step_failed":          {"StepID", "Executor", "Reason"},
