@@ -79,7 +79,8 @@ type Config struct {
 	// older history folds and the longest parts of the current step are cut
 	// to stay within it.
 	PromptBudget int `yaml:"prompt_budget"`
-	// MemoryMaxEntries and MemoryMaxChars cap each agent's persistent memory.
+	// MemoryMaxEntries and MemoryMaxChars cap each agent's persistent
+	// memory in each operator's view (engine.Config).
 	MemoryMaxEntries int `yaml:"memory_max_entries"`
 	MemoryMaxChars   int `yaml:"memory_max_chars"`
 	// Budgets limits what tasks' LLM calls may spend (0: no limit).
@@ -342,8 +343,8 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer, vers
 	chain := fs.Int("message-chain-limit", d.MessageChainLimit, "messages between agents that may follow one another with no word from an operator or the engine; past it a message is not sent and its step fails saying so")
 	unstaged := fs.Int("unstaged-step-budget", d.UnstagedStepBudget, "steps an agent may run in a row outside any stage (the base task) without a new message; past them its steps there are skipped")
 	promptBudget := fs.Int("prompt-budget", d.PromptBudget, "cap on the characters of a prompt's variable sections (history, memory, the current step and its message): the current step's longest parts are cut to leave the history a quarter, and older history folds to fit the rest")
-	memEntries := fs.Int("memory-max-entries", d.MemoryMaxEntries, "entries an agent's persistent memory may hold before adds are refused")
-	memChars := fs.Int("memory-max-chars", d.MemoryMaxChars, "characters an agent's persistent memory may hold before adds are refused")
+	memEntries := fs.Int("memory-max-entries", d.MemoryMaxEntries, "entries an agent's persistent memory may hold in each operator's view before adds are refused")
+	memChars := fs.Int("memory-max-chars", d.MemoryMaxChars, "characters an agent's persistent memory may hold in each operator's view before adds are refused")
 	taskTokens := fs.Int("task-token-budget", d.Budgets.TaskTokens, "a new task's token budget unless add_task sets one: it pauses there and its operator is asked to raise it; 0: none (more budgets in the config file's budgets section)")
 	dataDir := fs.String("data-dir", "", "directory of the durable state (env MAS_DATA_DIR; default: the user's config directory/mas-mcp)")
 	natsURL := fs.String("nats-url", "", "use this NATS server or cluster for the durable state instead of the embedded one (env MAS_NATS_URL; default: embedded)")
