@@ -136,8 +136,17 @@ func TestGarbageTwiceFailsTheStepAndTheAgentCarriesOn(t *testing.T) {
 	if n := len(s.llm.CallsFor(engine.SkillThink, "alice")); n != 4 {
 		t.Errorf("alice's think calls: %d, want 4", n)
 	}
-	if len(rec.find(alice, engine.SkillSummary, engine.StateFinished)) != 2 {
-		t.Error("alice did not summarise both stages after her failed steps")
+	// From the stages themselves: the recorder reads an agent's steps
+	// when it gets to an event, and by then the task's end may have
+	// cleaned up the last ones (1 run in 40 under load).
+	summarised := 0
+	for _, st := range task.StageList {
+		if _, ok := st.CompletionSummary[alice]; ok && st.EveryAgentState[alice] == engine.AgentFinished {
+			summarised++
+		}
+	}
+	if summarised != 2 {
+		t.Errorf("alice summarised %d stages after her failed steps, want both", summarised)
 	}
 }
 
