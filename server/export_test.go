@@ -1,5 +1,11 @@
 package server
 
+import (
+	"context"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
 // Held says what the server holds for clients right now: stateful MCP
 // sessions (after forgetting those the SDK closed), /api/events and SSE
 // streams, bound monitor sessions and password-throttle entries. Tests
@@ -83,3 +89,26 @@ func (s *Server) AwaitUpdatesHandled(seq uint64) {
 // sessions (before each admission, and Held) calls once, between its look
 // at the SDK's sessions and taking its lock: a test opens a session there.
 func (s *Server) AfterSessionsSnapshot(f func()) { s.mcpSessions.afterSnapshot.Store(&f) }
+
+// NotifyLog queues a logging notification of data for each session of op,
+// as the MAS's step logs are queued (updates.logStep), and returns how
+// many sessions it was queued for.
+func (s *Server) NotifyLog(op string, data any) int {
+	n := 0
+	for ss := range s.mcp.Sessions() {
+		if o, ok := s.sessionOperator(ss); ok && o == op {
+			params := &mcp.LoggingMessageParams{Level: "info", Logger: "test", Data: data}
+			s.outbox.post(ss, op, delivery{send: func(ctx context.Context) error { return ss.Log(ctx, params) }})
+			n++
+		}
+	}
+	return n
+}
+
+// QueuedSessions says how many sessions have notifications waiting in the
+// outbox, or being sent.
+func (s *Server) QueuedSessions() int {
+	s.outbox.mu.Lock()
+	defer s.outbox.mu.Unlock()
+	return len(s.outbox.queues)
+}

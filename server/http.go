@@ -147,8 +147,8 @@ func (s *Server) Handler() http.Handler {
 		stateful.ServeHTTP(w, r)
 	})
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", s.guard(s.ownSessions(s.limitSessions(s.limitLongRequests(s.taskAugmented(streamable))))))
-	mux.Handle("/sse", s.guard(s.limitStreams(s.sseCaps, false, sse)))
+	mux.Handle("/mcp", s.guard(s.ownSessions(s.limitSessions(s.limitLongRequests(s.taskAugmented(s.streams.track(streamable)))))))
+	mux.Handle("/sse", s.guard(s.limitStreams(s.sseCaps, false, s.streams.track(sse))))
 	// The web monitor: its API checks tokens or bound sessions itself.
 	mux.Handle("/api/", s.perimeter(s.apiHandler()))
 	if cfg.Metrics != nil {

@@ -59,6 +59,11 @@ type Limits struct {
 	// IdleTimeout closes a keep-alive HTTP connection that waited that
 	// long for its next request. Default 2m.
 	IdleTimeout time.Duration
+	// StuckSession cuts the HTTP stream of an MCP session whose client
+	// has taken none of its notifications for that long (it keeps its
+	// connection open but reads no more), and drops what waits for it
+	// (outbox). Default 5m.
+	StuckSession time.Duration
 	// MonitorSessionTTL is how long a web monitor session bound with
 	// bind_human_agent lasts. Default 12h. An operator keeps at most
 	// MonitorSessionsPerOperator (default 32): binding one more ends its
@@ -102,6 +107,7 @@ const (
 	keySubsPerSession   = "limits.subscriptions_per_session"
 	keyBodyTimeout      = "limits.body_timeout"
 	keyIdleTimeout      = "limits.idle_timeout"
+	keyStuckSession     = "limits.stuck_session_timeout"
 	keyNameBytes        = "limits.name_bytes"
 	keyTextBytes        = "limits.text_bytes"
 	keyListItems        = "limits.list_items"
@@ -141,6 +147,7 @@ func (l *Limits) check() error {
 	}{
 		{&l.BodyTimeout, 30 * time.Second, keyBodyTimeout},
 		{&l.IdleTimeout, 2 * time.Minute, keyIdleTimeout},
+		{&l.StuckSession, 5 * time.Minute, keyStuckSession},
 		{&l.MonitorSessionTTL, 12 * time.Hour, "limits.monitor_session_ttl"},
 		{&l.PasswordBackoff, time.Second, "limits.password_backoff"},
 		{&l.PasswordBackoffMax, 15 * time.Minute, "limits.password_backoff_max"},

@@ -17,9 +17,10 @@ import (
 // a notification to each session in the caller's goroutine and waits for
 // the transport (Server.ResourceUpdated gives each session up to 10 s,
 // ServerSession.Log as long as its context; a write to a stream whose
-// client stopped reading may never end): one operator's stuck client would
-// hold every other operator's notifications and, once the engine's buffer
-// filled, lose events for everyone, wait_for_updates included.
+// client stopped reading ends only when the stream is cut: stuck): one
+// operator's stuck client would hold every other operator's notifications
+// and, once the engine's buffer filled, lose events for everyone,
+// wait_for_updates included.
 //
 // Each session has a queue, and a goroutine while the queue is not empty;
 // a stuck session holds its own queue only. The queue is bounded: a
@@ -28,9 +29,16 @@ import (
 // session's subscriptions bound those; other notifications (logging) wait
 // up to outboxBacklog, past which they are dropped. The first drop of a
 // backlog is logged, and its end with the count.
+//
+// A session whose oldest notification (the one being written) has waited
+// stuckAfter is cut: its HTTP streams get a write deadline in the past
+// (openStreams.cut), which ends the write, and what waits behind it is
+// dropped, so that its goroutine returns. Logged once, as a warning.
 type outbox struct {
-	ctx context.Context // the server's; cancelled on Close
-	log *slog.Logger
+	ctx        context.Context // the server's; cancelled on Close
+	log        *slog.Logger
+	stuckAfter time.Duration                   // Limits.StuckSession
+	cut        func(ss *mcp.ServerSession) int // cuts ss's streams, returns how many
 
 	mu     sync.Mutex
 	queues map[*mcp.ServerSession]*sessionQueue // sessions with notifications to send; guarded by mu
@@ -58,12 +66,15 @@ type sessionQueue struct {
 
 // delivery is one notification to send.
 type delivery struct {
-	key  string // deliveries of one key are folded into one; "" for none
-	send func(ctx context.Context) error
+	key    string // deliveries of one key are folded into one; "" for none
+	send   func(ctx context.Context) error
+	queued time.Time // when it was posted (set by post)
 }
 
-func newOutbox(ctx context.Context, log *slog.Logger) *outbox {
-	return &outbox{ctx: ctx, log: log, queues: map[*mcp.ServerSession]*sessionQueue{}}
+// newOutbox makes an outbox that cuts (with cut) a session stuck for
+// stuckAfter.
+func newOutbox(ctx context.Context, log *slog.Logger, stuckAfter time.Duration, cut func(*mcp.ServerSession) int) *outbox {
+	return &outbox{ctx: ctx, log: log, stuckAfter: stuckAfter, cut: cut, queues: map[*mcp.ServerSession]*sessionQueue{}}
 }
 
 // post queues d for ss (of operator op) and returns at once: folded into a
@@ -96,6 +107,7 @@ func (o *outbox) post(ss *mcp.ServerSession, op string, d delivery) {
 	default:
 		q.others++
 	}
+	d.queued = time.Now()
 	q.items = append(q.items, d)
 }
 
@@ -124,13 +136,37 @@ func (o *outbox) deliver(ss *mcp.ServerSession, q *sessionQueue) {
 		}
 		o.mu.Unlock()
 
+		var stuck *time.Timer
+		if o.cut != nil {
+			stuck = time.AfterFunc(o.stuckAfter-time.Since(d.queued), func() { o.stuck(ss, q, d.queued) })
+		}
 		ctx, cancel := context.WithTimeout(o.ctx, sendTimeout)
 		err := d.send(ctx)
 		cancel()
+		if stuck != nil {
+			stuck.Stop()
+		}
 		if err != nil {
 			o.log.Debug("notification not delivered", "session", ss.ID(), "operator", q.op, "err", err)
 		}
 	}
+}
+
+// stuck cuts ss, whose notification queued at queued is still being
+// written, and drops what waits behind it in q: the goroutine returns once
+// the write ended. Not over a transport without streams to cut (stdio, in
+// memory): the goroutine waits on.
+func (o *outbox) stuck(ss *mcp.ServerSession, q *sessionQueue, queued time.Time) {
+	if o.cut(ss) == 0 {
+		return
+	}
+	o.mu.Lock()
+	dropped := len(q.items)
+	q.items, q.folded, q.others = nil, map[string]bool{}, 0
+	o.mu.Unlock()
+	o.log.Warn("a client has taken no notification for too long: its streams are cut and its waiting notifications dropped",
+		"session", ss.ID(), "operator", q.op, "waited", time.Since(queued).Round(time.Millisecond),
+		"limit", o.stuckAfter, "key", keyStuckSession, "dropped", dropped)
 }
 
 // close drops what waits and waits for the sessions' goroutines: each

@@ -20,7 +20,7 @@ import (
 // order.
 func TestOutboxFoldsAndBounds(t *testing.T) {
 	var logged bytes.Buffer
-	o := newOutbox(context.Background(), slog.New(slog.NewTextHandler(&logged, nil)))
+	o := newOutbox(context.Background(), slog.New(slog.NewTextHandler(&logged, nil)), 0, nil)
 	srv := mcp.NewServer(&mcp.Implementation{Name: "t", Version: "1"}, nil)
 	_, st := mcp.NewInMemoryTransports()
 	ss, err := srv.Connect(context.Background(), st, nil)

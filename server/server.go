@@ -58,6 +58,7 @@ type Server struct {
 
 	updates  *updates
 	outbox   *outbox      // the notifications updates sends, per session
+	streams  *openStreams // the HTTP streams the outbox writes to, to cut stuck ones
 	sessions apiSessions  // the web monitor's bound operators
 	throttle bindThrottle // failed bind_human_agent attempts
 
@@ -158,10 +159,11 @@ func New(cfg Config) (*Server, error) {
 			},
 			KeepAlive: 0,
 		})
-	s.mcp.AddReceivingMiddleware(s.boundRequests, telemetry.ServerMiddleware, s.filterLists, keepExtra, s.scrubAnswers)
+	s.streams = newOpenStreams()
+	s.mcp.AddReceivingMiddleware(s.streams.bind, s.boundRequests, telemetry.ServerMiddleware, s.filterLists, keepExtra, s.scrubAnswers)
 	// The outbox sends what queueListChanges queues: a list-changed
 	// notification unaskedListChanges lets pass.
-	s.outbox = newOutbox(ctx, cfg.Logger)
+	s.outbox = newOutbox(ctx, cfg.Logger, cfg.Limits.StuckSession, s.streams.cut)
 	s.mcp.AddSendingMiddleware(unaskedListChanges, s.queueListChanges)
 	s.addTools()
 	s.addResources()

@@ -185,6 +185,7 @@ type LimitsConfig struct {
 	SubscriptionsPerSession    int           `yaml:"subscriptions_per_session"`
 	BodyTimeout                time.Duration `yaml:"body_timeout"`
 	IdleTimeout                time.Duration `yaml:"idle_timeout"`
+	StuckSessionTimeout        time.Duration `yaml:"stuck_session_timeout"`
 	MonitorSessionTTL          time.Duration `yaml:"monitor_session_ttl"`
 	MonitorSessionsPerOperator int           `yaml:"monitor_sessions_per_operator"`
 	PasswordFailures           int           `yaml:"password_failures"`
@@ -205,7 +206,7 @@ func (l LimitsConfig) server() server.Limits {
 		SSEStreams: l.SSEStreams, SSEStreamsPerOperator: l.SSEStreamsPerOperator,
 		LongRequests: l.LongRequests, LongRequestsPerOperator: l.LongRequestsPerOperator,
 		SubscriptionsPerSession: l.SubscriptionsPerSession,
-		BodyTimeout:             l.BodyTimeout, IdleTimeout: l.IdleTimeout,
+		BodyTimeout:             l.BodyTimeout, IdleTimeout: l.IdleTimeout, StuckSession: l.StuckSessionTimeout,
 		MonitorSessionTTL: l.MonitorSessionTTL, MonitorSessionsPerOperator: l.MonitorSessionsPerOperator,
 		PasswordFailures: l.PasswordFailures, PasswordBackoff: l.PasswordBackoff, PasswordBackoffMax: l.PasswordBackoffMax,
 		NameBytes: l.NameBytes, TextBytes: l.TextBytes, ListItems: l.ListItems,

@@ -66,7 +66,7 @@ func TestNATSAuthConfig(t *testing.T) {
 func TestLimitsConfig(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "mas.yaml")
-	if err := os.WriteFile(file, []byte("limits:\n  sessions_per_operator: 4\n  text_bytes: 1000\n  body_timeout: 5s\n  idle_timeout: 90s\n  tasks_per_minute: 3\n  long_requests: 40\n  long_requests_per_operator: 5\n"), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte("limits:\n  sessions_per_operator: 4\n  text_bytes: 1000\n  body_timeout: 5s\n  idle_timeout: 90s\n  stuck_session_timeout: 1m\n  tasks_per_minute: 3\n  long_requests: 40\n  long_requests_per_operator: 5\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := loadConfig([]string{"--config", file}, env(nil))
@@ -74,7 +74,7 @@ func TestLimitsConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := cfg.Limits.server()
-	want := server.Limits{SessionsPerOperator: 4, TextBytes: 1000, BodyTimeout: 5 * time.Second, IdleTimeout: 90 * time.Second, TasksPerMinute: 3,
+	want := server.Limits{SessionsPerOperator: 4, TextBytes: 1000, BodyTimeout: 5 * time.Second, IdleTimeout: 90 * time.Second, StuckSession: time.Minute, TasksPerMinute: 3,
 		LongRequests: 40, LongRequestsPerOperator: 5}
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(server.Limits{}, "Now")); diff != "" {
 		t.Errorf("limits (-want +got):\n%s", diff)

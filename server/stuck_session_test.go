@@ -1,0 +1,299 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mas-mcp/mas-mcp/server"
+)
+
+// smallWrites is a listener whose connections have a small send buffer,
+// so that the server's writes to a client that stopped reading block soon.
+type smallWrites struct{ net.Listener }
+
+func (l smallWrites) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(4096)
+	}
+	return c, err
+}
+
+// smallReads is a client whose connections have a small receive buffer.
+func smallReads(t *testing.T) *http.Client {
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetReadBuffer(4096)
+		}
+		return c, err
+	}}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// rawSession is a stateful streamable HTTP session opened by hand, over
+// connections with a small receive buffer, whose standalone stream the
+// test may stop reading.
+type rawSession struct {
+	t     *testing.T
+	url   string
+	token string
+	hc    *http.Client
+	id    string
+}
+
+func openRawSession(t *testing.T, url, token string) *rawSession {
+	t.Helper()
+	r := &rawSession{t: t, url: url, token: token, hc: smallReads(t)}
+	r.post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"stuck","version":"1"}}}`)
+	r.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	r.post(`{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}}`)
+	t.Cleanup(func() {
+		if resp, err := r.hc.Do(r.request(http.MethodDelete, "")); err == nil {
+			_ = resp.Body.Close()
+		}
+	})
+	return r
+}
+
+func (r *rawSession) request(method, body string) *http.Request {
+	r.t.Helper()
+	req, err := http.NewRequest(method, r.url+"/mcp", strings.NewReader(body))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+r.token)
+	if r.id != "" {
+		req.Header.Set("Mcp-Session-Id", r.id)
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	}
+	return req
+}
+
+// post sends one message and reads its whole answer.
+func (r *rawSession) post(body string) {
+	r.t.Helper()
+	req := r.request(http.MethodPost, body)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := r.hc.Do(req)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode >= 300 {
+		r.t.Fatalf("%s: %s: %s", body, resp.Status, answer)
+	}
+	if r.id == "" {
+		r.id = resp.Header.Get("Mcp-Session-Id")
+	}
+}
+
+// listen opens the session's standalone stream and returns it unread.
+func (r *rawSession) listen() *http.Response {
+	r.t.Helper()
+	req := r.request(http.MethodGet, "")
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := r.hc.Do(req)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		r.t.Fatalf("GET stream: %s", resp.Status)
+	}
+	return resp
+}
+
+// TestStuckSessionIsCut: a client that keeps its stream open but stops
+// reading it (bea's, over a real TCP connection whose buffers fill) is cut
+// once its oldest notification has waited limits.stuck_session_timeout:
+// the connection is closed, that is logged once, its queue in the outbox
+// is dropped (its goroutine returns), and Server.Close returns. Ann's
+// session gets its notifications meanwhile and after.
+func TestStuckSessionIsCut(t *testing.T) {
+	var ann, bea string
+	tok := tokenOperators(t, &ann, &bea)
+	e := newEnvWith(t, envOptions{Config: func(c *server.Config) {
+		tok.Config(c)
+		c.Limits.StuckSession = time.Second
+	}})
+	ts := httptest.NewUnstartedServer(e.srv.Handler())
+	ts.Listener = smallWrites{ts.Listener}
+	ts.Start()
+	t.Cleanup(ts.Close)
+
+	annPeer := e.httpPeer(ts.URL, tokenAnn, "2025-11-25")
+	if err := annPeer.client.SetLoggingLevel(context.Background(), &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
+		t.Fatal(err)
+	}
+	annGets := func(note string) {
+		t.Helper()
+		if n := e.srv.NotifyLog(ann, note); n != 1 {
+			t.Fatalf("ann has %d sessions, want 1", n)
+		}
+		annPeer.waitUntil("ann's notification "+note, func() bool {
+			for _, l := range drain(annPeer.logs) {
+				if l.Data == note {
+					return true
+				}
+			}
+			return false
+		})
+	}
+
+	stuck := openRawSession(t, ts.URL, tokenBea)
+	stream := stuck.listen()
+	t.Cleanup(func() { _ = stream.Body.Close() })
+	big := strings.Repeat("x", 128<<10)
+	for range 16 {
+		if n := e.srv.NotifyLog(bea, big); n != 1 {
+			t.Fatalf("bea has %d sessions, want 1", n)
+		}
+	}
+	annGets("while bea is stuck")
+
+	awaitCut(t, e, stream)
+	annGets("after bea was cut")
+
+	logs := closeAfterCut(t, e)
+	for _, want := range []string{"operator=" + bea, "key=limits.stuck_session_timeout"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the cut's log line does not name %s", want)
+		}
+	}
+	if strings.Contains(logs, tokenBea) {
+		t.Error("the log holds bea's token")
+	}
+}
+
+// cutLine is what the log says of a stuck session cut.
+const cutLine = "its streams are cut"
+
+// awaitCut waits (up to a generous bound) for the cut of a stuck session
+// to be logged, then checks that its stream, unread so far, ends: the
+// connection was closed.
+func awaitCut(t *testing.T, e *env, stream *http.Response) {
+	t.Helper()
+	guard := time.Now().Add(20 * time.Second)
+	for !strings.Contains(e.stack.Logs.String(), cutLine) {
+		if time.Now().After(guard) {
+			t.Fatal("timed out waiting for the stuck session to be cut")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, stream.Body)
+		read <- err
+	}()
+	select {
+	case <-read:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the stuck session's stream is still open")
+	}
+	for e.srv.QueuedSessions() != 0 {
+		if time.Now().After(guard) {
+			t.Fatal("timed out waiting for the stuck session's queue to be dropped")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// closeAfterCut checks that Server.Close returns, and that the cut was
+// logged once; it returns the log.
+func closeAfterCut(t *testing.T, e *env) string {
+	t.Helper()
+	closed := make(chan struct{})
+	go func() {
+		_ = e.srv.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Server.Close does not return")
+	}
+	logs := e.stack.Logs.String()
+	if n := strings.Count(logs, cutLine); n != 1 {
+		t.Errorf("the cut is logged %d times, want once:\n%s", n, logs)
+	}
+	return logs
+}
+
+// TestStuckSSESessionIsCut: a legacy SSE client that stops reading its
+// stream is cut as a streamable HTTP one is (TestStuckSessionIsCut): the
+// session's stream is found through the session, which has no ID.
+func TestStuckSSESessionIsCut(t *testing.T) {
+	e := newEnvWith(t, envOptions{Config: func(c *server.Config) { c.Limits.StuckSession = time.Second }})
+	ts := httptest.NewUnstartedServer(e.srv.Handler())
+	ts.Listener = smallWrites{ts.Listener}
+	ts.Start()
+	t.Cleanup(ts.Close)
+
+	hc := smallReads(t)
+	req, err := http.NewRequest(http.MethodGet, ts.URL+"/sse", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	stream, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stream.Body.Close() })
+	events := bufio.NewReader(stream.Body)
+	// next returns the data of the stream's next event.
+	next := func() string {
+		t.Helper()
+		for {
+			line, err := events.ReadString('\n')
+			if err != nil {
+				t.Fatalf("SSE stream: %v", err)
+			}
+			if data, ok := strings.CutPrefix(line, "data: "); ok {
+				return strings.TrimSpace(data)
+			}
+		}
+	}
+	endpoint := next()
+	send := func(body, answer string) {
+		t.Helper()
+		resp, err := hc.Post(ts.URL+endpoint, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode >= 300 {
+			t.Fatalf("%s: %s", body, resp.Status)
+		}
+		// The answer comes on the stream, after what came before it.
+		for answer != "" {
+			if strings.Contains(next(), answer) {
+				break
+			}
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"stuck","version":"1"}}}`, `"id":1`)
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`, "")
+	send(`{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}}`, `"id":2`)
+
+	// No more reads: the SSE session (and the env's in-memory one, which
+	// set no level) are the default operator's.
+	big := strings.Repeat("x", 128<<10)
+	for range 16 {
+		e.srv.NotifyLog(e.stack.Sys.OperatorID(), big)
+	}
+	awaitCut(t, e, stream)
+	closeAfterCut(t, e)
+}
