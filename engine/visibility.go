@@ -87,8 +87,11 @@ func (s *System) Visible(viewerID, taskID string) bool {
 	if !ok {
 		return false
 	}
-	ts := t.brief()
-	return s.allowed(viewerID, &ts)
+	// The readers' snapshot: who may see a task is what the store holds,
+	// and a step's start, which asks, waits for no write of the task.
+	visible := false
+	t.mu.peek(func(ts *TaskState) { visible = s.allowed(viewerID, ts) })
+	return visible
 }
 
 // notVisible is the error of a read of a task the viewer may not see: the
@@ -312,8 +315,7 @@ func (s *System) filterMemory(viewerID string, st *AgentState, seen func(taskID 
 // recorded, can show it. The view's memory-full notice goes with it
 // (MemoryFull), and only its own: the other views' are not the step's.
 func (s *System) stepMemory(view *AgentState, taskID string) {
-	key := s.memoryView(taskID)
-	view.MemoryFull = slices.Contains(view.MemoryFullIn, key)
+	view.MemoryFull = len(view.MemoryFullIn) > 0 && slices.Contains(view.MemoryFullIn, s.memoryView(taskID))
 	view.MemoryFullIn = nil
 	if len(view.PersistentMemory) == 0 {
 		return
@@ -370,11 +372,14 @@ func (s *System) memoryView(taskID string) string {
 	if !ok {
 		return ""
 	}
-	ts := t.brief()
-	if ts.Base {
-		return ts.TaskID
-	}
-	return s.owner(&ts)
+	var view string
+	t.mu.peek(func(ts *TaskState) {
+		view = s.owner(ts)
+		if ts.Base {
+			view = ts.TaskID
+		}
+	})
+	return view
 }
 
 // operators lists the MAS's operators (HumanAgents).
