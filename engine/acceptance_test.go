@@ -52,7 +52,9 @@ func decodeResult(t *testing.T, v any, out any) {
 }
 
 // stepRecorder keeps copies of steps as they finish, since finished tasks
-// have their steps cleaned up.
+// have their steps cleaned up. It sees every agent document as the MAS
+// stores it (Stack.WatchAgents): read from events, later, an agent's last
+// steps could be cleaned up already (a flake, 1 run in 40 under load).
 type stepRecorder struct {
 	mu    sync.Mutex
 	steps map[string]engine.StepState
@@ -60,28 +62,15 @@ type stepRecorder struct {
 
 func recordSteps(s *stack) *stepRecorder {
 	r := &stepRecorder{steps: map[string]engine.StepState{}}
-	sub := s.sys.Subscribe(1 << 14)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ev := range sub.C {
-			if ev.Kind != engine.EventStepChanged {
-				continue
+	s.WatchAgents(func(a *engine.AgentState) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, st := range a.AgentStep.StepList {
+			if st.ExecutionState == engine.StateFinished || st.ExecutionState == engine.StateFailed {
+				r.steps[st.StepID] = st // an ended step's maps are never changed in place
 			}
-			a, ok := s.sys.Agent(ev.AgentID)
-			if !ok {
-				continue
-			}
-			r.mu.Lock()
-			for _, st := range a.AgentStep.StepList {
-				if st.ExecutionState == engine.StateFinished || st.ExecutionState == engine.StateFailed {
-					r.steps[st.StepID] = st
-				}
-			}
-			r.mu.Unlock()
 		}
-	}()
-	s.t.Cleanup(func() { sub.Close(); <-done })
+	})
 	return r
 }
 

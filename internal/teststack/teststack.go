@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,6 +42,8 @@ type Stack struct {
 	Sys   *engine.System
 	LLM   *fakellm.Server
 	Store *engine.MemoryStore
+	// watched is Store as the MAS writes to it (WatchAgents).
+	watched *watchedStore
 	// Trail records what the stack's agents were asked, answered and did;
 	// it outlives Restart, like Store.
 	Trail Trail
@@ -133,7 +136,7 @@ func New(t testing.TB, o Options) *Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := engine.NewMemoryStore()
+	store := &watchedStore{MemoryStore: engine.NewMemoryStore()}
 	newSystem := func() *engine.System {
 		sys, err := engine.New(engine.Config{
 			Texts:                 set,
@@ -161,7 +164,7 @@ func New(t testing.TB, o Options) *Stack {
 		return sys
 	}
 	sys := newSystem()
-	s := &Stack{T: t, Logs: logs, Log: log, Sys: sys, LLM: srv, Store: store, Trail: trail, Sub: sys.Subscribe(1 << 14), newSystem: newSystem, opts: o}
+	s := &Stack{T: t, Logs: logs, Log: log, Sys: sys, LLM: srv, Store: store.MemoryStore, watched: store, Trail: trail, Sub: sys.Subscribe(1 << 14), newSystem: newSystem, opts: o}
 	if err := sys.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -333,4 +336,24 @@ func (s *Stack) Task(id string) engine.TaskState {
 		s.T.Fatalf("no task %s", id)
 	}
 	return t
+}
+
+// WatchAgents calls f with every agent document the MAS stores, as it
+// stores it (before the write returns to the agent's owner): what a test
+// must not miss of an agent's steps, which an event read later may find
+// cleaned up already. f must not keep a (it is the store's) nor block.
+func (s *Stack) WatchAgents(f func(a *engine.AgentState)) { s.watched.watch.Store(&f) }
+
+// watchedStore is a MemoryStore whose agent writes WatchAgents sees.
+type watchedStore struct {
+	*engine.MemoryStore
+	watch atomic.Pointer[func(*engine.AgentState)]
+}
+
+func (w *watchedStore) PutAgent(ctx context.Context, a *engine.AgentState) error {
+	err := w.MemoryStore.PutAgent(ctx, a)
+	if f := w.watch.Load(); f != nil && err == nil {
+		(*f)(a)
+	}
+	return err
 }
