@@ -105,10 +105,6 @@ func (s *Server) NotifyLog(op string, data any) int {
 	return n
 }
 
-// QueuedSessions says how many sessions have notifications waiting in the
-// outbox, or being sent.
-func (s *Server) QueuedSessions() int {
-	s.outbox.mu.Lock()
-	defer s.outbox.mu.Unlock()
-	return len(s.outbox.queues)
-}
+// QueuesEmptied returns a channel closed once no session has notifications
+// waiting in the outbox, or being sent.
+func (s *Server) QueuesEmptied() <-chan struct{} { return s.outbox.whenEmpty() }

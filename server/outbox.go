@@ -40,10 +40,11 @@ type outbox struct {
 	stuckAfter time.Duration                   // Limits.StuckSession
 	cut        func(ss *mcp.ServerSession) int // cuts ss's streams, returns how many
 
-	mu     sync.Mutex
-	queues map[*mcp.ServerSession]*sessionQueue // sessions with notifications to send; guarded by mu
-	closed bool                                 // no more deliveries; guarded by mu
-	wg     sync.WaitGroup                       // the sessions' goroutines
+	mu      sync.Mutex
+	queues  map[*mcp.ServerSession]*sessionQueue // sessions with notifications to send; guarded by mu
+	closed  bool                                 // no more deliveries; guarded by mu
+	emptied chan struct{}                        // closed when queues next becomes empty (whenEmpty); guarded by mu
+	wg      sync.WaitGroup                       // the sessions' goroutines
 }
 
 // outboxBacklog is how many notifications that are not folded (logging)
@@ -111,6 +112,23 @@ func (o *outbox) post(ss *mcp.ServerSession, op string, d delivery) {
 	q.items = append(q.items, d)
 }
 
+// whenEmpty returns a channel closed once no session has notifications
+// waiting or being sent (at once when none has): a test's wait for a
+// session's queue to go, on the event rather than the clock.
+func (o *outbox) whenEmpty() <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.queues) == 0 {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	if o.emptied == nil {
+		o.emptied = make(chan struct{})
+	}
+	return o.emptied
+}
+
 // deliver sends q's notifications to ss, one after another, until q is
 // empty or the outbox closes (what is left is dropped: the server stops).
 func (o *outbox) deliver(ss *mcp.ServerSession, q *sessionQueue) {
@@ -119,6 +137,10 @@ func (o *outbox) deliver(ss *mcp.ServerSession, q *sessionQueue) {
 		o.mu.Lock()
 		if len(q.items) == 0 || o.closed {
 			delete(o.queues, ss)
+			if len(o.queues) == 0 && o.emptied != nil {
+				close(o.emptied)
+				o.emptied = nil
+			}
 			dropped := q.dropped
 			o.mu.Unlock()
 			if dropped > 0 {

@@ -185,12 +185,8 @@ const cutLine = "its streams are cut"
 // connection was closed.
 func awaitCut(t *testing.T, e *env, stream *http.Response) {
 	t.Helper()
-	guard := time.Now().Add(20 * time.Second)
-	for !strings.Contains(e.stack.Logs.String(), cutLine) {
-		if time.Now().After(guard) {
-			t.Fatal("timed out waiting for the stuck session to be cut")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !e.stack.Logs.WaitFor(20*time.Second, nil, func(logs string) bool { return strings.Contains(logs, cutLine) }) {
+		t.Fatal("timed out waiting for the stuck session to be cut")
 	}
 	read := make(chan error, 1)
 	go func() {
@@ -202,11 +198,10 @@ func awaitCut(t *testing.T, e *env, stream *http.Response) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the stuck session's stream is still open")
 	}
-	for e.srv.QueuedSessions() != 0 {
-		if time.Now().After(guard) {
-			t.Fatal("timed out waiting for the stuck session's queue to be dropped")
-		}
-		time.Sleep(20 * time.Millisecond)
+	select {
+	case <-e.srv.QueuesEmptied():
+	case <-time.After(20 * time.Second):
+		t.Fatal("timed out waiting for the stuck session's queue to be dropped")
 	}
 }
 
