@@ -63,6 +63,30 @@ func (e *env) connectStalling(version string) (*peer, *stallingReader) {
 	return e.dial(&mcp.IOTransport{Reader: r, Writer: c1}, version), r
 }
 
+// stallBehindTasks stops the stuck client reading, adds a task of the
+// default operator, waits until the client waits on the stall (a read
+// under way may still take one message), and adds a second task, whose
+// notifications can no longer be written to it.
+func stallBehindTasks(t *testing.T, sys *engine.System, reader *stallingReader) {
+	t.Helper()
+	reader.stall()
+	addDefault := func(name string) {
+		t.Helper()
+		if _, err := sys.AddTask(sys.OperatorID(), engine.AddTaskRequest{TaskName: name, TaskIntention: "Research a topic and write a report."}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addDefault("default's first")
+	guard := time.NewTimer(20 * time.Second)
+	defer guard.Stop()
+	select {
+	case <-reader.waiting:
+	case <-guard.C:
+		t.Fatal("timed out waiting for the stuck client to stop reading")
+	}
+	addDefault("default's second")
+}
+
 // TestStuckClientDelaysOnlyItself: a client that stops reading its stream
 // (the default operator's, subscribed and logging) holds back its own
 // notifications only. Ann's notifications of her own work still come —
@@ -80,26 +104,8 @@ func TestStuckClientDelaysOnlyItself(t *testing.T) {
 		}
 	}
 
-	// The stuck client reads no more. A read already under way may still
-	// take one message; after the default operator's first task the
-	// client waits on the stall, and its second task's notifications can
-	// no longer be written.
-	reader.stall()
-	addDefault := func(name string) {
-		t.Helper()
-		if _, err := sys.AddTask(sys.OperatorID(), engine.AddTaskRequest{TaskName: name, TaskIntention: "Research a topic and write a report."}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	addDefault("default's first")
-	guard := time.NewTimer(20 * time.Second)
-	defer guard.Stop()
-	select {
-	case <-reader.waiting:
-	case <-guard.C:
-		t.Fatal("timed out waiting for the stuck client to stop reading")
-	}
-	addDefault("default's second")
+	// The stuck client reads no more.
+	stallBehindTasks(t, sys, reader)
 
 	cursor := sys.EventSeq()
 	seen := len(ann.noticesOf("mas://tasks"))
@@ -134,24 +140,7 @@ func TestStuckClientHoldsNotOthersListChanged(t *testing.T) {
 	t.Cleanup(ts.Close)
 	sys := o.stack.Sys
 	_, reader := o.connectStalling("2025-11-25")
-	reader.stall()
-	addDefault := func(name string) {
-		t.Helper()
-		if _, err := sys.AddTask(sys.OperatorID(), engine.AddTaskRequest{TaskName: name, TaskIntention: "Research a topic and write a report."}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// After the first task's list_changed the stuck client waits on the
-	// stall; the second's can no longer be written to it.
-	addDefault("default's first")
-	guard := time.NewTimer(20 * time.Second)
-	defer guard.Stop()
-	select {
-	case <-reader.waiting:
-	case <-guard.C:
-		t.Fatal("timed out waiting for the stuck client to stop reading")
-	}
-	addDefault("default's second")
+	stallBehindTasks(t, sys, reader)
 
 	ann := o.httpPeer(ts.URL, tokenAnn, "2025-11-25")
 	drain(ann.listChanged)
