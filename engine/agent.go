@@ -614,58 +614,51 @@ func (a *agent) busyIn(taskID string) bool {
 		})
 }
 
-// lastFailedIn reports whether the agent's newest done step in the task
-// failed, with that step, and as mark the newest step that finished well
-// (supervision's baseOutstanding).
-func (a *agent) lastFailedIn(taskID string) (failed bool, mark, stepID, executor, reason string) {
+// endedIn is what supervision reads of an agent's ended steps in a task
+// (endedStepsIn): the newest, the newest finished well, the newest failed,
+// and how many failed (copies; nil when there is none).
+type endedIn struct {
+	last, good, failure *StepState
+	failed              int
+}
+
+// endedStepsIn reads the agent's ended steps in the task.
+func (a *agent) endedStepsIn(taskID string) endedIn {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var last, good *StepState // the newest done step, the newest finished one
+	var e endedIn
+	newer := func(have *StepState, sp *StepState) bool { return have == nil || sp.FinishedAt.After(have.FinishedAt) }
 	for i := range a.st.AgentStep.StepList {
 		sp := &a.st.AgentStep.StepList[i]
 		if sp.TaskID != taskID || (sp.ExecutionState != StateFinished && sp.ExecutionState != StateFailed) {
 			continue
 		}
-		if last == nil || sp.FinishedAt.After(last.FinishedAt) {
-			last = sp
+		if newer(e.last, sp) {
+			e.last = sp
 		}
-		if sp.ExecutionState == StateFinished && (good == nil || sp.FinishedAt.After(good.FinishedAt)) {
-			good = sp
+		if sp.ExecutionState == StateFinished && newer(e.good, sp) {
+			e.good = sp
 		}
-	}
-	failed = last != nil && last.ExecutionState == StateFailed
-	if failed {
-		stepID, executor = last.StepID, last.Executor
-		reason, _ = last.ExecuteResult["error"].(string)
-		if good != nil {
-			// Progress is a step that went well: notices count from it.
-			mark = good.StepID
+		if sp.ExecutionState == StateFailed {
+			e.failed++
+			if newer(e.failure, sp) {
+				e.failure = sp
+			}
 		}
 	}
-	return failed, mark, stepID, executor, reason
+	for _, p := range []**StepState{&e.last, &e.good, &e.failure} {
+		if *p != nil {
+			c := **p
+			*p = &c
+		}
+	}
+	return e
 }
 
-// newestFailureIn is the agent's newest failed step in a task, if any, and
-// how many of its steps there failed.
-func (a *agent) newestFailureIn(taskID string) (failed int, stepID, executor, reason string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var last *StepState
-	for i := range a.st.AgentStep.StepList {
-		sp := &a.st.AgentStep.StepList[i]
-		if sp.TaskID != taskID || sp.ExecutionState != StateFailed {
-			continue
-		}
-		failed++
-		if last == nil || sp.FinishedAt.After(last.FinishedAt) {
-			last = sp
-		}
-	}
-	if last == nil {
-		return 0, "", "", ""
-	}
-	reason, _ = last.ExecuteResult["error"].(string)
-	return failed, last.StepID, last.Executor, reason
+// errorOf is a failed step's error.
+func errorOf(sp *StepState) string {
+	reason, _ := sp.ExecuteResult["error"].(string)
+	return reason
 }
 
 // queued is the length of the agent's todo list and its working state

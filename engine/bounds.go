@@ -35,7 +35,7 @@ func Truncate(s string, n int) string {
 // clip bounds a text to max characters (runes, never splitting one), and
 // says what was dropped. It scrubs the text of secrets too (secrets.go).
 func (s *System) clip(text string, max int) string {
-	text = s.scrub(text)
+	text = s.Scrub(text)
 	if max <= 0 || len(text) <= max || utf8.RuneCountInString(text) <= max {
 		return text
 	}

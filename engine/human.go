@@ -8,7 +8,7 @@ import (
 // AddOperator creates a HumanAgent for an operator (spec §7) and makes it a
 // member of the base task, so it can talk to the manager at once.
 func (s *System) AddOperator(name string) (string, error) {
-	name = strings.TrimSpace(s.scrub(name))
+	name = strings.TrimSpace(s.Scrub(name))
 	if name == "" {
 		return "", errf(ErrInvalid, "name: is empty")
 	}

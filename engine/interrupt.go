@@ -24,7 +24,7 @@ type stopRequest struct {
 // Interrupt cancels the agent's running step and queues the operator's
 // instruction as its next step. It returns the interrupted step's ID.
 func (s *System) Interrupt(operatorID, agentID, reason, instruction string) (string, error) {
-	reason, instruction = s.scrub(reason), s.scrub(instruction)
+	reason, instruction = s.Scrub(reason), s.Scrub(instruction)
 	if strings.TrimSpace(instruction) == "" {
 		return "", errf(ErrInvalid, "instruction: is empty; say what the agent should do instead")
 	}
@@ -34,7 +34,7 @@ func (s *System) Interrupt(operatorID, agentID, reason, instruction string) (str
 // CancelStep cancels one running tool step of an agent without steering
 // it: the step fails with "cancelled by the operator".
 func (s *System) CancelStep(operatorID, agentID, stepID, reason string) error {
-	stepID, reason = s.scrub(stepID), s.scrub(reason)
+	stepID, reason = s.Scrub(stepID), s.Scrub(reason)
 	if strings.TrimSpace(stepID) == "" {
 		return errf(ErrInvalid, "step_id: is empty")
 	}

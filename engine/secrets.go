@@ -27,9 +27,6 @@ const Redacted = secret.Redacted
 // four-letter password) are not, anywhere: they would redact common words
 // and IDs from everything the MAS says.
 
-// scrub returns text with the configured secrets replaced by Redacted.
-func (s *System) scrub(text string) string { return s.secrets.Text(text) }
-
 // Scrub returns text with the configured secrets (Config.Secrets) replaced
 // by Redacted, for layers that answer with what they were given (the MCP
 // server's errors).

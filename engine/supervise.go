@@ -198,9 +198,9 @@ func (s *System) outstanding(st *TaskState) (mark, text string) {
 	// whose answers never parse, a refused call): said, or the operator
 	// of a task failed for it reads only what was missing.
 	if a, ok := s.agent(st.TaskManager); ok {
-		if failed, stepID, executor, reason := a.newestFailureIn(st.TaskID); failed > 0 {
+		if e := a.endedStepsIn(st.TaskID); e.failure != nil {
 			text += "; " + s.text("stall_last_failure", map[string]any{
-				"Failed": failed, "StepID": stepID, "Executor": executor, "Reason": Truncate(reason, 300),
+				"Failed": e.failed, "StepID": e.failure.StepID, "Executor": e.failure.Executor, "Reason": Truncate(errorOf(e.failure), 300),
 			})
 		}
 	}
@@ -250,12 +250,16 @@ func (s *System) baseOutstanding(st *TaskState) (mark, text string) {
 	if !ok {
 		return "", ""
 	}
-	failed, mark, stepID, executor, reason := a.lastFailedIn(st.TaskID)
-	if !failed {
+	e := a.endedStepsIn(st.TaskID)
+	if e.last == nil || e.last.ExecutionState != StateFailed {
 		return "", ""
 	}
+	if e.good != nil {
+		// Progress is a step that went well: notices count from it.
+		mark = e.good.StepID
+	}
 	return mark, s.text("stall_base", map[string]any{
-		"StepID": stepID, "Executor": executor, "Reason": Truncate(reason, 300),
+		"StepID": e.last.StepID, "Executor": e.last.Executor, "Reason": Truncate(errorOf(e.last), 300),
 	})
 }
 
