@@ -56,9 +56,8 @@ type outageTracker struct {
 	// notice orders the notices (began, gave up, over) as the changes
 	// of told they report: an answer right after a call began waiting
 	// cannot tell "available" before "unavailable".
-	notice  sync.Mutex
-	mu      sync.Mutex
-	waiting int
+	notice sync.Mutex
+	mu     sync.Mutex
 	// waitingOf counts the waiting calls by the operator of their task: a
 	// give-up is told to an operator once none of its calls waits.
 	waitingOf map[string]int
@@ -321,11 +320,10 @@ func (o *outageTracker) began(s *System, taskID string, since time.Time, reason 
 	o.notice.Lock()
 	defer o.notice.Unlock()
 	o.mu.Lock()
-	if (o.waiting == 0 && len(o.told) == 0) || o.since.IsZero() {
+	if (len(o.waitingOf) == 0 && len(o.told) == 0) || o.since.IsZero() {
 		o.since = since
 		s.log.Error("LLM endpoint unavailable: calls wait and retry", "since", since, "reason", reason)
 	}
-	o.waiting++
 	if o.waitingOf == nil {
 		o.waitingOf = map[string]int{}
 	}
@@ -351,7 +349,6 @@ func (o *outageTracker) began(s *System, taskID string, since time.Time, reason 
 func (o *outageTracker) ended(s *System, taskID string, end llm.OutageEnd) {
 	op := s.operatorOf(taskID)
 	o.mu.Lock()
-	o.waiting = max(o.waiting-1, 0)
 	if o.waitingOf[op]--; o.waitingOf[op] <= 0 {
 		delete(o.waitingOf, op)
 	}
