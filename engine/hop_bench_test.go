@@ -82,7 +82,22 @@ func reportTail(b *testing.B, ds []time.Duration, unit string) {
 // receiver digests a message. Nothing of the engine runs. On the project's
 // 2-core machines (2026-11-24) its p99 was 2.6–9× its p50 over eight runs
 // (median 6×), at a p50 of 3.7–4.7 µs, while the hop's was 10–12.5×.
+//
+// "alone" times the same work with no goroutine to hand it to: its p99
+// stays within about 2× its p50 (2026-11-25: 1.6–1.9× with GC off, where
+// "handoff" was 7–8×). The difference is the wake-up of the parked
+// receiver, which the sender pays: a runtime with an idle processor starts
+// an OS thread for it (a futex wake), and on two cores that thread is
+// often scheduled where the sender runs. A hop that queues the receiver's
+// step pays it too; no code of the engine's can remove it.
 func BenchmarkHandoffFloor(b *testing.B) {
+	b.Run("handoff", func(b *testing.B) { handoffFloor(b, true) })
+	b.Run("alone", func(b *testing.B) { handoffFloor(b, false) })
+}
+
+// handoffFloor runs BenchmarkHandoffFloor, handing each operation to a
+// receiving goroutine or not.
+func handoffFloor(b *testing.B, handoff bool) {
 	var sink []byte
 	seen := map[string]int{}
 	work := func(i int) {
@@ -113,9 +128,13 @@ func BenchmarkHandoffFloor(b *testing.B) {
 		for i := range burst {
 			start := time.Now()
 			work(i)
-			ping <- struct{}{}
+			if handoff {
+				ping <- struct{}{}
+			}
 			ds = append(ds, time.Since(start))
-			<-pong
+			if handoff {
+				<-pong
+			}
 		}
 	}
 	reportTail(b, ds, "op")
