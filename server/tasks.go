@@ -298,13 +298,19 @@ func (s *Server) taskStatus(t engine.TaskState, viewer string) (_ mcpTask, open 
 // pausedMessage says why the task is paused ("": it is not): its budget,
 // an LLM outage (the MAS's own pause, which ends by itself) or an
 // operator's pause_task. A budget's hold comes first: resume_task is
-// refused while it lasts, whoever paused the task before.
+// refused while it lasts, whoever paused the task before. A task an
+// operator paused too (before the hold or during it: engine's pauseRank
+// gives the operator's pause the task, PausedFor "") stays paused after
+// the raise, and the message says so.
 func pausedMessage(t engine.TaskState) string {
+	const raise = "the budget question in the owner's inbox, or manage_task set_budget for the task's own limits"
 	switch {
 	case !t.Paused:
 		return ""
+	case t.Budget.Held != "" && t.PausedFor == "":
+		return "paused by an operator (pause_task) and held for its budget: " + t.Budget.Held + "; once the budget is raised (" + raise + ") it stays paused until resume_task, which is refused while the budget holds it"
 	case t.Budget.Held != "":
-		return "paused for its budget: " + t.Budget.Held + "; it goes on once the budget is raised (the budget question in the owner's inbox, or manage_task set_budget for the task's own limits)"
+		return "paused for its budget: " + t.Budget.Held + "; it goes on once the budget is raised (" + raise + ")"
 	case t.PausedFor == engine.PausedOutage:
 		return "paused: its step gave up waiting for the LLM endpoint, which does not answer; it resumes by itself when the endpoint answers again (resume_task resumes it sooner)"
 	}
