@@ -16,8 +16,13 @@ type task struct {
 	mu ownerMu[TaskState]
 	st TaskState // guarded by mu
 	// recorded indexes the IDs of the messages in st's conversation
-	// (record); nil when it must be made again. Guarded by mu.
+	// (record), and replies counts, for each waiting ID and receiver, the
+	// messages in it that carry that return_waiting_id to that receiver
+	// (answered). Both are nil until indexLocked makes them, and change
+	// with the conversation: an append adds its message, a trim takes its
+	// messages away. Guarded by mu.
 	recorded map[string]struct{}
+	replies  map[replyKey]int
 
 	// pauseMu orders the task's pauses and resumes (pause.go): each is
 	// one step, the task's stored state, s.paused and its agents' wait
@@ -170,32 +175,76 @@ func trimBase[T any](l []T) []T {
 	return kept
 }
 
+// replyKey names the replies to one wait: the waiting ID a message
+// carries as its return_waiting_id, and one of its receivers.
+type replyKey struct{ waitingID, receiver string }
+
+// indexLocked makes the conversation's indexes (recorded, replies) once,
+// from the conversation the task owner was made with: a new task's empty
+// one, or at a restart the one rebuilt from the stored messages. Looking
+// through the log itself cost a compare of each of the last 512 messages
+// at every delivery, and of every message at every send that waits. mu
+// must be held.
+func (t *task) indexLocked() {
+	if t.recorded != nil {
+		return
+	}
+	pool := t.st.SharedConversationPool
+	t.recorded = make(map[string]struct{}, len(pool))
+	t.replies = map[replyKey]int{}
+	for i := range pool {
+		t.indexMessageLocked(&pool[i])
+	}
+}
+
+// indexMessageLocked adds a message of the conversation to its indexes.
+// mu must be held.
+func (t *task) indexMessageLocked(m *Message) {
+	t.recorded[m.MessageID] = struct{}{}
+	if m.ReturnWaitingID == "" {
+		return
+	}
+	for _, r := range m.Receiver {
+		t.replies[replyKey{m.ReturnWaitingID, r}]++
+	}
+}
+
+// unindexMessageLocked takes a message the conversation dropped out of
+// its indexes (what indexMessageLocked added). mu must be held.
+func (t *task) unindexMessageLocked(m *Message) {
+	delete(t.recorded, m.MessageID)
+	if m.ReturnWaitingID == "" {
+		return
+	}
+	for _, r := range m.Receiver {
+		k := replyKey{m.ReturnWaitingID, r}
+		if t.replies[k] <= 1 {
+			delete(t.replies, k)
+		} else {
+			t.replies[k]--
+		}
+	}
+}
+
 // record appends a delivered message to the conversation pool (spec §1.2),
 // once: a message delivered again after a restart is not logged twice.
 func (t *task) record(m Message) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.recorded == nil {
-		// Made once (looking through the log itself cost a compare of
-		// each of the last 512 messages at every delivery). A trim of the
-		// base task's log deletes the IDs it drops: made again, the
-		// thousand inserts and the map's growth made the delivery after
-		// each trim one of the slowest percent of message hops.
-		t.recorded = make(map[string]struct{}, len(t.st.SharedConversationPool))
-		for i := range t.st.SharedConversationPool {
-			t.recorded[t.st.SharedConversationPool[i].MessageID] = struct{}{}
-		}
-	}
+	t.indexLocked()
 	if _, ok := t.recorded[m.MessageID]; ok {
 		return
 	}
 	t.st.SharedConversationPool = append(t.st.SharedConversationPool, m.clone())
-	t.recorded[m.MessageID] = struct{}{}
+	t.indexMessageLocked(&t.st.SharedConversationPool[len(t.st.SharedConversationPool)-1])
 	if t.st.Base {
+		// A trim takes the IDs it drops out of the indexes: made again,
+		// the thousand inserts and the maps' growth made the delivery
+		// after each trim one of the slowest percent of message hops.
 		pool := t.st.SharedConversationPool
 		if t.st.SharedConversationPool = trimBase(pool); len(t.st.SharedConversationPool) < len(pool) {
 			for i := range pool[:len(pool)-len(t.st.SharedConversationPool)] {
-				delete(t.recorded, pool[i].MessageID)
+				t.unindexMessageLocked(&pool[i])
 			}
 		}
 	}
@@ -207,16 +256,20 @@ func (t *task) record(m Message) {
 
 // answered returns the waiting IDs, of ids, that a message to agent in the
 // conversation carries as its return_waiting_id: the waits it answered.
+// Each is returned once, in the order of ids. Every send that waits asks,
+// under the task's lock: the index makes it cost the IDs asked about, not
+// the conversation's length.
 func (t *task) answered(agent string, ids []string) []string {
 	if len(ids) == 0 {
 		return nil
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.indexLocked()
 	var out []string
-	for _, m := range t.st.SharedConversationPool {
-		if m.ReturnWaitingID != "" && slices.Contains(ids, m.ReturnWaitingID) && slices.Contains(m.Receiver, agent) {
-			out = append(out, m.ReturnWaitingID)
+	for _, id := range ids {
+		if id != "" && t.replies[replyKey{id, agent}] > 0 && !slices.Contains(out, id) {
+			out = append(out, id)
 		}
 	}
 	return out
