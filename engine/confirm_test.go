@@ -119,12 +119,7 @@ func TestRestoreExpiresOpenQuestions(t *testing.T) {
 	runSteps(b, alice, "ask op")
 	askInBackground(b, t.Context(), OperatorQuestion{TaskID: base, AgentID: alice, Question: "delete /tmp/x?", Timeout: time.Minute})
 	b.waitFor("the question in the inbox", func() bool { _, ok := inboxEntry(b, op, "delete /tmp/x?"); return ok })
-	img, err := st.Image() // what a crash leaves: the question still open
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.sub.Close()
-	_ = b.sys.Close()
+	img := b.crashImage(st) // the question still open
 
 	b2 := restartFrom(t, cfg, img, b.sc)
 	if e, ok := inboxEntry(b2, op, "delete /tmp/x?"); !ok || e.AwaitingReply || !e.Expired {
@@ -259,12 +254,7 @@ func TestRestoreDropsAStepLockWithoutItsWait(t *testing.T) {
 	alice := b.newAgent("alice")
 	b.join(base, alice)
 	b.settle()
-	img, err := st.Image()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.sub.Close()
-	_ = b.sys.Close()
+	img := b.crashImage(st)
 	for i := range img.Agents {
 		if img.Agents[i].AgentID == alice {
 			img.Agents[i].StepLock = append(img.Agents[i].StepLock, "orphan-wait")

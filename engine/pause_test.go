@@ -77,13 +77,7 @@ func TestPauseHoldsATaskAcrossARestart(t *testing.T) {
 		}
 
 		// A restart (after a crash: no Close) keeps the pause.
-		img, err := st.Image()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.sub.Close()
-		_ = b.sys.Close()
-		r := restartFrom(t, cfg, img, b.sc)
+		r := restartFrom(t, cfg, b.crashImage(st), b.sc)
 		if !r.task(id).Paused {
 			t.Fatal("the task is not paused after the restart")
 		}

@@ -461,6 +461,21 @@ func isErr(t testing.TB, err, kind error, field string) {
 	}
 }
 
+// crashImage returns st's image, what a crash of the testbed's System
+// would leave of it now, and then closes the System (so that it writes
+// nothing more and its goroutines end before another starts from the
+// image, restartFrom).
+func (b *testbed) crashImage(st *MemoryStore) *Image {
+	b.t.Helper()
+	img, err := st.Image()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.sub.Close()
+	_ = b.sys.Close()
+	return img
+}
+
 // restartFrom starts a new System on cfg (with a fresh MemoryStore) from
 // img, as a process restarted after a crash would, scripted by sc.
 func restartFrom(t testing.TB, cfg Config, img *Image, sc *script) *testbed {
