@@ -198,6 +198,9 @@ func (s *System) enroll(a *agent, run bool) error {
 	s.mu.Lock()
 	s.agents[a.id] = a
 	s.agentOrder = append(s.agentOrder, a.id)
+	if a.kind == KindHuman {
+		s.operatorOrder = append(s.operatorOrder, a.id)
+	}
 	// Close may have begun during the write: the agent is stored, so it
 	// exists (and a restart runs it), but no loop starts now, and it stops
 	// its retries itself (Close may have collected the agents to stop

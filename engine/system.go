@@ -253,6 +253,12 @@ type System struct {
 	taskOrder  []string
 	agents     map[string]*agent
 	agentOrder []string
+	// operatorOrder lists the operators (HumanAgents) among agentOrder,
+	// in its order: who may read a task is asked at every step's start
+	// (readers), which must not walk every agent of the MAS. Agents are
+	// never deleted, so it is only appended to, with agentOrder (enroll;
+	// a restore enrolls every stored agent).
+	operatorOrder []string
 }
 
 // New checks cfg and returns a System that is not started yet.

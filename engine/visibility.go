@@ -382,15 +382,14 @@ func (s *System) memoryView(taskID string) string {
 	return view
 }
 
-// operators lists the MAS's operators (HumanAgents).
+// operators lists the MAS's operators (HumanAgents), in the order they
+// were enrolled. The list is the registry's own, not a copy: it is only
+// appended to, so what the slice returned holds never changes, and it is
+// clipped, so that an append by the caller copies it.
 func (s *System) operators() []string {
-	var out []string
-	for _, a := range s.allAgents() {
-		if a.kind == KindHuman {
-			out = append(out, a.id)
-		}
-	}
-	return out
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.Clip(s.operatorOrder)
 }
 
 // visibleTo is Visible for viewerID, each task looked up once.
