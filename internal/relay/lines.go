@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -28,6 +29,11 @@ import (
 // the host sees). Dropping messages instead would break the session
 // silently: a dropped answer leaves the host's caller waiting for ever.
 //
+// When the relay ends, close stops the writer: a write to the host that
+// blocks is interrupted where the host's stream allows it (see
+// stopWriting), so that the goroutine writing ends with Serve instead of
+// with the process.
+//
 // Writes that fail must not log a warning per message: the first failure
 // is logged, the lines lost until a write succeeds again are counted, and
 // the count is logged then (or by report, when the relay ends). (In the
@@ -46,6 +52,7 @@ type lineWriter struct {
 	queued  int           // their bytes; guarded by mu
 	drained chan struct{} // closed when the drain goroutine ends; nil when none runs; guarded by mu
 	stuck   error         // set when the queue went over limit: nothing is queued any more; guarded by mu
+	closed  bool          // set by close: nothing is queued or written any more; guarded by mu
 	lost    int           // lines not written since the last one that was; guarded by mu
 }
 
@@ -69,6 +76,10 @@ func (w *lineWriter) line(b []byte) error {
 	b = bytes.TrimRight(b, "\r\n")
 	b = append(append(make([]byte, 0, len(b)+1), b...), '\n') // the caller may reuse b
 	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return errWriterClosed
+	}
 	if w.stuck != nil {
 		w.lost++
 		err := w.stuck
@@ -98,14 +109,19 @@ func (w *lineWriter) line(b []byte) error {
 	return nil
 }
 
-// drain writes the queued lines to the host until the queue is empty,
-// then ends (closing done). A write that blocks for ever leaves it
-// blocked, and nothing else: it ends with the process.
+// errWriterClosed is what line returns once the relay has ended.
+var errWriterClosed = errors.New("relay: the session with the host ended")
+
+// drain writes the queued lines to the host until the queue is empty or
+// the writer is closed, then ends (closing done). A write that blocks
+// for ever holds nothing else; close interrupts it where it can.
 func (w *lineWriter) drain(done chan struct{}) {
 	defer close(done)
 	for {
 		w.mu.Lock()
-		if len(w.queue) == 0 {
+		if len(w.queue) == 0 || w.closed {
+			// What close left queued stays counted in pending: report
+			// logs it as unwritten.
 			w.queue, w.drained = nil, nil
 			w.mu.Unlock()
 			return
@@ -116,6 +132,13 @@ func (w *lineWriter) drain(done chan struct{}) {
 
 		_, err := w.w.Write(b)
 		w.mu.Lock()
+		if w.closed && err != nil {
+			// close interrupted the write: the line is unwritten, not a
+			// failure of the host's to log.
+			w.queue, w.drained = nil, nil
+			w.mu.Unlock()
+			return
+		}
 		w.pending--
 		w.queued -= len(b)
 		first, recovered := false, 0
@@ -151,6 +174,32 @@ func (w *lineWriter) flush(ctx context.Context) bool {
 			return false
 		}
 	}
+}
+
+// close stops the writer when the relay ends: nothing more is queued or
+// written, and a write to the host that blocks is interrupted if the
+// host's stream allows it (stopWriting), then waited for (up to
+// stopWait). One that cannot be interrupted (a stdout in blocking mode)
+// is left to end with the process. Lines not written stay counted for
+// report.
+func (w *lineWriter) close() {
+	w.mu.Lock()
+	w.closed = true
+	drained := w.drained
+	w.mu.Unlock()
+	if drained == nil {
+		return
+	}
+	select {
+	case <-drained:
+		return
+	default:
+	}
+	if !stopWriting(w.w) {
+		w.log.Debug("a write to the host blocks and cannot be interrupted; it ends with the process")
+		return
+	}
+	waitEnded(w.log, drained, "the write to the host")
 }
 
 // err returns the error the writer ended the relay with (the host is

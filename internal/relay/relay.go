@@ -31,7 +31,9 @@
 // count of the messages it missed when a write succeeds again or the relay
 // ends. Cancelling the context (SIGTERM) ends Serve at once, also while a
 // write to the host blocks and while it reopens the session on a new
-// owner: it does not wait for that owner's answers. A failed reopening
+// owner: it does not wait for that owner's answers. When Serve returns,
+// the goroutines it started have ended where the host's streams allow
+// ending a read or write that blocks (see Serve). A failed reopening
 // is tried again after a wait (50 ms, doubling up to 5 s), at most 10
 // times in a row; then Serve fails saying so.
 package relay
@@ -114,6 +116,8 @@ type relay struct {
 	out     *lineWriter
 	maxLine int // bounds a line of the owner: server.MaxLineBytes
 
+	sessions sync.WaitGroup // the sessions of owners this process took over, served on pipes
+
 	mu       sync.Mutex
 	init     *jsonrpc.Request            // the host's initialize request
 	inited   []byte                      // its notifications/initialized
@@ -139,6 +143,15 @@ func newRelay(log *slog.Logger, out io.Writer) *relay {
 // disconnects or ctx is done (nil), when taking over fails otherwise than
 // by finding the directory in use, or when the host does not read its
 // output (see lineWriter).
+//
+// When it returns, Serve has stopped using in and out, and every
+// goroutine it started has ended, if the streams allow it: a read of in
+// or a write to out that blocks is ended by a deadline in the past (a
+// net.Conn; an *os.File of a pipe or socket in non-blocking mode), or
+// else by closing the stream (an io.Closer other than an *os.File). A
+// read or write that neither ends (an *os.File in blocking mode: os.Stdin
+// as the process got it) is left to end with the process; Serve does not
+// wait for it.
 func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	if cfg.Socket == "" || cfg.TakeOver == nil {
 		return errors.New("relay: Socket and TakeOver are required")
@@ -146,14 +159,35 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	return newRelay(cfg.Logger, out).run(ctx, cfg, in)
 }
 
-// run is Serve with the relay made. Once it ends, what is queued for the
-// host is written (for up to flushWait) unless ctx is done or the host
-// is stuck: neither waits for the host.
+// run is Serve with the relay made. Once it ends, it stops reading the
+// host's stdin and waits for the sessions of the owners it took over to
+// end; then what is queued for the host is written (for up to flushWait)
+// unless ctx is done or the host is stuck: neither waits for the host.
+// Last, the writer is closed, interrupting a write that blocks.
 func (r *relay) run(parent context.Context, cfg Config, in io.Reader) (err error) {
 	ctx, cancel := context.WithCancelCause(parent)
-	defer cancel(nil)
 	r.out.onStuck = cancel
+	hostGone := make(chan struct{}) // closed when the goroutine reading the host's stdin ends
 	defer func() {
+		cancel(nil)
+		select {
+		case <-hostGone:
+		default:
+			if stopReading(in) {
+				waitEnded(r.log, hostGone, "the read of the host's stdin")
+			} else {
+				// It ends at the host's next line (ctx is done) or with
+				// the process.
+				r.log.Debug("the read of the host's stdin cannot be interrupted; it ends with the process")
+			}
+		}
+		// The owner it took over (if any) is closed: its session ends.
+		sessions := make(chan struct{})
+		go func() {
+			defer close(sessions)
+			r.sessions.Wait()
+		}()
+		waitEnded(r.log, sessions, "the session of the owner this process took over")
 		if stuck := r.out.err(); stuck != nil {
 			err = stuck
 		} else if parent.Err() == nil {
@@ -163,10 +197,10 @@ func (r *relay) run(parent context.Context, cfg Config, in io.Reader) (err error
 			}
 			stop()
 		}
+		r.out.close()
 		r.out.report()
 	}()
 	hostLines := make(chan []byte)
-	hostGone := make(chan struct{})
 	go func() {
 		defer close(hostGone)
 		// A line no MCP session could take is answered here, as the owner
@@ -269,8 +303,9 @@ func (r *relay) connect(ctx context.Context, cfg Config, hostGone <-chan struct{
 		switch {
 		case err == nil:
 			a, b := net.Pipe()
-			// It ends when the relay closes its side of the pipe.
-			go func() { _ = owner.ServeConn(context.WithoutCancel(ctx), a) }()
+			// It ends when the relay closes its side of the pipe; run
+			// waits for it.
+			r.sessions.Go(func() { _ = owner.ServeConn(context.WithoutCancel(ctx), a) })
 			r.log.Info("took over the data directory")
 			return b, owner, nil
 		case !errors.As(err, &inUse):
