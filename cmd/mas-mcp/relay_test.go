@@ -204,16 +204,9 @@ func TestSecondProcessJoinsAndTakesOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	reaped := make(chan struct{})
-	go func() {
-		_, _ = owner.cmd.Process.Wait()
-		close(reaped)
-	}()
-	select {
-	case <-reaped:
-	case <-time.After(15 * time.Second):
-		t.Fatalf("the owner (pid %d) is still there 15s after kill -9", owner.cmd.Process.Pid)
-	}
+	// A process killed with -9 is reaped at once; should it not be, the
+	// test binary's -timeout reports this test blocked here.
+	_, _ = owner.cmd.Process.Wait()
 	updatesBefore := joined.updates.Load()
 
 	// The joined process takes over: its host's next call is answered.
