@@ -35,7 +35,8 @@
 // the goroutines it started have ended where the host's streams allow
 // ending a read or write that blocks (see Serve). A failed reopening
 // is tried again after a wait (50 ms, doubling up to 5 s), at most 10
-// times in a row; then Serve fails saying so.
+// times in a row; then Serve fails saying so. A reopened session the new
+// owner drops within 10 s counts as a failed reopening.
 package relay
 
 import (
@@ -102,6 +103,13 @@ const (
 	maxResumeWait     = 5 * time.Second
 	maxResumeAttempts = 10
 )
+
+// A resumed session that the new owner drops sooner than healthySession
+// after it was resumed counts as a failed resume: an owner that
+// takes each session and drops it (it is shutting down, or fails on what
+// the relay replays) would otherwise be reached again at once, for ever.
+// One that lasts longer is an owner that stopped, taken over at once.
+const healthySession = 10 * time.Second
 
 // errHostGone ends a wait for the owner when the host leaves.
 var errHostGone = errors.New("the host left")
@@ -226,6 +234,25 @@ func (r *relay) run(parent context.Context, cfg Config, in io.Reader) (err error
 		}
 	}()
 	failed, wait := 0, resumeWait // resumes failed in a row; the wait before the next
+	// retry counts a failed resume (err says why) and waits before the
+	// next attempt. It reports whether Serve is to end, and with what.
+	retry := func(err error) (end bool, _ error) {
+		if failed++; failed == maxResumeAttempts {
+			return true, fmt.Errorf("relay: resuming the host's session on the new owner of the data directory failed %d times in a row "+
+				"(the limit of attempts), the last: %w; see the owner's log", failed, err)
+		}
+		r.log.Warn("resuming the session with the new owner failed; trying again", "err", err,
+			"attempt", failed, "max_attempts", maxResumeAttempts, "wait", wait)
+		select {
+		case <-ctx.Done():
+			return true, nil
+		case <-hostGone:
+			return true, nil
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, maxResumeWait)
+		return false, nil
+	}
 	for first := true; ; first = false {
 		conn, owned, err := r.connect(ctx, cfg, hostGone)
 		if err != nil {
@@ -249,26 +276,15 @@ func (r *relay) run(parent context.Context, cfg Config, in io.Reader) (err error
 			}
 			// The calls it sent the new owner are in flight.
 			r.failInflight()
-			if failed++; failed == maxResumeAttempts {
-				return fmt.Errorf("relay: resuming the host's session on the new owner of the data directory failed %d times in a row "+
-					"(the limit of attempts), the last: %w; see the owner's log", failed, err)
+			if end, err := retry(err); end {
+				return err
 			}
-			r.log.Warn("resuming the session with the new owner failed; trying again", "err", err,
-				"attempt", failed, "max_attempts", maxResumeAttempts, "wait", wait)
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-hostGone:
-				return nil
-			case <-time.After(wait):
-			}
-			wait = min(2*wait, maxResumeWait)
 			continue
 		}
-		failed, wait = 0, resumeWait
 		if owned != nil {
 			owner = owned
 		}
+		resumed := time.Now()
 		backendGone := make(chan struct{})
 		go func() {
 			defer close(backendGone)
@@ -284,6 +300,13 @@ func (r *relay) run(parent context.Context, cfg Config, in io.Reader) (err error
 			return nil
 		}
 		r.failInflight()
+		if lasted := time.Since(resumed); !first && lasted < healthySession {
+			if end, err := retry(fmt.Errorf("the new owner dropped the session %s after it was resumed, sooner than %s", lasted, healthySession)); end {
+				return err
+			}
+			continue
+		}
+		failed, wait = 0, resumeWait
 		r.log.Warn("the mas-mcp owning the data directory stopped; taking over", "socket", cfg.Socket)
 	}
 }
