@@ -216,11 +216,10 @@ func TestSecondProcessJoinsAndTakesOver(t *testing.T) {
 		} `json:"data"`
 	}
 	joined.call(t, "ask_info", map[string]any{"type": "tasks"}, &info)
-	took := time.Since(killed)
-	t.Logf("took over in %s", took.Round(time.Millisecond))
-	if took > 20*time.Second {
-		t.Errorf("taking over took %s, want a few seconds", took)
-	}
+	// How long it took is logged, not judged: a loaded machine stretches
+	// it, and a takeover that never comes leaves the call above blocked
+	// until the test binary's -timeout names this test.
+	t.Logf("took over in %s", time.Since(killed).Round(time.Millisecond))
 	joined.waitStderr(t, "took over the data directory", 10*time.Second)
 	found := map[string]bool{}
 	for _, tk := range info.Data {
