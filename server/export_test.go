@@ -1,10 +1,6 @@
 package server
 
-import (
-	"context"
-
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-)
+import "github.com/modelcontextprotocol/go-sdk/mcp"
 
 // Held says what the server holds for clients right now: stateful MCP
 // sessions (after forgetting those the SDK closed), /api/events and SSE
@@ -90,15 +86,16 @@ func (s *Server) AwaitUpdatesHandled(seq uint64) {
 // at the SDK's sessions and taking its lock: a test opens a session there.
 func (s *Server) AfterSessionsSnapshot(f func()) { s.mcpSessions.afterSnapshot.Store(&f) }
 
-// NotifyLog queues a logging notification of data for each session of op,
-// as the MAS's step logs are queued (updates.logStep), and returns how
-// many sessions it was queued for.
+// NotifyLog offers a logging notification of data (at info) to each
+// session of op, as the MAS's step logs are (updates.logStep: queued for
+// a session whose logging level takes it), and returns how many sessions
+// of op it was offered to.
 func (s *Server) NotifyLog(op string, data any) int {
 	n := 0
 	for ss := range s.mcp.Sessions() {
 		if o, ok := s.sessionOperator(ss); ok && o == op {
 			params := &mcp.LoggingMessageParams{Level: "info", Logger: "test", Data: data}
-			s.outbox.post(ss, op, delivery{send: func(ctx context.Context) error { return ss.Log(ctx, params) }})
+			s.postLog(ss, op, params)
 			n++
 		}
 	}

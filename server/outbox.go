@@ -11,8 +11,9 @@ import (
 )
 
 // outbox delivers the notifications the updates' run loop sends
-// (resources/updated, logging), and go-sdk's list-changed notifications
-// (queueListChanges), to each session on a goroutine of the
+// (resources/updated, and logging to the sessions whose logging level
+// takes them: postLog), and go-sdk's list-changed notifications
+// (queueNotifications), to each session on a goroutine of the
 // session's own, so that the loop never waits for a client. go-sdk writes
 // a notification to each session in the caller's goroutine and waits for
 // the transport (Server.ResourceUpdated gives each session up to 10 s,
@@ -231,24 +232,56 @@ func listChanged(method string) bool {
 	return false
 }
 
-// queueListChanges is a sending middleware that hands each session's
-// list-changed notification to the session's queue in the outbox, folded
-// by method (and listen stream): one that waits already says all a later
-// one would. go-sdk sends them from its own timer after AddResource, to one
-// session after another, each write waited for (Server.notifySessions and
-// notifySubscribedSessions, 10 s, which a transport may not heed): a stuck
-// session would hold the sessions after it.
-func (s *Server) queueListChanges(next mcp.MethodHandler) mcp.MethodHandler {
+// queueNotifications is a sending middleware that hands a session's
+// list-changed and logging notifications to the session's queue in the
+// outbox.
+//
+// A list-changed notification is folded by method (and listen stream): one
+// that waits already says all a later one would. go-sdk sends them from its
+// own timer after AddResource, to one session after another, each write
+// waited for (Server.notifySessions and notifySubscribedSessions, 10 s,
+// which a transport may not heed): a stuck session would hold the sessions
+// after it.
+//
+// A logging notification is queued only when postLog offers it, and only
+// once ServerSession.Log let it through: the session set a logging level
+// (logging/setLevel; a stateless session of an older protocol has info)
+// and the notification's is not below it. Queued regardless, those of a
+// session that asked for none would fill its backlog and start its
+// goroutine, only to be dropped at their turn. When its turn comes it is
+// offered to ServerSession.Log again, without the mark, and so is sent if
+// the session's level still lets it through.
+func (s *Server) queueNotifications(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		ss, ok := req.GetSession().(*mcp.ServerSession)
-		if !ok || !listChanged(method) {
-			return next(ctx, method, req)
+		switch {
+		case !ok:
+		case listChanged(method):
+			op, _ := s.sessionOperator(ss)
+			s.outbox.post(ss, op, delivery{key: foldKey(method, req), send: func(ctx context.Context) error {
+				_, err := next(ctx, method, req)
+				return err
+			}})
+			return nil, nil
+		case method == "notifications/message":
+			op, posted := ctx.Value(logPost{}).(string)
+			params, isLog := req.GetParams().(*mcp.LoggingMessageParams)
+			if posted && isLog {
+				s.outbox.post(ss, op, delivery{send: func(ctx context.Context) error { return ss.Log(ctx, params) }})
+				return nil, nil
+			}
 		}
-		op, _ := s.sessionOperator(ss)
-		s.outbox.post(ss, op, delivery{key: foldKey(method, req), send: func(ctx context.Context) error {
-			_, err := next(ctx, method, req)
-			return err
-		}})
-		return nil, nil
+		return next(ctx, method, req)
 	}
+}
+
+// logPost is the context key that marks a ServerSession.Log call of
+// postLog; its value is the session's operator.
+type logPost struct{}
+
+// postLog queues the logging notification params for ss (of operator op)
+// if ss takes it: ServerSession.Log decides, by the session's logging
+// level, and hands it to queueNotifications, which queues it.
+func (s *Server) postLog(ss *mcp.ServerSession, op string, params *mcp.LoggingMessageParams) {
+	_ = ss.Log(context.WithValue(s.ctx, logPost{}, op), params)
 }

@@ -65,3 +65,92 @@ func TestOutboxFoldsAndBounds(t *testing.T) {
 		t.Errorf("the backlog's end is not logged with its 5 drops:\n%s", log)
 	}
 }
+
+// TestLogsQueuedOnlyForSessionsThatAsk: a logging notification is queued
+// in the outbox only for a session that set a logging level that lets it
+// through. One that set none accumulates nothing behind its goroutine,
+// however long that waits; one that set info gets its info notifications
+// queued, and delivered in order, and not its debug ones.
+func TestLogsQueuedOnlyForSessionsThatAsk(t *testing.T) {
+	ctx := context.Background()
+	s := &Server{ctx: ctx}
+	s.outbox = newOutbox(ctx, slog.New(slog.DiscardHandler), 0, nil)
+	impl := &mcp.Implementation{Name: "t", Version: "1"}
+	srv := mcp.NewServer(impl, &mcp.ServerOptions{Capabilities: &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{}}})
+	srv.AddSendingMiddleware(s.queueNotifications)
+
+	// connect returns a session whose client sets level (none if ""), and
+	// the data of the logging notifications the client receives.
+	connect := func(level mcp.LoggingLevel) (*mcp.ServerSession, chan any) {
+		t.Helper()
+		got := make(chan any, 64)
+		ct, st := mcp.NewInMemoryTransports()
+		ss, err := srv.Connect(ctx, st, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ss.Close() })
+		client := mcp.NewClient(impl, &mcp.ClientOptions{LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
+			got <- r.Params.Data
+		}})
+		cs, err := client.Connect(ctx, ct, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cs.Close() })
+		if level != "" {
+			if err := cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: level}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return ss, got
+	}
+	quiet, quietGot := connect("")
+	loud, loudGot := connect("info")
+
+	// Each session's goroutine waits on a delivery that does not end until
+	// released: what is posted meanwhile stays queued.
+	release := make(chan struct{})
+	for _, ss := range []*mcp.ServerSession{quiet, loud} {
+		blocked := make(chan struct{})
+		s.outbox.post(ss, "op", delivery{send: func(context.Context) error { close(blocked); <-release; return nil }})
+		<-blocked
+	}
+	const n = 10
+	var want []any
+	for i := range n {
+		for _, ss := range []*mcp.ServerSession{quiet, loud} {
+			s.postLog(ss, "op", &mcp.LoggingMessageParams{Level: "info", Data: float64(i)})
+			s.postLog(ss, "op", &mcp.LoggingMessageParams{Level: "debug", Data: "debug"})
+		}
+		want = append(want, float64(i))
+	}
+	queued := func(ss *mcp.ServerSession) int {
+		s.outbox.mu.Lock()
+		defer s.outbox.mu.Unlock()
+		if q := s.outbox.queues[ss]; q != nil {
+			return len(q.items)
+		}
+		return 0
+	}
+	if got := queued(quiet); got != 0 {
+		t.Errorf("a session that set no logging level has %d logging notifications queued, want none", got)
+	}
+	if got := queued(loud); got != n {
+		t.Errorf("a session at level info has %d logging notifications queued, want its %d info ones", got, n)
+	}
+
+	close(release)
+	var got []any
+	for range n {
+		got = append(got, <-loudGot)
+	}
+	<-s.outbox.whenEmpty()
+	s.outbox.close()
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the session at level info got (-want +got):\n%s", diff)
+	}
+	if len(quietGot) != 0 {
+		t.Errorf("the session that set no level got %d logging notifications", len(quietGot))
+	}
+}

@@ -161,10 +161,11 @@ func New(cfg Config) (*Server, error) {
 		})
 	s.streams = newOpenStreams()
 	s.mcp.AddReceivingMiddleware(s.streams.bind, s.boundRequests, telemetry.ServerMiddleware, s.filterLists, keepExtra, s.scrubAnswers)
-	// The outbox sends what queueListChanges queues: a list-changed
-	// notification unaskedListChanges lets pass.
+	// The outbox sends what queueNotifications queues: a list-changed
+	// notification unaskedListChanges lets pass, and a logging one postLog
+	// offers that the session's logging level lets through.
 	s.outbox = newOutbox(ctx, cfg.Logger, cfg.Limits.StuckSession, s.streams.cut)
-	s.mcp.AddSendingMiddleware(unaskedListChanges, s.queueListChanges)
+	s.mcp.AddSendingMiddleware(unaskedListChanges, s.queueNotifications)
 	s.addTools()
 	s.addResources()
 	s.addApp()

@@ -301,7 +301,7 @@ func (u *updates) logStep(ev engine.Event) {
 	for ss := range u.s.mcp.Sessions() {
 		// Only to the sessions of operators who may see the task.
 		if op, ok := u.s.sessionOperator(ss); ok && u.s.sys.EventVisible(op, ev) {
-			u.s.outbox.post(ss, op, delivery{send: func(ctx context.Context) error { return ss.Log(ctx, params) }})
+			u.s.postLog(ss, op, params)
 		}
 	}
 }
