@@ -62,7 +62,8 @@ type Limits struct {
 	// StuckSession cuts the HTTP stream of an MCP session whose client
 	// has taken none of its notifications for that long (it keeps its
 	// connection open but reads no more), and drops what waits for it
-	// (outbox). Default 5m.
+	// (outbox); and an /api/events stream a write to which waited that
+	// long (apiEvents). Default 5m.
 	StuckSession time.Duration
 	// MonitorSessionTTL is how long a web monitor session bound with
 	// bind_human_agent lasts. Default 12h. An operator keeps at most

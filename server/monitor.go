@@ -37,7 +37,8 @@ import (
 // bearer token instead. The cookie is Secure when the page is an https
 // page: the request came over TLS, or through a proxy that terminated it
 // (the bind request's Origin is https://, or X-Forwarded-Proto says https).
-// An /api/events stream opened with a session ends when the session does.
+// An /api/events stream opened with a session ends when the session does;
+// one whose client stops reading is cut after limits.stuck_session_timeout.
 // Without configured tokens (loopback only) every request acts as the
 // default operator unless it bound another one.
 //
@@ -244,13 +245,20 @@ func (s *Server) apiStates(w http.ResponseWriter, r *http.Request) {
 // (limits.monitor_session_ttl, or a newer binding ended it): the session
 // is looked up again before each write and each ping. One opened with a
 // bearer token lasts as long as its connection.
+//
+// A client that keeps its connection open but reads no more would hold
+// the handler in a write, and its place among the event streams and its
+// subscription with it, for as long as the connection lasts: each write
+// (with its flush) gets limits.stuck_session_timeout, as an MCP session's
+// notification does (outbox), through a write deadline that is cleared
+// once it is done. Past it the write fails, net/http closes the
+// connection, and the handler returns, logging the cut as a warning.
 func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
 	op, session, ok := s.authedSession(w, r)
 	if !ok {
 		return
 	}
-	flusher, ok := w.(http.Flusher)
-	if !ok {
+	if _, ok := w.(http.Flusher); !ok {
 		s.apiError(w, http.StatusInternalServerError, "streaming is not supported by this connection")
 		return
 	}
@@ -275,41 +283,67 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
 		sop, ok := s.sessions.lookup(session)
 		return ok && sop == op
 	}
+	// send writes what write writes and flushes it, within the bound; it
+	// reports whether the stream may go on.
+	rc := http.NewResponseController(w)
+	send := func(write func()) bool {
+		start := time.Now()
+		deadline := start.Add(s.cfg.Limits.StuckSession)
+		bounded := rc.SetWriteDeadline(deadline) == nil
+		write()
+		if err := rc.Flush(); err != nil {
+			if bounded && !time.Now().Before(deadline) {
+				s.log.Warn("a monitor client has taken no event for too long: its /api/events stream is cut",
+					"operator", op, "waited", time.Since(start).Round(time.Millisecond),
+					"limit", s.cfg.Limits.StuckSession, "key", keyStuckSession)
+			}
+			return false
+		}
+		if bounded {
+			_ = rc.SetWriteDeadline(time.Time{})
+		}
+		return true
+	}
 	w.WriteHeader(http.StatusOK)
-	fmt.Fprintf(w, "retry: 2000\nevent: hello\ndata: {\"seq\":%d}\n\n", s.sys.EventSeq())
-	flusher.Flush()
+	if !send(func() { fmt.Fprintf(w, "retry: 2000\nevent: hello\ndata: {\"seq\":%d}\n\n", s.sys.EventSeq()) }) {
+		return
+	}
 	ping := time.NewTicker(15 * time.Second)
 	defer ping.Stop()
 	var dropped uint64
+	// write writes ev, if op may see it: events of tasks the operator may
+	// not see are left out.
+	write := func(ev engine.Event) {
+		if s.sys.EventVisible(op, ev) {
+			b, _ := json.Marshal(ev)
+			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Kind, b)
+		}
+	}
 	for {
 		select {
 		case ev, ok := <-sub.C:
 			if !ok || !live() {
 				return
 			}
-			if d := sub.Dropped(); d != dropped {
-				dropped = d
-				fmt.Fprint(w, "event: resync\ndata: {}\n\n")
-			}
-			// Events of tasks the operator may not see are left out.
-			write := func(ev engine.Event) {
-				if s.sys.EventVisible(op, ev) {
-					b, _ := json.Marshal(ev)
-					fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Kind, b)
+			// Send what is queued now together, then flush once (what
+			// comes meanwhile waits for the next send: one send's bound
+			// covers at most the subscription's buffer).
+			if !send(func() {
+				if d := sub.Dropped(); d != dropped {
+					dropped = d
+					fmt.Fprint(w, "event: resync\ndata: {}\n\n")
 				}
-			}
-			write(ev)
-			// Send what is queued together, then flush once.
-			for len(sub.C) > 0 {
-				write(<-sub.C)
-			}
-			flusher.Flush()
-		case <-ping.C:
-			if !live() {
+				write(ev)
+				for n := len(sub.C); n > 0; n-- {
+					write(<-sub.C)
+				}
+			}) {
 				return
 			}
-			fmt.Fprint(w, ": ping\n\n")
-			flusher.Flush()
+		case <-ping.C:
+			if !live() || !send(func() { fmt.Fprint(w, ": ping\n\n") }) {
+				return
+			}
 		case <-r.Context().Done():
 			return
 		case <-s.draining:

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -30,14 +31,25 @@ type monitorEnv struct {
 
 func newMonitorEnv(t *testing.T, o envOptions) *monitorEnv {
 	t.Helper()
+	return newMonitorEnvOn(t, o, nil)
+}
+
+// newMonitorEnvOn is newMonitorEnv whose httptest server listens on
+// listen's listener (made from its own), if listen is not nil.
+func newMonitorEnvOn(t *testing.T, o envOptions, listen func(net.Listener) net.Listener) *monitorEnv {
+	t.Helper()
 	m := &monitorEnv{env: newEnvWith(t, o), eventsDone: make(chan struct{}, 16)}
 	h := m.srv.Handler()
-	m.ts = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	m.ts = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(w, r)
 		if r.URL.Path == "/api/events" {
 			m.eventsDone <- struct{}{}
 		}
 	}))
+	if listen != nil {
+		m.ts.Listener = listen(m.ts.Listener)
+	}
+	m.ts.Start()
 	t.Cleanup(m.ts.Close)
 	return m
 }

@@ -3,6 +3,7 @@ package server_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mas-mcp/mas-mcp/engine"
 	"github.com/mas-mcp/mas-mcp/server"
 )
 
@@ -123,11 +125,7 @@ func (r *rawSession) listen() *http.Response {
 // session gets its notifications meanwhile and after.
 func TestStuckSessionIsCut(t *testing.T) {
 	var ann, bea string
-	tok := tokenOperators(t, &ann, &bea)
-	e := newEnvWith(t, envOptions{Config: func(c *server.Config) {
-		tok.Config(c)
-		c.Limits.StuckSession = time.Second
-	}})
+	e := newEnvWith(t, stuckOptions(t, &ann, &bea))
 	ts := httptest.NewUnstartedServer(e.srv.Handler())
 	ts.Listener = smallWrites{ts.Listener}
 	ts.Start()
@@ -163,10 +161,27 @@ func TestStuckSessionIsCut(t *testing.T) {
 	}
 	annGets("while bea is stuck")
 
-	awaitCut(t, e, stream)
+	awaitCut(t, e, stream, cutLine, e.srv.QueuesEmptied())
 	annGets("after bea was cut")
 
 	logs := closeAfterCut(t, e)
+	cutNamesBea(t, logs, bea)
+}
+
+// stuckOptions configures two operators, ann and bea, with bearer tokens
+// (tokenOperators), and limits.stuck_session_timeout of a second.
+func stuckOptions(t *testing.T, ann, bea *string) envOptions {
+	tok := tokenOperators(t, ann, bea)
+	return envOptions{Config: func(c *server.Config) {
+		tok.Config(c)
+		c.Limits.StuckSession = time.Second
+	}}
+}
+
+// cutNamesBea checks that the log of bea's stream cut names her and the
+// limit's key, and does not hold her token.
+func cutNamesBea(t *testing.T, logs, bea string) {
+	t.Helper()
 	for _, want := range []string{"operator=" + bea, "key=limits.stuck_session_timeout"} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("the cut's log line does not name %s", want)
@@ -180,13 +195,14 @@ func TestStuckSessionIsCut(t *testing.T) {
 // cutLine is what the log says of a stuck session cut.
 const cutLine = "its streams are cut"
 
-// awaitCut waits (up to a generous bound) for the cut of a stuck session
-// to be logged, then checks that its stream, unread so far, ends: the
-// connection was closed.
-func awaitCut(t *testing.T, e *env, stream *http.Response) {
+// awaitCut waits (up to a generous bound) for the cut of a stuck stream
+// to be logged (line), then checks that the stream, unread so far, ends
+// (the connection was closed), and that released yields: what the stream
+// held was given back.
+func awaitCut(t *testing.T, e *env, stream *http.Response, line string, released <-chan struct{}) {
 	t.Helper()
-	if !e.stack.Logs.WaitFor(20*time.Second, nil, func(logs string) bool { return strings.Contains(logs, cutLine) }) {
-		t.Fatal("timed out waiting for the stuck session to be cut")
+	if !e.stack.Logs.WaitFor(20*time.Second, nil, func(logs string) bool { return strings.Contains(logs, line) }) {
+		t.Fatal("timed out waiting for the stuck stream to be cut")
 	}
 	read := make(chan error, 1)
 	go func() {
@@ -196,12 +212,12 @@ func awaitCut(t *testing.T, e *env, stream *http.Response) {
 	select {
 	case <-read:
 	case <-time.After(20 * time.Second):
-		t.Fatal("the stuck session's stream is still open")
+		t.Fatal("the stuck stream is still open")
 	}
 	select {
-	case <-e.srv.QueuesEmptied():
+	case <-released:
 	case <-time.After(20 * time.Second):
-		t.Fatal("timed out waiting for the stuck session's queue to be dropped")
+		t.Fatal("timed out waiting for what the stuck stream held to be given back")
 	}
 }
 
@@ -289,6 +305,69 @@ func TestStuckSSESessionIsCut(t *testing.T) {
 	for range 16 {
 		e.srv.NotifyLog(e.stack.Sys.OperatorID(), big)
 	}
-	awaitCut(t, e, stream)
+	awaitCut(t, e, stream, cutLine, e.srv.QueuesEmptied())
 	closeAfterCut(t, e)
+}
+
+// TestStuckEventStreamIsCut: a web monitor client that keeps its
+// /api/events stream open but stops reading it (bea's, over a real TCP
+// connection whose buffers fill) is cut once a write to it has waited
+// limits.stuck_session_timeout: the connection is closed, its handler
+// returns (its place among the event streams, and its subscription to
+// the MAS's events, are given back), and that is logged once, naming
+// bea and the limit's key. Ann's stream goes on meanwhile and after.
+func TestStuckEventStreamIsCut(t *testing.T) {
+	var ann, bea string
+	m := newMonitorEnvOn(t, stuckOptions(t, &ann, &bea), func(l net.Listener) net.Listener { return smallWrites{l} })
+	sys := m.stack.Sys
+	addTask := func(op, name string) string {
+		t.Helper()
+		id, err := sys.AddTask(op, engine.AddTaskRequest{TaskName: name, TaskIntention: "Research a topic and write a report."})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	annEvents := openEvents(t, m.ts.Client(), m.ts.URL, tokenAnn)
+	annGets := func(taskID string) {
+		t.Helper()
+		for {
+			if ev := annEvents.next(t, 20*time.Second); ev.Event == string(engine.EventTaskAdded) && strings.Contains(ev.Data, taskID) {
+				return
+			}
+		}
+	}
+
+	req, err := http.NewRequest(http.MethodGet, m.ts.URL+"/api/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tokenBea)
+	stream, err := smallReads(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stream.Body.Close() })
+	if stream.StatusCode != http.StatusOK {
+		t.Fatalf("GET /api/events: %s", stream.Status)
+	}
+	// Bea reads no more; her tasks' events (hundreds of kilobytes) fill
+	// the connection's buffers.
+	for i := range 10 {
+		addTask(bea, fmt.Sprint("bea's ", i))
+	}
+	annGets(addTask(ann, "ann's while bea is stuck"))
+
+	const cut = "its /api/events stream is cut"
+	awaitCut(t, m.env, stream, cut, m.eventsDone)
+	if _, events, _, _, _ := m.srv.Held(); events != 1 {
+		t.Errorf("%d event streams held after the stuck one was cut, want ann's only", events)
+	}
+	annGets(addTask(ann, "ann's after bea was cut"))
+
+	logs := m.stack.Logs.String()
+	if n := strings.Count(logs, cut); n != 1 {
+		t.Errorf("the cut is logged %d times, want once:\n%s", n, logs)
+	}
+	cutNamesBea(t, logs, bea)
 }
