@@ -304,14 +304,21 @@ func TestBodyTimeout(t *testing.T) {
 // (for a tools/call, the tool named in params) with the operator's token.
 func (c *capsEnv) statelessRequest(ctx context.Context, token, method string, params map[string]any) *http.Request {
 	c.t.Helper()
+	return statelessRequest(c.t, ctx, c.url, token, method, params)
+}
+
+// statelessRequest is a POST to url's /mcp of protocol 2026-07-28 calling
+// method (for a tools/call, the tool named in params) with token.
+func statelessRequest(t *testing.T, ctx context.Context, url, token, method string, params map[string]any) *http.Request {
+	t.Helper()
 	params["_meta"] = map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28",
 		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "caps", "version": "1"},
 		"io.modelcontextprotocol/clientCapabilities": map[string]any{}}
 	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.url+"/mcp", bytes.NewReader(body))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/mcp", bytes.NewReader(body))
 	for k, v := range map[string]string{"Authorization": "Bearer " + token, "Content-Type": "application/json",
 		"Accept": "application/json, text/event-stream", "Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": method} {
 		req.Header.Set(k, v)

@@ -169,12 +169,16 @@ func TestStuckSessionIsCut(t *testing.T) {
 }
 
 // stuckOptions configures two operators, ann and bea, with bearer tokens
-// (tokenOperators), and limits.stuck_session_timeout of a second.
-func stuckOptions(t *testing.T, ann, bea *string) envOptions {
+// (tokenOperators), and limits.stuck_session_timeout of a second, then
+// applies adjust.
+func stuckOptions(t *testing.T, ann, bea *string, adjust ...func(*server.Config)) envOptions {
 	tok := tokenOperators(t, ann, bea)
 	return envOptions{Config: func(c *server.Config) {
 		tok.Config(c)
 		c.Limits.StuckSession = time.Second
+		for _, f := range adjust {
+			f(c)
+		}
 	}}
 }
 
@@ -370,4 +374,70 @@ func TestStuckEventStreamIsCut(t *testing.T) {
 		t.Errorf("the cut is logged %d times, want once:\n%s", n, logs)
 	}
 	cutNamesBea(t, logs, bea)
+}
+
+// TestStuckListenStreamIsCut: a subscriptions/listen stream of protocol
+// 2026-07-28 (a stateless request, its stream bound to its session as a
+// legacy SSE one is) whose client stops reading it (bea's, over a real
+// TCP connection whose buffers fill) is cut once its oldest notification
+// has waited limits.stuck_session_timeout: that is logged once, naming bea
+// and the key, the connection is closed, and what the stream held is
+// given back: its handler returned (its place among the long-lived
+// requests), its subscriptions are gone, and its queue in the outbox.
+func TestStuckListenStreamIsCut(t *testing.T) {
+	var ann, bea string
+	e := newEnvWith(t, stuckOptions(t, &ann, &bea, func(c *server.Config) { c.Coalesce = time.Millisecond }))
+	ts := httptest.NewUnstartedServer(e.srv.Handler())
+	ts.Listener = smallWrites{ts.Listener}
+	ts.Start()
+	t.Cleanup(ts.Close)
+
+	mgr := "mas://agents/" + e.stack.Sys.ManagerID()
+	uris := []string{"mas://tasks", "mas://agents", mgr, mgr + "/steps", "mas://operators/" + bea + "/inbox"}
+	stream, err := smallReads(t).Do(statelessRequest(t, context.Background(), ts.URL, tokenBea, "subscriptions/listen",
+		map[string]any{"notifications": map[string]any{"resourceSubscriptions": uris}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stream.Body.Close() })
+	if stream.StatusCode != http.StatusOK {
+		t.Fatalf("subscriptions/listen: %s", stream.Status)
+	}
+	for rd := bufio.NewReader(stream.Body); ; {
+		line, err := rd.ReadString('\n')
+		if strings.Contains(line, "notifications/subscriptions/acknowledged") {
+			break
+		}
+		if err != nil {
+			t.Fatalf("subscriptions/listen: the stream ended before its acknowledgement: %v", err)
+		}
+	}
+	if _, n := e.srv.LongRequests(bea); n != 1 || e.srv.SubscribedSessions() != 1 {
+		t.Fatalf("bea holds %d long requests, %d sessions are subscribed; want her listen stream's", n, e.srv.SubscribedSessions())
+	}
+	// The handler has returned once bea holds no long request.
+	returned := make(chan struct{})
+	go func() {
+		e.srv.AwaitLongRequests(bea, 0)
+		close(returned)
+	}()
+
+	// Bea reads no more; her tasks change the resources again and again
+	// (some 12 notifications a task, folded by the 1 ms window: 480 in
+	// all, far more than the connection's buffers hold).
+	for i := range 40 {
+		if _, err := e.stack.Sys.AddTask(bea, engine.AddTaskRequest{TaskName: fmt.Sprint("bea's ", i), TaskIntention: "Research a topic and write a report."}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	awaitCut(t, e, stream, cutLine, returned)
+	select {
+	case <-e.srv.QueuesEmptied():
+	case <-time.After(20 * time.Second):
+		t.Fatal("timed out waiting for the stuck stream's queue to be dropped")
+	}
+	if n := e.srv.SubscribedSessions(); n != 0 {
+		t.Errorf("%d sessions are subscribed after the listen stream was cut, want none", n)
+	}
+	cutNamesBea(t, closeAfterCut(t, e), bea)
 }
