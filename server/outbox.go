@@ -34,7 +34,9 @@ import (
 // A session whose oldest notification (the one being written) has waited
 // stuckAfter is cut: its HTTP streams get a write deadline in the past
 // (openStreams.cut), which ends the write, and what waits behind it is
-// dropped, so that its goroutine returns. Logged once, as a warning.
+// dropped, so that its goroutine returns. Logged once, as a warning. When
+// the outbox closes (Server.Close), the sessions with a notification
+// being written are cut at once.
 type outbox struct {
 	ctx        context.Context // the server's; cancelled on Close
 	log        *slog.Logger
@@ -193,12 +195,32 @@ func (o *outbox) stuck(ss *mcp.ServerSession, q *sessionQueue, queued time.Time)
 }
 
 // close drops what waits and waits for the sessions' goroutines: each
-// ends after the notification it is sending, if any (a write the
-// transport does not give up ends when the transport closes).
+// ends after the notification it is sending, if any. A session whose
+// client stopped reading in the middle of one would hold close until
+// stuckAfter cut it (5 minutes by default): the sessions with a
+// notification being written have their streams cut at once instead, as
+// a stuck one's are (the server stops: what they would send next is
+// dropped anyway). Over a transport without streams to cut (stdio, in
+// memory), a write the transport does not give up ends when the
+// transport closes.
 func (o *outbox) close() {
 	o.mu.Lock()
 	o.closed = true
+	busy := make([]*mcp.ServerSession, 0, len(o.queues))
+	for ss := range o.queues {
+		busy = append(busy, ss)
+	}
 	o.mu.Unlock()
+	if o.cut != nil {
+		cut := 0
+		for _, ss := range busy {
+			cut += o.cut(ss)
+		}
+		if cut > 0 {
+			o.log.Info("the server closes: the streams of the sessions whose notifications were being written are cut",
+				"sessions", len(busy), "streams", cut)
+		}
+	}
 	o.wg.Wait()
 }
 

@@ -185,7 +185,10 @@ func (s *Server) MCP() *mcp.Server { return s.mcp }
 // drain makes pending long polls return (shutdown is starting).
 func (s *Server) drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 
-// Close stops relaying updates. Sessions end with their transports.
+// Close stops relaying updates. Sessions end with their transports; the
+// streams of those whose notifications are being written are cut
+// (outbox.close), so that a client that stopped reading does not hold
+// Close for limits.stuck_session_timeout.
 func (s *Server) Close() error {
 	s.drain()
 	s.once.Do(func() {

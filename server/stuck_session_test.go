@@ -30,6 +30,16 @@ func (l smallWrites) Accept() (net.Conn, error) {
 	return c, err
 }
 
+// serveSmallWrites serves e's server's HTTP handler over connections
+// with a small send buffer (smallWrites).
+func serveSmallWrites(t *testing.T, e *env) *httptest.Server {
+	ts := httptest.NewUnstartedServer(e.srv.Handler())
+	ts.Listener = smallWrites{ts.Listener}
+	ts.Start()
+	t.Cleanup(ts.Close)
+	return ts
+}
+
 // smallReads is a client whose connections have a small receive buffer.
 func smallReads(t *testing.T) *http.Client {
 	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -126,10 +136,7 @@ func (r *rawSession) listen() *http.Response {
 func TestStuckSessionIsCut(t *testing.T) {
 	var ann, bea string
 	e := newEnvWith(t, stuckOptions(t, &ann, &bea))
-	ts := httptest.NewUnstartedServer(e.srv.Handler())
-	ts.Listener = smallWrites{ts.Listener}
-	ts.Start()
-	t.Cleanup(ts.Close)
+	ts := serveSmallWrites(t, e)
 
 	annPeer := e.httpPeer(ts.URL, tokenAnn, "2025-11-25")
 	if err := annPeer.client.SetLoggingLevel(context.Background(), &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
@@ -208,6 +215,18 @@ func awaitCut(t *testing.T, e *env, stream *http.Response, line string, released
 	if !e.stack.Logs.WaitFor(20*time.Second, nil, func(logs string) bool { return strings.Contains(logs, line) }) {
 		t.Fatal("timed out waiting for the stuck stream to be cut")
 	}
+	awaitEnd(t, stream)
+	select {
+	case <-released:
+	case <-time.After(20 * time.Second):
+		t.Fatal("timed out waiting for what the stuck stream held to be given back")
+	}
+}
+
+// awaitEnd checks that stream, unread so far, ends: its connection was
+// closed.
+func awaitEnd(t *testing.T, stream *http.Response) {
+	t.Helper()
 	read := make(chan error, 1)
 	go func() {
 		_, err := io.Copy(io.Discard, stream.Body)
@@ -218,16 +237,10 @@ func awaitCut(t *testing.T, e *env, stream *http.Response, line string, released
 	case <-time.After(20 * time.Second):
 		t.Fatal("the stuck stream is still open")
 	}
-	select {
-	case <-released:
-	case <-time.After(20 * time.Second):
-		t.Fatal("timed out waiting for what the stuck stream held to be given back")
-	}
 }
 
-// closeAfterCut checks that Server.Close returns, and that the cut was
-// logged once; it returns the log.
-func closeAfterCut(t *testing.T, e *env) string {
+// awaitClose checks that Server.Close returns.
+func awaitClose(t *testing.T, e *env) {
 	t.Helper()
 	closed := make(chan struct{})
 	go func() {
@@ -239,6 +252,13 @@ func closeAfterCut(t *testing.T, e *env) string {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Server.Close does not return")
 	}
+}
+
+// closeAfterCut checks that Server.Close returns, and that the cut was
+// logged once; it returns the log.
+func closeAfterCut(t *testing.T, e *env) string {
+	t.Helper()
+	awaitClose(t, e)
 	logs := e.stack.Logs.String()
 	if n := strings.Count(logs, cutLine); n != 1 {
 		t.Errorf("the cut is logged %d times, want once:\n%s", n, logs)
@@ -251,10 +271,7 @@ func closeAfterCut(t *testing.T, e *env) string {
 // session's stream is found through the session, which has no ID.
 func TestStuckSSESessionIsCut(t *testing.T) {
 	e := newEnvWith(t, envOptions{Config: func(c *server.Config) { c.Limits.StuckSession = time.Second }})
-	ts := httptest.NewUnstartedServer(e.srv.Handler())
-	ts.Listener = smallWrites{ts.Listener}
-	ts.Start()
-	t.Cleanup(ts.Close)
+	ts := serveSmallWrites(t, e)
 
 	hc := smallReads(t)
 	req, err := http.NewRequest(http.MethodGet, ts.URL+"/sse", nil)
@@ -387,10 +404,7 @@ func TestStuckEventStreamIsCut(t *testing.T) {
 func TestStuckListenStreamIsCut(t *testing.T) {
 	var ann, bea string
 	e := newEnvWith(t, stuckOptions(t, &ann, &bea, func(c *server.Config) { c.Coalesce = time.Millisecond }))
-	ts := httptest.NewUnstartedServer(e.srv.Handler())
-	ts.Listener = smallWrites{ts.Listener}
-	ts.Start()
-	t.Cleanup(ts.Close)
+	ts := serveSmallWrites(t, e)
 
 	mgr := "mas://agents/" + e.stack.Sys.ManagerID()
 	uris := []string{"mas://tasks", "mas://agents", mgr, mgr + "/steps", "mas://operators/" + bea + "/inbox"}
@@ -440,4 +454,34 @@ func TestStuckListenStreamIsCut(t *testing.T) {
 		t.Errorf("%d sessions are subscribed after the listen stream was cut, want none", n)
 	}
 	cutNamesBea(t, closeAfterCut(t, e), bea)
+}
+
+// TestCloseCutsStuckSession: Server.Close does not wait
+// limits.stuck_session_timeout (an hour here) for a session whose client
+// stopped reading in the middle of a notification: it cuts the streams of
+// the sessions whose notifications are being written, and returns.
+func TestCloseCutsStuckSession(t *testing.T) {
+	var ann, bea string
+	e := newEnvWith(t, stuckOptions(t, &ann, &bea, func(c *server.Config) { c.Limits.StuckSession = time.Hour }))
+	ts := serveSmallWrites(t, e)
+
+	stuck := openRawSession(t, ts.URL, tokenBea)
+	stream := stuck.listen()
+	t.Cleanup(func() { _ = stream.Body.Close() })
+	if n := e.srv.NotifyLog(bea, strings.Repeat("x", 128<<10)); n != 1 {
+		t.Fatalf("bea has %d sessions, want 1", n)
+	}
+	// Bea reads the notification's start, and no more: the rest is more
+	// than the connection's buffers hold, so its write cannot end.
+	var head []byte
+	for buf := make([]byte, 512); !strings.Contains(string(head), "notifications/message"); {
+		n, err := stream.Body.Read(buf)
+		if err != nil {
+			t.Fatalf("bea's stream ended before her notification: %v", err)
+		}
+		head = append(head, buf[:n]...)
+	}
+
+	awaitClose(t, e)
+	awaitEnd(t, stream)
 }
