@@ -194,34 +194,52 @@ func (o *outbox) stuck(ss *mcp.ServerSession, q *sessionQueue, queued time.Time)
 		"limit", o.stuckAfter, "key", keyStuckSession, "dropped", dropped)
 }
 
+// closeGrace is how long close lets the notifications being written
+// finish before it cuts their streams.
+const closeGrace = time.Second
+
 // close drops what waits and waits for the sessions' goroutines: each
 // ends after the notification it is sending, if any. A session whose
 // client stopped reading in the middle of one would hold close until
-// stuckAfter cut it (5 minutes by default): the sessions with a
-// notification being written have their streams cut at once instead, as
-// a stuck one's are (the server stops: what they would send next is
-// dropped anyway). Over a transport without streams to cut (stdio, in
-// memory), a write the transport does not give up ends when the
-// transport closes.
+// stuckAfter cut it (5 minutes by default): after closeGrace, the sessions
+// still writing have their streams cut, as a stuck one's are (the server
+// stops: what they would send next is dropped anyway), while a healthy
+// client's last notification is not cut off mid-write. Over a transport
+// without streams to cut (stdio, in memory), a write the transport does
+// not give up ends when the transport closes.
 func (o *outbox) close() {
 	o.mu.Lock()
 	o.closed = true
-	busy := make([]*mcp.ServerSession, 0, len(o.queues))
-	for ss := range o.queues {
-		busy = append(busy, ss)
-	}
 	o.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		o.wg.Wait()
+		close(done)
+	}()
+	grace := time.NewTimer(closeGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+		return
+	case <-grace.C:
+	}
 	if o.cut != nil {
+		o.mu.Lock()
+		busy := make([]*mcp.ServerSession, 0, len(o.queues))
+		for ss := range o.queues {
+			busy = append(busy, ss)
+		}
+		o.mu.Unlock()
 		cut := 0
 		for _, ss := range busy {
 			cut += o.cut(ss)
 		}
 		if cut > 0 {
-			o.log.Info("the server closes: the streams of the sessions whose notifications were being written are cut",
-				"sessions", len(busy), "streams", cut)
+			o.log.Info("the server closes: the streams of the sessions whose notifications were still being written are cut",
+				"sessions", len(busy), "streams", cut, "after", closeGrace)
 		}
 	}
-	o.wg.Wait()
+	<-done
 }
 
 // updatedKey is the folding key of a resources/updated: its URI, and the
