@@ -344,7 +344,7 @@ func (p *Pool) do(ctx context.Context, server string, retry bool, f func(context
 	case rerr != nil:
 		return c.scrub.err(fmt.Errorf("%w (and reconnecting failed: %v)", err, rerr))
 	case tooLarge(err):
-		return c.scrub.err(fmt.Errorf("%w (reconnected for the next call)", err))
+		return c.scrub.err(fmt.Errorf("%w (reconnected for the next call)", namedTooLarge(server, err)))
 	case !retry && !unsent:
 		return c.scrub.err(fmt.Errorf("the connection to mcp server %q broke during the call, which may have taken effect; it was not repeated (reconnected for the next call): %w", server, err))
 	}

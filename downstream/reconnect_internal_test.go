@@ -130,6 +130,8 @@ func TestBrokenRemote(t *testing.T) {
 		{fmt.Errorf(`calling "tools/call": %w`, post(errors.New("dial tcp: connection refused"))), true},
 		{fmt.Errorf(`calling "tools/call": sending "tools/call": failed to read body: %s`, (&tooLargeError{server: "s"}).Error()), true},
 		{errors.New(`calling "tools/call": sending "tools/call": failed to read body: unexpected EOF`), true},
+		// A stdio server's line over the limit (go-sdk's text alone).
+		{errors.New(`calling "tools/call": inbound JSON-RPC frame exceeded the configured maximum line length`), true},
 		// A call's own timeout or cancellation.
 		{fmt.Errorf(`calling "tools/call": %w: %w`, rejected, post(context.Canceled)), false},
 		// The server (or its proxy) answered: 503, or a JSON-RPC error.

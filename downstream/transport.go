@@ -30,10 +30,26 @@ func (e *tooLargeError) Error() string {
 		e.server, MaxMessageBytes>>20, errTooLargeText)
 }
 
+// sdkLineTooLarge is go-sdk's error text for a stdio server's line over
+// MaxMessageBytes (its errFrameTooLarge, which it does not export). It
+// names neither the limit nor the server.
+const sdkLineTooLarge = "inbound JSON-RPC frame exceeded the configured maximum line length"
+
 // tooLarge reports whether err says a server's answer was over MaxMessageBytes.
 func tooLarge(err error) bool {
 	var tl *tooLargeError
-	return err != nil && (errors.As(err, &tl) || strings.Contains(err.Error(), errTooLargeText))
+	return err != nil && (errors.As(err, &tl) || strings.Contains(err.Error(), errTooLargeText) ||
+		strings.Contains(err.Error(), sdkLineTooLarge))
+}
+
+// namedTooLarge is err, an answer over MaxMessageBytes, naming the server
+// and the limit as mas-mcp's own error of an HTTP answer does (go-sdk's of
+// a stdio line says neither).
+func namedTooLarge(server string, err error) error {
+	if strings.Contains(err.Error(), errTooLargeText) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", &tooLargeError{server: server}, err)
 }
 
 // httpClient is the HTTP client of a remote server's transport: it adds
