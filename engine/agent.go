@@ -9,17 +9,6 @@ import (
 // stageKey names one (task, stage) pair of an agent's work.
 type stageKey struct{ task, stage string }
 
-// stageCount is what an agent has run in one stage (for the budgets).
-type stageCount struct {
-	steps           int
-	reflections     int
-	summaryFailures int
-	// chain is the Chain of the last message the agent took there: how
-	// many agents' messages in a row led to it (0 after an operator's or
-	// the engine's).
-	chain int
-}
-
 // agent owns one AgentState. LLM agents run their steps on their own
 // goroutine; HumanAgents have none (spec §7: their actions are recorded as
 // finished steps). Every mutation happens under mu, and nothing under mu
@@ -31,9 +20,8 @@ type agent struct {
 	// wake is signalled (never blocking) whenever the agent may have work.
 	wake chan struct{}
 
-	mu     ownerMu[AgentState] // the single writer's lock (owner.go)
-	st     AgentState          // guarded by mu
-	counts map[stageKey]*stageCount
+	mu ownerMu[AgentState] // the single writer's lock (owner.go)
+	st AgentState          // guarded by mu
 	// running is the step being executed, and cancelRun cancels it.
 	running    string
 	runningKey stageKey
@@ -77,12 +65,11 @@ type agent struct {
 
 func newAgentOwner(s *System, st AgentState) *agent {
 	a := &agent{
-		sys:    s,
-		id:     st.AgentID,
-		kind:   st.Kind,
-		wake:   make(chan struct{}, 1),
-		st:     st,
-		counts: map[stageKey]*stageCount{},
+		sys:  s,
+		id:   st.AgentID,
+		kind: st.Kind,
+		wake: make(chan struct{}, 1),
+		st:   st,
 	}
 	a.mu.ops = ownerOps[AgentState]{
 		copy:     a.st.commitCopy,
@@ -174,10 +161,12 @@ func (a *agent) event(ev Event) Event {
 func (a *agent) restoreLocked(got AgentState) {
 	// The reports stay as they are in memory: those the stored document
 	// still lists but a task has stored since are not taken back
-	// (reportStored dropped them, without a write of their own).
-	reports := a.st.Reports
+	// (reportStored dropped them, without a write of their own). So do
+	// the stage counts: the steps counted ran, whatever the store holds
+	// of their ends, and the next commit writes them.
+	reports, counts := a.st.Reports, a.st.StageCounts
 	a.st = got
-	a.st.Reports = reports
+	a.st.Reports, a.st.StageCounts = reports, counts
 	a.ended, a.endedAt, a.received, a.stepIndex, a.stepDups = nil, nil, nil, nil, 0
 	// An LLM step is not written when it starts (a restart just runs it
 	// again): the stored document may still list the running step as
@@ -221,13 +210,38 @@ func briefOf(st *AgentState) AgentBrief {
 	}
 }
 
-func (a *agent) count(k stageKey) *stageCount {
-	c := a.counts[k]
-	if c == nil {
-		c = &stageCount{}
-		a.counts[k] = c
+// count returns the agent's count of a stage, made when it has none. The
+// pointer is into st.StageCounts: it holds until the list changes (the
+// next count made, an entry dropped). a.mu must be held.
+func (a *agent) count(k stageKey) *StageCount {
+	i, ok := a.countAt(k)
+	if !ok {
+		a.st.StageCounts = slices.Insert(a.st.StageCounts, i, StageCount{TaskID: k.task, StageID: k.stage})
 	}
-	return c
+	return &a.st.StageCounts[i]
+}
+
+// countOf returns the agent's count of a stage, nil when it has none.
+// a.mu must be held.
+func (a *agent) countOf(k stageKey) *StageCount {
+	if i, ok := a.countAt(k); ok {
+		return &a.st.StageCounts[i]
+	}
+	return nil
+}
+
+// countAt finds a stage's count in st.StageCounts, which is kept sorted
+// by task and stage (CompareStageCounts): a manager of a hundred tasks
+// looks its counts up at every step, and the store tells the list
+// against an older copy of it by walking both in that order.
+func (a *agent) countAt(k stageKey) (int, bool) {
+	return slices.BinarySearchFunc(a.st.StageCounts, StageCount{TaskID: k.task, StageID: k.stage}, CompareStageCounts)
+}
+
+// dropCountsLocked forgets the counts of the stages that ended for the
+// agent. a.mu must be held.
+func (a *agent) dropCountsLocked(ended func(*StageCount) bool) {
+	a.st.StageCounts = slices.DeleteFunc(a.st.StageCounts, func(c StageCount) bool { return ended(&c) })
 }
 
 // loop runs the agent's steps one at a time until the MAS closes (spec §6.1).
@@ -429,16 +443,16 @@ func (a *agent) budgetLocked(step *StepState) bool {
 	switch {
 	case step.Executor == SkillSummary:
 		return false
-	case c.steps >= a.sys.cfg.StageStepBudget && step.Type == StepSkill && isMessageStep(step):
+	case c.Steps >= a.sys.cfg.StageStepBudget && step.Type == StepSkill && isMessageStep(step):
 		// Messages still get answered: others may be waiting on them.
 		return false
-	case c.steps >= a.sys.cfg.StageStepBudget:
+	case c.Steps >= a.sys.cfg.StageStepBudget:
 		reason := a.sys.text("budget_steps", map[string]any{"Budget": a.sys.cfg.StageStepBudget})
 		a.skipLocked(step, reason)
 		a.dropPlannedLocked(step.TaskID, step.StageID, reason)
 		a.ensureSummaryLocked(step.TaskID, step.StageID, reason)
 		return true
-	case step.Executor == SkillReflection && c.reflections >= a.sys.cfg.StageReflectionBudget:
+	case step.Executor == SkillReflection && c.Reflections >= a.sys.cfg.StageReflectionBudget:
 		reason := a.sys.text("budget_reflections", map[string]any{"Budget": a.sys.cfg.StageReflectionBudget})
 		a.skipLocked(step, reason)
 		a.ensureSummaryLocked(step.TaskID, step.StageID, reason)
@@ -456,7 +470,7 @@ func (a *agent) budgetLocked(step *StepState) bool {
 // whether the step was skipped. a.mu must be held.
 func (a *agent) unstagedBudgetLocked(step *StepState) bool {
 	c := a.count(stageKey{step.TaskID, step.StageID})
-	if c.steps < a.sys.cfg.UnstagedStepBudget || isMessageStep(step) {
+	if c.Steps < a.sys.cfg.UnstagedStepBudget || isMessageStep(step) {
 		return false
 	}
 	reason := a.sys.text("budget_unstaged", map[string]any{"Budget": a.sys.cfg.UnstagedStepBudget})
@@ -473,8 +487,8 @@ func (a *agent) freshInputLocked(taskID, stageID string) {
 	if taskID != a.sys.baseTaskID && stageID != NoRelative {
 		return
 	}
-	if c := a.counts[stageKey{taskID, stageID}]; c != nil {
-		c.steps = 0
+	if c := a.countOf(stageKey{taskID, stageID}); c != nil {
+		c.Steps = 0
 	}
 }
 

@@ -89,13 +89,13 @@ func (a *agent) tally(step *StepState, failure error) (summaryGaveUp bool, role 
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	c := a.count(stageKey{step.TaskID, step.StageID})
-	c.steps++
+	c.Steps++
 	if step.Executor == SkillReflection {
-		c.reflections++
+		c.Reflections++
 	}
 	if step.Executor == SkillSummary && failure != nil {
-		c.summaryFailures++
-		summaryGaveUp = c.summaryFailures >= a.sys.cfg.SummaryAttempts
+		c.SummaryFailures++
+		summaryGaveUp = c.SummaryFailures >= a.sys.cfg.SummaryAttempts
 	}
 	return summaryGaveUp, a.st.Role
 }
@@ -150,7 +150,7 @@ func (a *agent) guardStage(step *StepState, failure error) {
 	if failure != nil {
 		reason = a.sys.text("stage_step_failed", map[string]any{"StepID": step.StepID, "Executor": step.Executor, "Reason": Truncate(failure.Error(), 300)})
 	}
-	if step.Executor == SkillSummary || c.reflections >= a.sys.cfg.StageReflectionBudget || c.steps >= a.sys.cfg.StageStepBudget {
+	if step.Executor == SkillSummary || c.Reflections >= a.sys.cfg.StageReflectionBudget || c.Steps >= a.sys.cfg.StageStepBudget {
 		a.ensureSummaryLocked(step.TaskID, step.StageID, reason)
 		return
 	}

@@ -100,7 +100,7 @@ func stepSize(st *StepState) int {
 // agentSizeLocked estimates the agent document's stored size, counting its
 // texts as JSON writes them (storedLen). mu must be held.
 func (a *agent) agentSizeLocked() int {
-	n := 4096 + storedLen(a.st.Profile) + 40*len(a.st.Received) + 120*len(a.st.Waits) + 40*len(a.st.MemoryFullIn) + a.memorySizeLocked()
+	n := 4096 + storedLen(a.st.Profile) + 40*len(a.st.Received) + 120*len(a.st.Waits) + 40*len(a.st.MemoryFullIn) + 160*len(a.st.StageCounts) + a.memorySizeLocked()
 	for _, stages := range a.st.WorkingMemory {
 		for _, ids := range stages {
 			n += 40 * (len(ids) + 1)

@@ -534,17 +534,7 @@ func TestAgentsAnsweringEachOtherAreBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const limit = 8
 		b := bubbleBed(t, func(c *Config) { c.MessageChainLimit = limit })
-		alice, bob := b.newAgent("alice"), b.newAgent("bob")
-		task := b.newTask("t", alice, bob)
-		var sent atomic.Int32
-		talk := func(to string) handler {
-			return func(context.Context, *ExecInput) *Output {
-				// Without the bound the test still ends, and fails.
-				return &Output{SendMessage: &OutgoingMessage{Receiver: StringList{to}, Message: "and you?", NeedReply: sent.Add(1) < 5*limit}}
-			}
-		}
-		b.sc.onAgent("alice", SkillSendMessage, talk(bob))
-		b.sc.onAgent("bob", SkillSendMessage, talk(alice))
+		alice, bob, task, sent := talkers(b, limit)
 		b.inject(alice, task, NoRelative, false, spec(SkillSendMessage, "start talking"))
 		synctest.Wait()
 		if n := sent.Load(); n != limit+1 {
@@ -567,6 +557,24 @@ func TestAgentsAnsweringEachOtherAreBounded(t *testing.T) {
 			t.Errorf("after the operator's message the agents tried %d messages, want the limit again (%d) and the one refused", n, limit)
 		}
 	})
+}
+
+// talkers makes agents alice and bob, in a task t, whose every message
+// asks the other for a reply: for their first 5*limit messages, so that
+// without the chain limit the conversation still ends (and the test
+// fails). sent counts the messages they tried to send.
+func talkers(b *testbed, limit int) (alice, bob, task string, sent *atomic.Int32) {
+	alice, bob = b.newAgent("alice"), b.newAgent("bob")
+	task = b.newTask("t", alice, bob)
+	sent = new(atomic.Int32)
+	talk := func(to string) handler {
+		return func(context.Context, *ExecInput) *Output {
+			return &Output{SendMessage: &OutgoingMessage{Receiver: StringList{to}, Message: "and you?", NeedReply: sent.Add(1) < int32(5*limit)}}
+		}
+	}
+	b.sc.onAgent("alice", SkillSendMessage, talk(bob))
+	b.sc.onAgent("bob", SkillSendMessage, talk(alice))
+	return alice, bob, task, sent
 }
 
 // failedWith matches the failed steps whose error holds reason.

@@ -31,7 +31,7 @@ func (a *agent) receive(m Message) {
 	}
 	if !m.NotNewInput {
 		a.freshInputLocked(m.TaskID, m.StageRelative)
-		a.count(stageKey{m.TaskID, m.StageRelative}).chain = m.Chain
+		a.count(stageKey{m.TaskID, m.StageRelative}).Chain = m.Chain
 	}
 	var released *Wait
 	if m.ReturnWaitingID != "" {
@@ -179,17 +179,13 @@ func (a *agent) instructionLocked(m Message, ts *TaskState) {
 			return s.TaskID == ref.TaskID && s.StageID == ref.StageID && !keep(s)
 		})
 		a.forgetStageLocked(ref.TaskID, ref.StageID)
-		delete(a.counts, stageKey{ref.TaskID, ref.StageID})
+		a.dropCountsLocked(func(c *StageCount) bool { return c.TaskID == ref.TaskID && c.StageID == ref.StageID })
 		a.changedLocked(Event{TaskID: ref.TaskID, StageID: ref.StageID, Detail: "finish_stage"})
 	case in.FinishTask != nil:
 		id := in.FinishTask.TaskID
 		a.removeStepsLocked(func(s *StepState) bool { return s.TaskID == id })
 		delete(a.st.WorkingMemory, id)
-		for k := range a.counts {
-			if k.task == id {
-				delete(a.counts, k)
-			}
-		}
+		a.dropCountsLocked(func(c *StageCount) bool { return c.TaskID == id })
 		a.changedLocked(Event{TaskID: id, Detail: "finish_task"})
 	case in.UpdateWorkingMemory != nil:
 		ref := in.UpdateWorkingMemory

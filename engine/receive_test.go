@@ -28,8 +28,8 @@ func newReceiver(b *testbed, task, stage, stage2 string) *receiver {
 	defer a.mu.Unlock()
 	ids := a.addStepsLocked(task, stage, []StepSpec{spec(SkillThink, "r"), spec(SkillThink, "p1"), spec(SkillThink, "p2")}, false, "")
 	popForTest(a)
-	a.count(stageKey{task, stage}).steps = 3
-	a.count(stageKey{task, stage2}).steps = 1
+	a.count(stageKey{task, stage}).Steps = 3
+	a.count(stageKey{task, stage2}).Steps = 1
 	o := a.addStepsLocked(task, stage2, []StepSpec{spec(SkillThink, "other stage")}, false, "")
 	base := a.addStepsLocked(b.sys.BaseTaskID(), b.sys.BaseStageID(), []StepSpec{spec(SkillThink, "base")}, false, "")
 	return &receiver{a: a, running: ids[0], pending: []string{ids[1], ids[2], o[0], base[0]}, otherStage: o[0], inBase: base[0]}
@@ -202,10 +202,8 @@ func TestReceiveInstructions(t *testing.T) {
 		if diff := cmp.Diff(wantWM, st.WorkingMemory); diff != "" {
 			t.Errorf("working_memory mismatch (-want +got):\n%s", diff)
 		}
-		r.a.mu.Lock()
-		_, counted := r.a.counts[stageKey{task, stage}]
-		_, kept := r.a.counts[stageKey{task, stage2}]
-		r.a.mu.Unlock()
+		counted := slices.ContainsFunc(st.StageCounts, func(c StageCount) bool { return c.TaskID == task && c.StageID == stage })
+		kept := slices.ContainsFunc(st.StageCounts, func(c StageCount) bool { return c.TaskID == task && c.StageID == stage2 })
 		if counted || !kept {
 			t.Errorf("stage counts: finished stage kept %v, other stage kept %v; want false, true", counted, kept)
 		}
@@ -220,11 +218,8 @@ func TestReceiveInstructions(t *testing.T) {
 		if _, ok := st.WorkingMemory[task]; ok {
 			t.Errorf("working_memory still has the task: %v", st.WorkingMemory)
 		}
-		r.a.mu.Lock()
-		n := len(r.a.counts)
-		r.a.mu.Unlock()
-		if n != 0 {
-			t.Errorf("%d stage counts left, want 0", n)
+		if n := len(st.StageCounts); n != 0 {
+			t.Errorf("%d stage counts left, want 0: %v", n, st.StageCounts)
 		}
 	})
 	t.Run("update_working_memory", func(t *testing.T) {

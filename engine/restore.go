@@ -95,6 +95,10 @@ func (s *System) StartFrom(img *Image) error {
 		if st.PersistentMemory == nil {
 			st.PersistentMemory = map[string]string{}
 		}
+		// The counts are looked up as sorted (agent.countAt): a document
+		// that lists them in another order (written by hand, or damaged)
+		// is sorted first.
+		slices.SortFunc(st.StageCounts, CompareStageCounts)
 		// The entries' tasks go with their entries.
 		maps.DeleteFunc(st.MemoryTasks, func(k, _ string) bool { _, ok := st.PersistentMemory[k]; return !ok })
 		// Full where a view is: a notice stored before notices were a

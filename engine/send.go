@@ -178,8 +178,8 @@ func (s *System) sendFromAgent(a *agent, step *StepState, om *OutgoingMessage) (
 func (s *System) chainOf(a *agent, step *StepState, receivers []string) (int, error) {
 	a.mu.Lock()
 	chain := 1
-	if c := a.counts[stageKey{step.TaskID, step.StageID}]; c != nil {
-		chain += c.chain
+	if c := a.countOf(stageKey{step.TaskID, step.StageID}); c != nil {
+		chain += c.Chain
 	}
 	a.mu.Unlock()
 	if chain <= s.cfg.MessageChainLimit {

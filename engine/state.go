@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"cmp"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -268,14 +270,42 @@ type AgentState struct {
 	// Reports are the outcomes of the agent's last steps, stored with the
 	// step's end until the step's task has stored them too: a restart
 	// gives the task those it lacks (docs/engine.md "A step's end").
-	Reports   []StepReport `json:"step_reports,omitempty"`
-	Usage     Usage        `json:"usage"`
-	CreatedAt time.Time    `json:"created_at"`
-	UpdatedAt time.Time    `json:"updated_at"`
+	Reports []StepReport `json:"step_reports,omitempty"`
+	// StageCounts is what the agent ran in each stage it works in (and in
+	// each task's steps outside any stage), for the stage budgets and the
+	// message-chain limit, sorted by task and stage (CompareStageCounts).
+	// It is stored so that a restart gives neither a stage its step
+	// budget nor a conversation between agents its chain again. An entry
+	// goes when its stage or task ends for the agent (finish_stage,
+	// finish_task), so the list is as long as the agent's work in flight.
+	StageCounts []StageCount `json:"stage_counts,omitempty"`
+	Usage       Usage        `json:"usage"`
+	CreatedAt   time.Time    `json:"created_at"`
+	UpdatedAt   time.Time    `json:"updated_at"`
 
 	// BudgetDay is a HumanAgent's raise of its daily token budget
 	// (budget_tokens.go).
 	BudgetDay *BudgetDay `json:"budget_day,omitempty"`
+}
+
+// StageCount is what an agent ran in one stage of a task (StageID
+// NoRelative: the task's steps outside any stage).
+type StageCount struct {
+	TaskID          string `json:"task_id"`
+	StageID         string `json:"stage_id"`
+	Steps           int    `json:"steps,omitempty"`
+	Reflections     int    `json:"reflections,omitempty"`
+	SummaryFailures int    `json:"summary_failures,omitempty"`
+	// Chain is the Chain of the last message the agent took there: how
+	// many agents' messages in a row led to it (0 after an operator's or
+	// the engine's).
+	Chain int `json:"chain,omitempty"`
+}
+
+// CompareStageCounts orders stage counts by task, then stage: the order of
+// AgentState.StageCounts.
+func CompareStageCounts(a, b StageCount) int {
+	return cmp.Or(strings.Compare(a.TaskID, b.TaskID), strings.Compare(a.StageID, b.StageID))
 }
 
 // LLMConfig is an agent's model settings (spec §2.3 llm_config). API keys are
@@ -425,6 +455,7 @@ func (a *AgentState) copyState(shareEnded bool, into []StepState) AgentState {
 	}
 	c.StepLock = slices.Clone(a.StepLock)
 	c.Reports = slices.Clone(a.Reports) // a report's Completion is never changed in place
+	c.StageCounts = slices.Clone(a.StageCounts)
 	c.Tools = slices.Clone(a.Tools)
 	c.Skills = slices.Clone(a.Skills)
 	c.Waits = slices.Clone(a.Waits)

@@ -251,6 +251,8 @@ func (s *System) filterAgent(viewerID string, st *AgentState, hidden []string) {
 	})
 	st.AgentStep.TodoList = slices.DeleteFunc(st.AgentStep.TodoList, func(id string) bool { return slices.Contains(dropped, id) })
 	st.Reports = slices.DeleteFunc(st.Reports, func(r StepReport) bool { return !seen(r.TaskID) || slices.Contains(dropped, r.StepID) })
+	// A stage's counts name its task and tell how far the work went.
+	st.StageCounts = slices.DeleteFunc(slices.Clone(st.StageCounts), func(c StageCount) bool { return !seen(c.TaskID) })
 	for id := range st.WorkingMemory {
 		if !seen(id) {
 			delete(st.WorkingMemory, id)

@@ -16,10 +16,13 @@ import (
 )
 
 // agentWithSteps is an agent with ended steps e0…e(ended-1), then pending
-// steps p0…p(pending-1).
+// steps p0…p(pending-1), and the counts of the stages it works in (which
+// the head keeps as they are, whatever goes to chunks).
 func agentWithSteps(ended, pending int) engine.AgentState {
 	at := time.Date(2026, 11, 24, 8, 0, 0, 0, time.UTC)
-	a := engine.AgentState{AgentID: "a1", Name: "alice", AgentStep: engine.AgentStep{AgentID: "a1"}}
+	a := engine.AgentState{AgentID: "a1", Name: "alice", AgentStep: engine.AgentStep{AgentID: "a1"},
+		StageCounts: []engine.StageCount{{TaskID: "t0", StageID: "s0", Steps: ended, Reflections: 1, SummaryFailures: 1, Chain: 3},
+			{TaskID: "t1", StageID: engine.NoRelative, Steps: pending}}}
 	for i := range ended {
 		a.AgentStep.StepList = append(a.AgentStep.StepList, engine.StepState{
 			AgentID: "a1", TaskID: fmt.Sprint("t", i%3), StepID: fmt.Sprint("e", i), StepIntention: "ended step",
