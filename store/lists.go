@@ -14,21 +14,23 @@ import (
 //
 // Besides its steps, an agent's document holds lists that grow with the
 // work in flight: its working memory ({task: {stage: [step IDs]}}), the
-// IDs of the messages it received (up to 1024), its to-do list, and, once
-// steps are in chunks, the order of all its steps. A manager with a
-// hundred tasks in flight has ~90 KB of them and changed a few IDs at each
-// of its ~35 commits per task: 80 KB written again for each.
+// counts of its work in each stage, the IDs of the messages it received
+// (up to 1024), its to-do list, and, once steps are in chunks, the order
+// of all its steps. A manager with a hundred tasks in flight has ~90 KB of
+// them and changed a few IDs at each of its ~35 commits per task: 80 KB
+// written again for each.
 //
 // Once the lists pass listsInline bytes, the store writes them into a
 // chunk of their own, the base (bucket mas_steps, like chunks of steps,
 // with the same life: written before the head that refers to it, deleted
 // after a head without it is written, swept at Load when nothing refers to
 // it). The head then holds only how the lists differ from the base: the
-// tasks of the working memory that changed or went, and each other list as
-// runs of the base's list and the IDs that are not in it. When that
-// difference passes a sixteenth of the base (2 KiB at least), the lists
-// are written again as a new base. A head is whole with its base, so a
-// crash at any point leaves a head and a base that agree.
+// tasks of the working memory that changed or went, the stage counts that
+// changed or went, and each other list as runs of the base's list and the
+// IDs that are not in it. When that difference passes a sixteenth of the
+// base (2 KiB at least), the lists are written again as a new base. A
+// head is whole with its base, so a crash at any point leaves a head and a
+// base that agree.
 
 // listsInline is the size of an agent's lists (as estimated by listsSize)
 // above which they go to a base; below listsInlineAgain, back in the head.
@@ -41,19 +43,25 @@ const (
 // headLists is a base's document: the lists as they were when written.
 type headLists struct {
 	WorkingMemory map[string]map[string][]string `json:"working_memory"`
-	Received      []string                       `json:"received_messages"`
-	TodoList      []string                       `json:"todo_list"`
-	Order         []string                       `json:"step_order"`
+	// StageCounts is sorted by task and stage (engine.CompareStageCounts).
+	StageCounts []engine.StageCount `json:"stage_counts,omitempty"`
+	Received    []string            `json:"received_messages"`
+	TodoList    []string            `json:"todo_list"`
+	Order       []string            `json:"step_order"`
 }
 
 // listsDelta is how a head's lists differ from its base.
 type listsDelta struct {
 	// WMSet holds the tasks of the working memory that are new or
 	// changed, WMDel those the base has and the agent no longer.
-	WMSet    map[string]map[string][]string `json:"wm_set,omitempty"`
-	WMDel    []string                       `json:"wm_del,omitempty"`
-	Received idRuns                         `json:"received_messages"`
-	TodoList idRuns                         `json:"todo_list"`
+	WMSet map[string]map[string][]string `json:"wm_set,omitempty"`
+	WMDel []string                       `json:"wm_del,omitempty"`
+	// CountSet holds the stage counts that are new or changed, CountDel
+	// the (task, stage) of those the base has and the agent no longer.
+	CountSet []engine.StageCount `json:"counts_set,omitempty"`
+	CountDel [][2]string         `json:"counts_del,omitempty"`
+	Received idRuns              `json:"received_messages"`
+	TodoList idRuns              `json:"todo_list"`
 	// Order is there when the head's steps are not all of the agent's
 	// (some are in chunks).
 	Order idRuns `json:"step_order,omitempty"`
@@ -90,16 +98,31 @@ func listsOf(a *engine.AgentState, order []string) headLists {
 			wm[task] = cloneStages(stages)
 		}
 	}
-	return headLists{WorkingMemory: wm, Received: slices.Clone(a.Received),
+	return headLists{WorkingMemory: wm, StageCounts: sortedCounts(a.StageCounts), Received: slices.Clone(a.Received),
 		TodoList: slices.Clone(a.AgentStep.TodoList), Order: slices.Clone(order)}
 }
 
-// idBytes is about what an ID takes in JSON.
-const idBytes = 40
+// sortedCounts returns a copy of counts sorted as the engine keeps them (a
+// list in another order is read back sorted: the engine looks counts up
+// by task and stage, not by position).
+func sortedCounts(counts []engine.StageCount) []engine.StageCount {
+	out := slices.Clone(counts)
+	if !slices.IsSortedFunc(out, engine.CompareStageCounts) {
+		slices.SortFunc(out, engine.CompareStageCounts)
+	}
+	return out
+}
+
+// idBytes is about what an ID takes in JSON; countBytes what a stage
+// count does.
+const (
+	idBytes    = 40
+	countBytes = 2*idBytes + 40
+)
 
 // listsSize estimates what the lists take in JSON.
 func listsSize(l *headLists) int {
-	n := idBytes * (len(l.Received) + len(l.TodoList) + len(l.Order))
+	n := idBytes*(len(l.Received)+len(l.TodoList)+len(l.Order)) + countBytes*len(l.StageCounts)
 	for _, stages := range l.WorkingMemory {
 		n += idBytes
 		for _, ids := range stages {
@@ -139,6 +162,8 @@ func (b *base) deltaOf(a *engine.AgentState, order []string) (*listsDelta, int, 
 	}
 	slices.Sort(d.WMDel)
 	var n int
+	d.CountSet, d.CountDel, n = countsDeltaOf(a.StageCounts, b.lists.StageCounts)
+	size += n
 	d.Received, n = runsOf(a.Received, b.lists.Received, b.received)
 	size += n
 	d.TodoList, n = runsOf(a.AgentStep.TodoList, b.lists.TodoList, b.todo)
@@ -148,6 +173,61 @@ func (b *base) deltaOf(a *engine.AgentState, order []string) (*listsDelta, int, 
 		size += n
 	}
 	return d, size, true
+}
+
+// countsDeltaOf tells the stage counts cur against the base's (sorted):
+// the counts that are new or changed, the (task, stage) of those gone,
+// and what that takes in JSON, roughly. Both lists are walked in order,
+// once: a manager's hundred counts are not looked up one by one at each
+// write.
+func countsDeltaOf(cur, base []engine.StageCount) (set []engine.StageCount, del [][2]string, size int) {
+	if !slices.IsSortedFunc(cur, engine.CompareStageCounts) {
+		cur = sortedCounts(cur)
+	}
+	i, j := 0, 0
+	for i < len(cur) || j < len(base) {
+		c := 1 // cur[i] comes after base[j], or cur is done
+		if i < len(cur) && j < len(base) {
+			c = engine.CompareStageCounts(cur[i], base[j])
+		} else if i < len(cur) {
+			c = -1
+		}
+		switch {
+		case c < 0:
+			set = append(set, cur[i])
+			size += countBytes
+			i++
+		case c > 0:
+			del = append(del, [2]string{base[j].TaskID, base[j].StageID})
+			size += 2 * idBytes
+			j++
+		default:
+			if cur[i] != base[j] {
+				set = append(set, cur[i])
+				size += countBytes
+			}
+			i++
+			j++
+		}
+	}
+	return set, del, size
+}
+
+// applyCounts rebuilds the stage counts from the base's and a delta.
+func applyCounts(base []engine.StageCount, set []engine.StageCount, del [][2]string) []engine.StageCount {
+	gone := func(c engine.StageCount) bool {
+		return slices.Contains(del, [2]string{c.TaskID, c.StageID}) ||
+			slices.ContainsFunc(set, func(s engine.StageCount) bool { return engine.CompareStageCounts(s, c) == 0 })
+	}
+	var out []engine.StageCount
+	for _, c := range base {
+		if !gone(c) {
+			out = append(out, c)
+		}
+	}
+	out = append(out, set...)
+	slices.SortFunc(out, engine.CompareStageCounts)
+	return out
 }
 
 func cloneStages(stages map[string][]string) map[string][]string {
@@ -187,6 +267,7 @@ func (b *headLists) apply(d *listsDelta) (l headLists, order []string, err error
 		}
 		maps.Copy(l.WorkingMemory, d.WMSet)
 	}
+	l.StageCounts = applyCounts(b.StageCounts, d.CountSet, d.CountDel)
 	if l.Received, err = d.Received.expand(b.Received); err != nil {
 		return l, nil, fmt.Errorf("received messages: %w", err)
 	}
@@ -323,7 +404,7 @@ func (r *idRuns) UnmarshalJSON(b []byte) error {
 // they differ from the agent's base, writing a new base first when the
 // difference has grown. as.mu is held.
 func (s *Store) putLists(ctx context.Context, a *engine.AgentState, as *agentSteps, e *envelope, order []string) error {
-	size := listsSize(&headLists{WorkingMemory: a.WorkingMemory, Received: a.Received, TodoList: a.AgentStep.TodoList, Order: order})
+	size := listsSize(&headLists{WorkingMemory: a.WorkingMemory, StageCounts: a.StageCounts, Received: a.Received, TodoList: a.AgentStep.TodoList, Order: order})
 	if (as.base == nil && size < listsInline) || (as.base != nil && size < listsInlineAgain) {
 		// In the head. A base no longer referred to is deleted once
 		// this head is written, like a chunk.
@@ -354,6 +435,6 @@ func (s *Store) putLists(ctx context.Context, a *engine.AgentState, as *agentSte
 	}
 	e.Base, e.Lists = as.base.key, d
 	head := e.Agent
-	head.WorkingMemory, head.Received, head.AgentStep.TodoList = nil, nil, nil
+	head.WorkingMemory, head.StageCounts, head.Received, head.AgentStep.TodoList = nil, nil, nil, nil
 	return nil
 }

@@ -54,14 +54,19 @@ func bases(t *testing.T, s *Store) []string {
 }
 
 // managerLike gives agent a a manager's lists: a working memory of tasks
-// tasks, received message IDs, and steps (ended ones chunked).
+// tasks, the counts of its work in each (sorted, as the engine keeps
+// them), received message IDs, and steps (ended ones chunked).
 func managerLike(a *engine.AgentState, tasks, received int) {
 	a.WorkingMemory = map[string]map[string][]string{}
+	a.StageCounts = nil
 	for i := range tasks {
-		a.WorkingMemory[fmt.Sprintf("task-%03d", i)] = map[string][]string{
+		task := fmt.Sprintf("task-%03d", i)
+		a.WorkingMemory[task] = map[string][]string{
 			fmt.Sprintf("stage-%03d-a", i): {fmt.Sprintf("step-%03d-1", i), fmt.Sprintf("step-%03d-2", i)},
 			fmt.Sprintf("stage-%03d-b", i): {},
 		}
+		a.StageCounts = append(a.StageCounts, engine.StageCount{TaskID: task, StageID: engine.NoRelative, Steps: i % 7, Chain: i % 3},
+			engine.StageCount{TaskID: task, StageID: fmt.Sprintf("stage-%03d-a", i), Steps: i % 5, Reflections: i % 2})
 	}
 	for i := range received {
 		a.Received = append(a.Received, fmt.Sprintf("msg-%05d", i))
@@ -104,7 +109,7 @@ func TestListsInABase(t *testing.T) {
 	if e.Base == "" || !slices.Contains(e.Chunks, e.Base) {
 		t.Fatalf("lists of ~%d bytes are in the head (base %q, chunks %v)", lists, e.Base, e.Chunks)
 	}
-	if e.Agent.WorkingMemory != nil || e.Agent.Received != nil {
+	if e.Agent.WorkingMemory != nil || e.Agent.Received != nil || e.Agent.StageCounts != nil {
 		t.Fatal("the head holds the lists as well as the base")
 	}
 	first := e.Base
@@ -125,7 +130,8 @@ func TestListsInABase(t *testing.T) {
 
 	// Changes as the engine makes them: messages received (the oldest
 	// forgotten past 1024), tasks added to and dropped from the working
-	// memory, a stage's steps changed, steps queued, run and ended.
+	// memory (their counts with them), a stage's steps changed (and its
+	// count), steps queued, run and ended.
 	r := rand.New(rand.NewPCG(18, 3))
 	next := 0
 	rebased := 0
@@ -140,19 +146,29 @@ func TestListsInABase(t *testing.T) {
 				a.Received = slices.Clone(a.Received[len(a.Received)-512:])
 			}
 			wm := maps.Clone(a.WorkingMemory)
+			counts := slices.Clone(a.StageCounts)
 			switch r.IntN(3) {
 			case 0:
-				wm[fmt.Sprintf("new-task-%d", next)] = map[string][]string{"s": {fmt.Sprint("x", next)}}
+				task := fmt.Sprintf("new-task-%d", next)
+				wm[task] = map[string][]string{"s": {fmt.Sprint("x", next)}}
+				counts = append(counts, engine.StageCount{TaskID: task, StageID: "s", Steps: 1})
 			case 1:
 				keys := slices.Sorted(maps.Keys(wm))
-				delete(wm, keys[r.IntN(len(keys))])
+				task := keys[r.IntN(len(keys))]
+				delete(wm, task)
+				counts = slices.DeleteFunc(counts, func(c engine.StageCount) bool { return c.TaskID == task })
 			case 2:
 				keys := slices.Sorted(maps.Keys(wm))
 				// In place, as the engine changes its working memory.
 				task := keys[r.IntN(len(keys))]
 				wm[task]["extra"] = append(wm[task]["extra"], fmt.Sprint("y", next))
+				if i := slices.IndexFunc(counts, func(c engine.StageCount) bool { return c.TaskID == task }); i >= 0 {
+					counts[i].Steps++
+					counts[i].Chain = next
+				}
 			}
-			a.WorkingMemory = wm
+			slices.SortFunc(counts, engine.CompareStageCounts)
+			a.WorkingMemory, a.StageCounts = wm, counts
 			// The first pending step runs and ends; a new one is queued.
 			steps := slices.Clone(a.AgentStep.StepList)
 			for i := range steps {
@@ -192,6 +208,7 @@ func TestListsInABase(t *testing.T) {
 	// The lists shrink (the tasks ended, their steps were cleaned up):
 	// back in the head, and the base goes.
 	a.WorkingMemory = map[string]map[string][]string{"t0": {"s": {"one"}}}
+	a.StageCounts = []engine.StageCount{{TaskID: "t0", StageID: "s", Steps: 2}}
 	a.Received = a.Received[len(a.Received)-3:]
 	a.AgentStep.StepList = a.AgentStep.StepList[len(a.AgentStep.StepList)-3:]
 	a.AgentStep.TodoList = a.AgentStep.TodoList[len(a.AgentStep.TodoList)-1:]

@@ -670,7 +670,7 @@ func (s *Store) assemble(ctx context.Context, e *envelope, seen *agentSteps) err
 		if err != nil {
 			return fmt.Errorf("store: agent %s: its lists against the base %s: %w", a.AgentID, e.Base, err)
 		}
-		a.WorkingMemory, a.Received, a.AgentStep.TodoList = l.WorkingMemory, l.Received, l.TodoList
+		a.WorkingMemory, a.StageCounts, a.Received, a.AgentStep.TodoList = l.WorkingMemory, l.StageCounts, l.Received, l.TodoList
 		order = o
 		if seen != nil {
 			seen.base = newBase(e.Base, *lists)
