@@ -29,6 +29,11 @@ func (a *agent) receiveHuman(m Message) {
 	// the operator's document, and written by the owner's retries, rather
 	// than withdrawn and lost from the inbox (receive does the same).
 	defer a.mu.keepLocked()
+	if a.st.OwedOutageNotice != "" && m.MessageID == a.st.OwedOutageNotice {
+		// The notice about the endpoint the operator was owed across
+		// restarts: taken in this write, so owed no longer.
+		a.st.OwedOutageNotice = ""
+	}
 	pool := a.st.ConversationPool
 	notify := func(key string, d map[string]any) {
 		pool.GlobalMessages = append(pool.GlobalMessages, a.sys.text(key, d))

@@ -15,8 +15,10 @@ func (a *agent) recoverStepsLocked(rerun Rerunner, stored map[string]bool) {
 	// What the agent waited for was said by its running step's LLM call
 	// (an outage or a budget waited out inside it): no call runs now. An
 	// outage's operator was told it would hear when the endpoint answers.
+	// The promise is made durable on the operator's own document before
+	// this one is written without the wait (keepOutagePromises).
 	if a.st.WaitingOn == PausedOutage && a.st.WaitingIn != "" {
-		a.sys.outage.toldBeforeRestart(a.sys, a.st.WaitingIn)
+		a.sys.outage.toldBeforeRestart(a.sys.operatorOf(a.st.WaitingIn))
 	}
 	a.st.WaitingFor, a.st.WaitingOn, a.st.WaitingIn = "", "", ""
 	var again []string

@@ -127,31 +127,82 @@ func newFreezeBed(t *testing.T) (b *testbed, store *freezeStore, restart func() 
 // freezeBedWith is newFreezeBed with a change of the Config first.
 func freezeBedWith(t *testing.T, mod func(*Config)) (b *testbed, store *freezeStore, restart func() (*testbed, *Image)) {
 	t.Helper()
-	store = newFreezeStore()
+	b, store, cfg := frozenBed(t, mod)
+	restart = func() (*testbed, *Image) {
+		t.Helper()
+		img := crashed(t, b, store)
+		return restartFrom(t, cfg, img, b.sc), img
+	}
+	return b, store, restart
+}
+
+// frozenBed starts a testbed on a freezeStore, with a change of the
+// Config first, and returns the Config it runs on.
+func frozenBed(t *testing.T, mod func(*Config)) (*testbed, *freezeStore, Config) {
+	t.Helper()
+	store := newFreezeStore()
 	var cfg Config
-	b = newTestbed(t, func(c *Config) {
+	b := newTestbed(t, func(c *Config) {
 		c.Store = store
 		if mod != nil {
 			mod(c)
 		}
 		cfg = *c
 	})
-	restart = func() (*testbed, *Image) {
-		t.Helper()
-		select {
-		case <-store.froze:
-		case <-time.After(20 * time.Second):
-			t.Fatalf("no write froze the store\n%s", b.dump())
-		}
-		b.sub.Close()
-		_ = b.sys.Close()
-		img, err := store.MemoryStore.Image()
-		if err != nil {
+	return b, store, cfg
+}
+
+// crash freezes the store now: what it holds is what a crash at this
+// point leaves.
+func (f *freezeStore) crash() {
+	f.mu.Lock()
+	f.take(true)
+	f.mu.Unlock()
+}
+
+// crashed waits until the store froze, closes the testbed's System and
+// returns the store's image: what a restart after the crash finds.
+func crashed(t *testing.T, b *testbed, store *freezeStore) *Image {
+	t.Helper()
+	select {
+	case <-store.froze:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no write froze the store\n%s", b.dump())
+	}
+	b.sub.Close()
+	_ = b.sys.Close()
+	img, err := store.MemoryStore.Image()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// restartFrozen is restartFrom on a freezeStore that holds img already: a
+// crash of the restarted MAS (crash, crashed) leaves what a durable store
+// would, the image and what was written since, the restore's own writes
+// included.
+func restartFrozen(t *testing.T, cfg Config, img *Image, sc *script) (*testbed, *freezeStore) {
+	t.Helper()
+	store := newFreezeStore()
+	ctx := context.Background()
+	for i := range img.Tasks {
+		if err := store.MemoryStore.PutTask(ctx, &img.Tasks[i]); err != nil {
 			t.Fatal(err)
 		}
-		return restartFrom(t, cfg, img, b.sc), img
 	}
-	return b, store, restart
+	for i := range img.Agents {
+		if err := store.MemoryStore.PutAgent(ctx, &img.Agents[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range img.Messages {
+		if err := store.MemoryStore.PutMessage(ctx, &img.Messages[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg.Store = store
+	return startFrom(t, cfg, img, sc), store
 }
 
 // crashIn runs a step of skill, answered with ask, and restarts the MAS

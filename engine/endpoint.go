@@ -375,7 +375,10 @@ func (o *outageTracker) gaveUp(s *System, op string) {
 	o.told = slices.Delete(o.told, i, i+1)
 	since := o.since
 	o.mu.Unlock()
-	s.tellOperator(op, "llm_outage_gave_up", map[string]any{
+	// The give-up ends what the operator was told of the outage, as an
+	// answer would (it is among those told no longer): a promise a
+	// restart stored (owedOutageNotice) is kept by it too.
+	s.tellOperatorAs(s.owedOutageNotice(op), op, "llm_outage_gave_up", map[string]any{
 		"Since": since.Format(time.DateTime), "Duration": s.now().Sub(since).Round(time.Second).String(),
 	})
 }
@@ -402,22 +405,76 @@ func (o *outageTracker) over(s *System) {
 		key, data = "llm_outage_ended_restarted", nil // when it began died with the process
 	}
 	for _, op := range told {
-		s.tellOperator(op, key, data)
+		s.tellOperatorAs(s.owedOutageNotice(op), op, key, data)
 	}
 }
 
-// toldBeforeRestart records, at a restore, that the operator of taskID
-// was told of an outage a call of its was waiting out when the process
-// ended: it is told when the endpoint answers again, as it was promised,
-// and not told again that it is unavailable. When the outage began is
-// not known.
-func (o *outageTracker) toldBeforeRestart(s *System, taskID string) {
-	op := s.operatorOf(taskID)
+// toldBeforeRestart records, at a restore, that operator op was told of
+// an outage a call of its tasks was waiting out when the process ended:
+// it is told when the endpoint answers again, as it was promised, and not
+// told again that it is unavailable. When the outage began is not known.
+func (o *outageTracker) toldBeforeRestart(op string) {
 	o.mu.Lock()
 	if !slices.Contains(o.told, op) {
 		o.told = append(o.told, op)
 	}
 	o.mu.Unlock()
+}
+
+// keepOutagePromises makes the restore's promises durable: an operator
+// owed the notice that the endpoint answers again (toldBeforeRestart)
+// gets, on its own document, the message ID that notice will have
+// (OwedOutageNotice), written now, before the agents are enrolled (which
+// writes their documents, no longer saying their calls waited): a crash
+// before the endpoint answers would lose the promise otherwise. An
+// operator whose document holds an ID from an earlier restart is owed the
+// notice still when the store lacks that message; when it holds it, the
+// notice was sent, and is delivered again if the operator had not taken
+// it (which clears the ID). Called at a restore, with the operators'
+// owners made and nothing running yet.
+func (s *System) keepOutagePromises(agents []*agent, stored map[string]bool) {
+	o := &s.outage
+	for _, a := range agents {
+		if a.kind != KindHuman {
+			continue
+		}
+		o.mu.Lock()
+		owed := slices.Contains(o.told, a.id)
+		o.mu.Unlock()
+		a.mu.Lock()
+		switch id := a.st.OwedOutageNotice; {
+		case id != "" && !stored[id]:
+			o.toldBeforeRestart(a.id)
+		case owed:
+			a.st.OwedOutageNotice = newID()
+			a.st.UpdatedAt = s.now()
+			a.mu.change(Event{}, true)
+			// Nobody could be told of a refusal: kept for the owner's
+			// retries rather than withdrawn.
+			a.mu.keepLocked()
+			if err := a.mu.syncLocked(); err != nil {
+				s.log.Error("store: the notice an operator is owed when the LLM endpoint answers is not stored yet: a crash before the retry loses it", "operator", a.id, "err", err)
+			}
+		case id != "":
+			// Sent: owed no longer (enroll writes it so). A notice of a
+			// later outage takes an ID of its own, never this stored one.
+			a.st.OwedOutageNotice = ""
+		}
+		a.mu.Unlock()
+	}
+}
+
+// owedOutageNotice is the message ID of the notice op is owed about the
+// endpoint (OwedOutageNotice); "" when it is owed none across restarts,
+// and the notice takes a new ID.
+func (s *System) owedOutageNotice(op string) string {
+	a, ok := s.agent(op)
+	if !ok {
+		return ""
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.st.OwedOutageNotice
 }
 
 // refusalTracker remembers the refusal causes reported since the endpoint

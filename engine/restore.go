@@ -31,7 +31,10 @@ type Rerunner interface {
 //     take each message once, by its ID);
 //   - instructions and notices a task's stored state implies, lost by a
 //     crash between the task's write and theirs, are sent again;
-//   - the tasks' conversations are rebuilt from the stored messages.
+//   - the tasks' conversations are rebuilt from the stored messages;
+//   - an operator told of an LLM outage that a lost call waited out is
+//     told when the endpoint answers again, a promise stored until kept
+//     (keepOutagePromises).
 func (s *System) StartFrom(img *Image) error {
 	if img.Empty() {
 		return s.Start()
@@ -111,6 +114,7 @@ func (s *System) StartFrom(img *Image) error {
 		}
 		restored = append(restored, a)
 	}
+	s.keepOutagePromises(restored, stored)
 	// Reports stored with their steps' ends that the tasks lack: a crash
 	// came between the agent's write and the task's. The tasks take them
 	// before anything runs; the notices they imply (a completed stage's)

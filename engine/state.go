@@ -261,6 +261,14 @@ type AgentState struct {
 	// owes its operator (recoverStepsLocked).
 	WaitingOn string `json:"waiting_on,omitempty"`
 	WaitingIn string `json:"waiting_in,omitempty"`
+	// OwedOutageNotice is, on an operator's document, the message ID of
+	// the notice it is owed that the LLM endpoint answers again: it was
+	// told of an outage a call of its tasks waited out when the process
+	// ended, and a restart ends such calls (keepOutagePromises). It is
+	// stored until the operator takes that notice, in the same write, so
+	// the promise outlives any number of crashes before the endpoint
+	// answers, and a notice stored before a crash is not sent again.
+	OwedOutageNotice string `json:"owed_outage_notice,omitempty"`
 	// Paused is set while an operator holds the agent (pause_agent): it
 	// starts no new step until resume_agent.
 	Paused bool `json:"paused,omitempty"`

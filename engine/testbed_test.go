@@ -481,6 +481,12 @@ func (b *testbed) crashImage(st *MemoryStore) *Image {
 func restartFrom(t testing.TB, cfg Config, img *Image, sc *script) *testbed {
 	t.Helper()
 	cfg.Store = NewMemoryStore()
+	return startFrom(t, cfg, img, sc)
+}
+
+// startFrom is restartFrom on the store cfg names.
+func startFrom(t testing.TB, cfg Config, img *Image, sc *script) *testbed {
+	t.Helper()
 	sys, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -239,6 +239,8 @@ func (s *System) filterAgent(viewerID string, st *AgentState, hidden []string) {
 		st.AgentStep.StepList = nil
 		st.AgentStep.TodoList = nil
 		st.WorkingMemory = nil
+		// The ID of a notice to it, which is its own too.
+		st.OwedOutageNotice = ""
 	}
 	seen := s.visibleTo(viewerID)
 	var dropped []string
