@@ -544,6 +544,16 @@ func (s *System) hold(t *task, kind, reason string, ask bool) bool {
 		t.mu.Unlock()
 		return false
 	}
+	if kind == holdTask {
+		// The reason was read before this lock: a set_budget since may
+		// have raised or removed the limit (the hold would then ask about
+		// a limit that no longer exists), or another step's usage changed
+		// which one is reached.
+		if reason = s.reachedLocked(t); reason == "" {
+			t.mu.Unlock()
+			return false
+		}
+	}
 	b := &t.st.Budget
 	b.Held, b.HeldFor, b.HeldAt = reason, kind, s.now()
 	id := t.st.TaskID

@@ -314,3 +314,38 @@ func TestHeldTaskCallsWait(t *testing.T) {
 	}
 	b.sys.budgets.unblock(r.task)
 }
+
+// A hold is decided on a reading of the task's usage and limits taken
+// before the hold's write: an operator's set_budget in between (raising or
+// removing the limit) must win, or the task would be held, and its
+// operator asked, for a limit that no longer exists (seen as a rare
+// failure of TestBudgetOverMCP: held "its budget is 1" after set_budget 0).
+func TestHoldOnAStaleReadingDoesNotLand(t *testing.T) {
+	b := newTestbed(t, func(c *Config) { c.Budgets.TaskTokens = 150 })
+	b.sc.onAgent("w", SkillPlanning, plan(spec(SkillThink, "t1")))
+	b.sc.onSkill(SkillThink, costly)
+	r := startStage(b)
+	r.waitComplete()
+	task, _ := b.sys.task(r.task)
+	// The reading a step's meter takes while a limit of 50 stands (100
+	// tokens used), then the operator's set_budget that removes it before
+	// the hold is written.
+	task.mu.Lock()
+	task.st.Budget.Tokens = 50
+	task.mu.Unlock()
+	task.mu.lockToRead()
+	stale := b.sys.reachedLocked(task)
+	task.mu.unlockRead()
+	if stale == "" {
+		t.Fatal("100 tokens used under a limit of 50: not reached")
+	}
+	if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: "set_budget", TaskID: r.task, Budget: &BudgetLimits{Tokens: new(0)}}); err != nil {
+		t.Fatal(err)
+	}
+	if b.sys.hold(task, holdTask, stale, false) {
+		t.Errorf("held for %q after set_budget removed the limit", stale)
+	}
+	if st := b.task(r.task); st.Budget.Held != "" || st.Paused {
+		t.Errorf("task held %q, paused %v; want neither", st.Budget.Held, st.Paused)
+	}
+}
