@@ -504,6 +504,11 @@ func (s *System) dailyReached(op string) string {
 func (s *System) holdOperator(op, reason string, trigger *task) {
 	s.budgets.daily.Lock()
 	defer s.budgets.daily.Unlock()
+	// The reason was read before this lock: a raise of today's budget
+	// since (raiseBudget, under the same lock) must win over it.
+	if reason = s.dailyReached(op); reason == "" {
+		return
+	}
 	var held []*task
 	for _, t := range s.allTasks() {
 		t.mu.Lock()
@@ -728,6 +733,11 @@ func (s *System) raiseBudget(t *task, op string, tokens int) error {
 		if !ok {
 			return errf(ErrNotFound, "operator %q: no such agent", op)
 		}
+		// Under the daily lock: the raise and its releases happen between
+		// two holdOperator calls, not during one (which would hold a task
+		// the raise has just released).
+		s.budgets.daily.Lock()
+		defer s.budgets.daily.Unlock()
 		h.mu.Lock()
 		h.st.BudgetDay = &BudgetDay{Day: day, Tokens: raised}
 		h.changedLocked(Event{Detail: "daily_budget"})

@@ -349,3 +349,29 @@ func TestHoldOnAStaleReadingDoesNotLand(t *testing.T) {
 		t.Errorf("task held %q, paused %v; want neither", st.Budget.Held, st.Paused)
 	}
 }
+
+// The same for the operator's daily budget: a raise between a step's
+// reading of the day's usage and the holds (the operator approved more
+// tokens for today) must win over the stale reading.
+func TestDailyHoldOnAStaleReadingDoesNotLand(t *testing.T) {
+	b := newTestbed(t, func(c *Config) { c.Budgets.OperatorDailyTokens = 50 })
+	b.sc.onAgent("w", SkillPlanning, plan(spec(SkillThink, "t1")))
+	b.sc.onSkill(SkillThink, costly)
+	r := startStage(b)
+	b.waitFor("the task held for the daily budget", func() bool { return b.task(r.task).Budget.HeldFor == holdDaily })
+	settleHeld(b)
+	op := b.op()
+	stale := b.sys.dailyReached(op)
+	if stale == "" {
+		t.Fatal("100 tokens used today under a daily budget of 50: not reached")
+	}
+	task, _ := b.sys.task(r.task)
+	if err := b.sys.raiseBudget(task, op, 1000); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor("the task released", func() bool { return b.task(r.task).Budget.Held == "" })
+	b.sys.holdOperator(op, stale, task)
+	if st := b.task(r.task); st.Budget.Held != "" {
+		t.Errorf("task held %q after the raise to 1050 tokens today; want it free", st.Budget.Held)
+	}
+}
