@@ -24,12 +24,19 @@ type Rejection struct {
 //   - planning lists end in reflection (one is appended); a reflection list
 //     that is empty means the goal is met (a summary is added), one that
 //     ends neither in reflection nor summary gets a reflection appended;
-//   - tool_decision's list is empty or one [instruction_generation, tool] pair.
+//   - tool_decision's list is empty or one [instruction_generation, tool] pair;
+//   - at most MaxPlannedSteps steps are taken; the rest are rejected in one
+//     entry (one per step would make the step's result as long as the list).
 func (s *System) checkPlan(ag *AgentState, skill string, specs []StepSpec) ([]StepSpec, []Rejection) {
 	var kept []StepSpec
 	var rej []Rejection
 	reject := func(sp StepSpec, format string, a ...any) {
 		rej = append(rej, Rejection{Step: sp, Reason: fmt.Sprintf(format, a...)})
+	}
+	if n := len(specs) - MaxPlannedSteps; n > 0 {
+		reject(specs[MaxPlannedSteps], "this step and the %d after it (%d steps) were ignored: one answer may add at most %d steps; plan the next steps only, and plan again later",
+			n-1, n, MaxPlannedSteps)
+		specs = specs[:MaxPlannedSteps]
 	}
 	for i, sp := range specs {
 		sp.Executor = strings.TrimSpace(sp.Executor)

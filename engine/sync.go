@@ -81,19 +81,14 @@ func (s *System) route(ag *AgentState, step *StepState) (Executor, error) {
 // persistent memory the step was shown, the entries its memory ops may
 // delete and the memory caps count.
 func (s *System) apply(a *agent, step StepState, shown map[string]string, out *Output, cancelled bool) {
-	// Everything an executor produced is bounded as it is taken in.
-	// (the step's result is bounded as it is stored, in finishStepLocked)
+	// Everything an executor produced is bounded as it is taken in
+	// (takeOutput); the step's result is bounded as it is stored, in
+	// finishStepLocked.
 	result := map[string]any{}
 	for k, v := range out.Result {
 		result[k] = v
 	}
-	if out.Completion != nil {
-		c := s.clipText(*out.Completion)
-		out.Completion = &c
-	}
-	if m := out.SendMessage; m != nil {
-		m.Message = s.clipText(m.Message)
-	}
+	s.takeOutput(out)
 	failure := out.Err
 	if out.Usage.Calls > 0 {
 		if failure == nil {

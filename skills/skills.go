@@ -267,8 +267,9 @@ func quoted(v string) string { return engine.Truncate(v, 80) }
 // reflection's steps): a plan longer than that is a runaway answer, and
 // each step is an LLM call to come. It is above the budgets of steps in a
 // stage and outside one (60 and 100 by default): a plan the size of a
-// whole stage's budget is a plan.
-const maxStepsPerList = 100
+// whole stage's budget is a plan. It is the engine's own bound, which the
+// skills tell the model of (the engine drops the surplus of any list).
+const maxStepsPerList = engine.MaxPlannedSteps
 
 // maxEchoedAnswer bounds the rejected answer the repair round sends back to
 // the model (its start and its end, where blocks usually are).

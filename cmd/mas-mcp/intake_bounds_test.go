@@ -1,0 +1,194 @@
+package main
+
+// Requirements on what a model's answer may put into the MAS: every text
+// is bounded as it is taken in (engine.Config.MaxTextChars, 16,000
+// characters, cut with a visible note), every list has a limit, and over
+// a limit the step says so naming the field, rather than the store
+// refusing a document past NATS's 1 MiB. Each test runs the real binary
+// on its embedded NATS server and the scripted team on the fake LLM, and
+// waits on events (the fake LLM's calls, the process's log lines), never
+// on a timer. (From a review of 2026-12: each failed before its fix.)
+
+import (
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/mas-mcp/mas-mcp/engine"
+	"github.com/mas-mcp/mas-mcp/internal/fakellm"
+	"github.com/mas-mcp/mas-mcp/internal/scripted"
+)
+
+// intakeMaxText is the engine's MaxTextChars: every text an agent produces
+// is cut there as it is taken in, with the note "[… N more characters
+// dropped: texts are limited to 16000 characters]".
+const intakeMaxText = 16000
+
+// intakeClipNote is the start of that note.
+const intakeClipNote = "more characters dropped"
+
+// intakeRefusals counts the store's refusals of documents too large for
+// NATS in a process's log.
+func intakeRefusals(logs string) int { return strings.Count(logs, "maximum payload exceeded") }
+
+// intakeWaitLog waits until one line of the running process's stderr holds
+// every one of parts (it re-checks on every write of the process).
+func intakeWaitLog(t *testing.T, m *masInstance, what string, parts ...string) {
+	t.Helper()
+	has := func(s string) bool {
+		for line := range strings.SplitSeq(s, "\n") {
+			all := true
+			for _, p := range parts {
+				if !strings.Contains(line, p) {
+					all = false
+					break
+				}
+			}
+			if all {
+				return true
+			}
+		}
+		return false
+	}
+	if !m.cur.WaitStderr(waitTimeout, has) {
+		t.Fatalf("timed out after %s waiting for %s (a log line with %q)\n%s", waitTimeout, what, parts, m.describeAgents())
+	}
+}
+
+// intakeSteps reads an agent's steps.
+func intakeSteps(m *masInstance, agentID string) []engine.StepState {
+	m.t.Helper()
+	var steps engine.AgentStep
+	m.mustRead("mas://agents/"+agentID+"/steps", &steps)
+	return steps.StepList
+}
+
+// TestPlannedStepTextsAreBounded: a model answers alice's first planning
+// (subtest "plan") or a process_message's react_action (subtest
+// "react_action") with a step whose text_content is 2 MB, more than NATS
+// takes in one message. The step is added with its text cut to
+// MaxTextChars with the note, the step that planned it finishes, and
+// alice goes on with her next step.
+//
+// Before the fix planned texts were not bounded: the agent's document
+// passed 1 MiB and the write adding the step was refused, so the planned
+// step was silently withdrawn while the planning step showed "finished",
+// or the refused changes were retried every 5 s for ever and alice never
+// started a step again.
+func TestPlannedStepTextsAreBounded(t *testing.T) {
+	t.Parallel()
+	huge := strings.Repeat("plan ", 2_000_000/5)
+	for _, tc := range []struct {
+		name string
+		// origin is the skill whose answer carries the huge step (its
+		// first call whose step text holds body); answer answers it.
+		origin, body string
+		intention    string
+		answer       func() fakellm.Reply
+	}{{
+		name: "plan", origin: "planning", body: "", intention: "think hard",
+		answer: func() fakellm.Reply {
+			return fakellm.Reply{Content: fakellm.Block("planned_step", fakellm.JSON([]map[string]string{
+				{"step_intention": "think hard", "type": "skill", "executor": "think", "text_content": huge}}))}
+		},
+	}, {
+		// The answer to her ask_info (AskOperator): she then asks the
+		// operator and waits, so the stage (whose end would clean her
+		// steps up) stays open.
+		name: "react_action", origin: "process_message", body: "Result of ask_info", intention: "react to it",
+		answer: func() fakellm.Reply {
+			return fakellm.Reply{Content: fakellm.Block("process_message", "alice read the message.") +
+				fakellm.Block("react_action", fakellm.JSON(map[string]string{"step_intention": "react to it", "text_content": huge}))}
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			team := scripted.NewTeam()
+			team.AskOperator = true
+			type call struct{ agent, step string }
+			var (
+				mu     sync.Mutex
+				origin call // alice's step that got the huge answer
+			)
+			next := make(chan call, 1) // alice's first LLM call for another step after it
+			// That call is answered once the test has read alice's
+			// steps: she stays in her stage meanwhile.
+			release := make(chan struct{})
+			defer close(release)
+			llm := fakellm.New(t)
+			llm.Handle(func(c *fakellm.Call) fakellm.Reply {
+				if c.AgentName != "alice" {
+					return team.Handle(c)
+				}
+				mu.Lock()
+				switch {
+				case origin.step == "" && c.Skill == tc.origin && strings.Contains(scripted.StepBody(c.Prompt), tc.body):
+					origin = call{c.AgentID, c.StepID}
+					mu.Unlock()
+					return tc.answer()
+				case origin.step != "" && c.StepID != origin.step:
+					select {
+					case next <- call{c.AgentID, c.StepID}:
+						mu.Unlock()
+						<-release
+						return team.Handle(c)
+					default:
+					}
+				}
+				mu.Unlock()
+				return team.Handle(c)
+			})
+			m := newMAS(t, masOptions{LLMURL: llm.BaseURL()})
+			m.start()
+			addTask(m)
+
+			select {
+			case <-next:
+			case <-time.After(waitTimeout):
+				mu.Lock()
+				o := origin
+				mu.Unlock()
+				if o.step == "" {
+					t.Fatalf("alice never ran a %s step\n%s", tc.origin, m.describeAgents())
+				}
+				t.Fatalf("alice made no LLM call in %s after her %s step %.8s got a step of 2 MB: she is stalled; the store refused %d writes "+
+					"(maximum payload exceeded)\n%s",
+					waitTimeout, tc.origin, o.step, intakeRefusals(m.logs()), m.describeAgents())
+			}
+			mu.Lock()
+			o := origin
+			mu.Unlock()
+			steps := intakeSteps(m, o.agent)
+			var from, added *engine.StepState
+			for i := range steps {
+				switch {
+				case steps[i].StepID == o.step:
+					from = &steps[i]
+				case steps[i].StepIntention == tc.intention:
+					added = &steps[i]
+				}
+			}
+			if from == nil {
+				t.Fatalf("alice's %s step %.8s is gone\n%s", tc.origin, o.step, m.describeAgents())
+			}
+			if added == nil {
+				res, _ := json.Marshal(from.ExecuteResult)
+				t.Fatalf("alice's %s step %.8s is %q (result %.300s…) but the step %q it planned does not exist "+
+					"(the store refused %d writes: maximum payload exceeded)",
+					tc.origin, o.step, from.ExecutionState, res, tc.intention, intakeRefusals(m.logs()))
+			}
+			if from.ExecutionState != engine.StateFinished {
+				t.Errorf("alice's %s step %.8s is %q, want finished: %v", tc.origin, o.step, from.ExecutionState, from.ExecuteResult["error"])
+			}
+			if n := utf8.RuneCountInString(added.TextContent); n > intakeMaxText+200 || !strings.Contains(added.TextContent, intakeClipNote) {
+				t.Errorf("the step %q holds a text_content of %d characters, past MaxTextChars (%d) or without the note", tc.intention, n, intakeMaxText)
+			}
+			if n := intakeRefusals(m.logs()); n > 0 {
+				t.Errorf("the store refused %d writes (maximum payload exceeded)", n)
+			}
+		})
+	}
+}
