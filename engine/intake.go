@@ -5,6 +5,13 @@ package engine
 // into a step, a stage or an agent is stored in a document NATS takes up
 // to 1 MiB of.
 
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"unicode/utf8"
+)
+
 // MaxPlannedSteps bounds the steps one answer may add (a plan, a
 // reflection's, a decision's or a tool_decision's steps): a longer list is
 // a runaway answer, and each step is an LLM call to come. The skills
@@ -13,18 +20,28 @@ package engine
 // rejects the rest.
 const MaxPlannedSteps = 100
 
-// maxNameChars bounds a name in what a model wrote (a planned step's
-// executor and type): nothing longer names anything in the MAS.
+// maxNameChars bounds a name or an ID in what a model wrote (a planned
+// step's executor and type; in an instruction a task's name, an agent's
+// name or template, a task, stage or agent ID, a skill, a tool, a model):
+// the server's limits.name_bytes holds operators' to 256 bytes, and
+// nothing longer names anything in the MAS.
 const maxNameChars = 256
+
+// maxInstructionItems bounds each list of an agent's instruction (stages,
+// an allocation, agents, skills, tools), as limits.list_items (64 by
+// default) bounds an operator's.
+const maxInstructionItems = 64
 
 // takeOutput bounds what an executor's output hands the engine, before
 // anything applies it: every free text (a summary, a message, the texts
-// of the steps it plans) is cut to MaxTextChars with the note, the
-// executor and type of a planned step to maxNameChars (it is then
-// rejected as no executor known). The output's own values are never
-// changed in place: its Result may share them (a plan is both its steps
-// and its result).
-func (s *System) takeOutput(out *Output) {
+// of the steps it plans, those of a task or agent instruction) is cut to
+// MaxTextChars with the note, the executor and type of a planned step to
+// maxNameChars (it is then rejected as no executor known). A name, an ID
+// or a list of an instruction past its bound is refused instead: cut, it
+// would name something else, or nothing. It returns that refusal, which
+// fails the step. The output's own values are never changed in place:
+// its Result may share them (a plan is both its steps and its result).
+func (s *System) takeOutput(out *Output) error {
 	if out.Completion != nil {
 		c := s.clipText(*out.Completion)
 		out.Completion = &c
@@ -44,6 +61,21 @@ func (s *System) takeOutput(out *Output) {
 		c := s.takeSpec(*sp)
 		out.ReactAction = &c
 	}
+	if ti := out.TaskInstruction; ti != nil {
+		c, err := s.takeTaskInstruction(*ti)
+		if err != nil {
+			return err
+		}
+		out.TaskInstruction = &c
+	}
+	if ai := out.AgentInstruction; ai != nil {
+		c, err := s.takeAgentInstruction(*ai)
+		if err != nil {
+			return err
+		}
+		out.AgentInstruction = &c
+	}
+	return nil
 }
 
 // takeSpec bounds one planned step's texts.
@@ -71,4 +103,104 @@ func (s *System) takeSpecs(specs []StepSpec) []StepSpec {
 		out[i] = sp
 	}
 	return out
+}
+
+// intake checks the names and lists of an instruction and bounds its
+// texts, collecting the first refusal.
+type intake struct {
+	s   *System
+	err error
+}
+
+// name refuses a name or an ID past maxNameChars.
+func (in *intake) name(field, v string) {
+	if in.err == nil && len(v) > maxNameChars {
+		if n := utf8.RuneCountInString(v); n > maxNameChars {
+			in.err = errf(ErrLimit, "%s: %d characters, more than the limit of %d for names and IDs", field, n, maxNameChars)
+		}
+	}
+}
+
+// names refuses a list past maxInstructionItems, or a name in it past
+// maxNameChars.
+func (in *intake) names(field string, list []string) {
+	in.items(field, len(list))
+	for i, v := range list {
+		in.name(fmt.Sprintf("%s[%d]", field, i), v)
+	}
+}
+
+// items refuses a list of n items past maxInstructionItems.
+func (in *intake) items(field string, n int) {
+	if in.err == nil && n > maxInstructionItems {
+		in.err = errf(ErrLimit, "%s: %d items, more than the limit of %d in an agent's instruction", field, n, maxInstructionItems)
+	}
+}
+
+// allocation bounds an agent allocation: its agent IDs are names, its
+// goals texts. The map is a new one.
+func (in *intake) allocation(field string, alloc map[string]string) map[string]string {
+	if alloc == nil {
+		return nil
+	}
+	in.items(field, len(alloc))
+	out := make(map[string]string, len(alloc))
+	for _, id := range slices.Sorted(maps.Keys(alloc)) {
+		in.name(field+" key", id)
+		out[id] = in.s.clipText(alloc[id])
+	}
+	return out
+}
+
+// takeTaskInstruction bounds a task instruction a model wrote.
+func (s *System) takeTaskInstruction(ti TaskInstruction) (TaskInstruction, error) {
+	in := &intake{s: s}
+	in.name("action", ti.Action)
+	in.name("task_id", ti.TaskID)
+	in.name("task_name", ti.TaskName)
+	in.name("task_manager", ti.Manager)
+	in.name("stage_id", ti.StageID)
+	in.name("old_stage_id", ti.OldStageID)
+	in.name("execution_state", ti.ExecutionState)
+	ti.TaskIntention = s.clipText(ti.TaskIntention)
+	ti.NewStageIntention = s.clipText(ti.NewStageIntention)
+	ti.Summary = s.clipText(ti.Summary)
+	ti.NewAgentAllocation = in.allocation("new_agent_allocation", ti.NewAgentAllocation)
+	if ti.Stages != nil {
+		in.items("stages", len(ti.Stages))
+		if in.err != nil {
+			return ti, in.err
+		}
+		stages := make([]StageSpec, len(ti.Stages))
+		for i, sp := range ti.Stages {
+			stages[i] = StageSpec{
+				StageIntention:  s.clipText(sp.StageIntention),
+				AgentAllocation: in.allocation(fmt.Sprintf("stages[%d].agent_allocation", i), sp.AgentAllocation),
+			}
+		}
+		ti.Stages = stages
+	}
+	return ti, in.err
+}
+
+// takeAgentInstruction bounds an agent instruction a model wrote.
+func (s *System) takeAgentInstruction(ai AgentInstruction) (AgentInstruction, error) {
+	in := &intake{s: s}
+	in.name("action", ai.Action)
+	in.name("task_id", ai.TaskID)
+	in.names("agents", ai.Agents)
+	if c := ai.AgentConfig; c != nil {
+		cfg := c.clone()
+		in.name("agent_config.template", cfg.Template)
+		in.name("agent_config.name", cfg.Name)
+		in.names("agent_config.skills", cfg.Skills)
+		in.names("agent_config.tools", cfg.Tools)
+		if cfg.LLMConfig != nil {
+			in.name("agent_config.llm_config.model", cfg.LLMConfig.Model)
+		}
+		cfg.Role = s.clipText(cfg.Role)
+		cfg.Profile = s.clipText(cfg.Profile)
+		ai.AgentConfig = &cfg
+	}
+	return ai, in.err
 }

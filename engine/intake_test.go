@@ -112,3 +112,88 @@ func TestPlannedStepsPerAnswerAreBounded(t *testing.T) {
 		t.Errorf("the surplus's rejection %q names neither the 50 steps ignored nor the limit", reason)
 	}
 }
+
+// TestModelInstructionTextsAreBoundedAsTakenIn: the free texts of a task
+// or agent instruction a model wrote (stage intentions, goals, a profile,
+// a role) are cut to MaxTextChars with the note as they are taken in;
+// a name or an ID past its bound, or a list past its, fails the step
+// with an error naming the field and the limit, and changes nothing.
+func TestModelInstructionTextsAreBoundedAsTakenIn(t *testing.T) {
+	b := newTestbed(t, func(c *Config) { c.MaxTextChars = intakeMax })
+	alice := b.newAgent("alice")
+	task := b.newTask("t", alice)
+	long := strings.Repeat("long ", 1000)
+	outputs := map[string]*Output{
+		"STAGE": {TaskInstruction: &TaskInstruction{Action: ActionAddStage, TaskID: task, Stages: []StageSpec{
+			{StageIntention: "STAGED " + long, AgentAllocation: map[string]string{alice: "GOAL " + long}}}}},
+		"STAFF": {AgentInstruction: &AgentInstruction{Action: ActionInitNewAgent, AgentConfig: &AgentConfig{
+			Template: "researcher", Name: "bob", Role: "ROLE " + long, Profile: "PROFILE " + long}}},
+		"NAMED": {AgentInstruction: &AgentInstruction{Action: ActionInitNewAgent, AgentConfig: &AgentConfig{
+			Template: "researcher", Name: strings.Repeat("n", maxNameChars+1)}}},
+		"TASKID": {TaskInstruction: &TaskInstruction{Action: ActionFinishTask, TaskID: strings.Repeat("t", 100_000), Summary: "done"}},
+		"MANY":   {TaskInstruction: &TaskInstruction{Action: ActionAddStage, TaskID: task, Stages: make([]StageSpec, maxInstructionItems+1)}},
+	}
+	for text, out := range outputs {
+		b.sc.onText(text, func(context.Context, *ExecInput) *Output { return out })
+	}
+	mgr := b.mgr()
+	ids := map[string]string{}
+	for _, text := range []string{"STAGE", "STAFF", "NAMED", "TASKID", "MANY"} {
+		exec := SkillTaskManager
+		if outputs[text].AgentInstruction != nil {
+			exec = SkillAgentManager
+		}
+		ids[text] = b.inject(mgr, task, NoRelative, false, spec(exec, text))[0]
+	}
+	b.waitFor("the manager's steps", func() bool {
+		for _, id := range ids {
+			if !b.stepDone(mgr, id) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, text := range []string{"STAGE", "STAFF"} {
+		if st, _ := b.step(mgr, ids[text]); st.ExecutionState != StateFinished {
+			t.Errorf("the %s step is %s: %v", text, st.ExecutionState, st.ExecuteResult["error"])
+		}
+	}
+	stages := b.task(task).StageList
+	if len(stages) != 1 {
+		t.Fatalf("the task has %d stages, want the one added", len(stages))
+	}
+	if sg := stages[0]; !clippedTo(sg.StageIntention, intakeMax) || !clippedTo(sg.AgentAllocation[alice], intakeMax) {
+		t.Errorf("the stage's intention (%d characters) and goal (%d) are not cut to %d with the note",
+			utf8.RuneCountInString(sg.StageIntention), utf8.RuneCountInString(sg.AgentAllocation[alice]), intakeMax)
+	}
+	bob, ok := b.sys.Agent(b.agentNamed("bob"))
+	if !ok {
+		t.Fatalf("bob was not created\n%s", b.dump())
+	}
+	if !clippedTo(bob.Role, intakeMax) || !clippedTo(bob.Profile, intakeMax) {
+		t.Errorf("bob's role (%d characters) and profile (%d) are not cut to %d with the note",
+			utf8.RuneCountInString(bob.Role), utf8.RuneCountInString(bob.Profile), intakeMax)
+	}
+	for text, want := range map[string][]string{
+		"NAMED":  {"agent_config.name", fmt.Sprint(maxNameChars+1, " characters"), fmt.Sprint(maxNameChars)},
+		"TASKID": {"task_id", "100000 characters", fmt.Sprint(maxNameChars)},
+		"MANY":   {"stages", fmt.Sprint(maxInstructionItems+1, " items"), fmt.Sprint(maxInstructionItems)},
+	} {
+		st, _ := b.step(mgr, ids[text])
+		errText, _ := st.ExecuteResult["error"].(string)
+		if st.ExecutionState != StateFailed {
+			t.Errorf("the %s step is %s, want failed", text, st.ExecutionState)
+		}
+		for _, w := range want {
+			if !strings.Contains(errText, w) {
+				t.Errorf("the %s step's error %.300q does not name %q", text, errText, w)
+			}
+		}
+		if len(errText) > 1000 {
+			t.Errorf("the %s step's error is %d bytes: it quotes what it refuses", text, len(errText))
+		}
+	}
+	if b.agentNamed(strings.Repeat("n", maxNameChars+1)) != "" {
+		t.Error("the agent of the name past the bound was created")
+	}
+}

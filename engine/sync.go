@@ -88,7 +88,7 @@ func (s *System) apply(a *agent, step StepState, shown map[string]string, out *O
 	for k, v := range out.Result {
 		result[k] = v
 	}
-	s.takeOutput(out)
+	taken := s.takeOutput(out)
 	failure := out.Err
 	if out.Usage.Calls > 0 {
 		if failure == nil {
@@ -99,6 +99,11 @@ func (s *System) apply(a *agent, step StepState, shown map[string]string, out *O
 		if failure == nil || !llm.Unanswered(failure) {
 			s.endpointAnswered()
 		}
+	}
+	if failure == nil {
+		// An instruction whose name, ID or list is past its bound: the
+		// model's answer, not the endpoint, is at fault.
+		failure = taken
 	}
 
 	// Agent-local effects first: memory, usage, planned steps.

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -188,6 +189,99 @@ func TestPlannedStepTextsAreBounded(t *testing.T) {
 			}
 			if n := intakeRefusals(m.logs()); n > 0 {
 				t.Errorf("the store refused %d writes (maximum payload exceeded)", n)
+			}
+		})
+	}
+}
+
+// TestInstructionTextsFromAModelAreBounded: the manager's model answers
+// its task_manager step (add_stage, subtest "stage_intention") or its
+// agent_manager step (init_new_agent, subtest "profile") with a 2 MB
+// stage_intention / agent_config.profile. The text is cut to MaxTextChars
+// with the note as it is taken in, and the step finishes.
+//
+// Before the fix neither text was bounded: the write of the task (agent)
+// document was refused and the step failed with "store: task …: nats:
+// maximum payload exceeded", naming neither the field nor a limit.
+func TestInstructionTextsFromAModelAreBounded(t *testing.T) {
+	t.Parallel()
+	huge := strings.Repeat("word ", 2_000_000/5)
+	for _, tc := range []struct {
+		name, skill, marker, old, new, field string
+		// stored is the text as the MAS stored it.
+		stored func(m *masInstance, taskID string) string
+	}{
+		{
+			"stage_intention", "task_manager", "ADD_STAGES", `"stage_intention":"collect facts"`, `"stage_intention":"collect facts ` + huge + `"`, "stage_intention",
+			func(m *masInstance, taskID string) string {
+				for _, sg := range m.snapshot(taskID).task.StageList {
+					if strings.HasPrefix(sg.StageIntention, "collect facts ") {
+						return sg.StageIntention
+					}
+				}
+				return ""
+			},
+		},
+		{
+			"profile", "agent_manager", "STAFF alice", `"name":"alice"`, `"name":"alice","profile":"` + huge + `"`, "profile",
+			func(m *masInstance, _ string) string {
+				var agents []engine.AgentBrief
+				m.mustRead("mas://agents", &agents)
+				for _, b := range agents {
+					if b.Name == "alice" {
+						var a engine.AgentState
+						m.mustRead("mas://agents/"+b.AgentID, &a)
+						return a.Profile
+					}
+				}
+				return ""
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			team := scripted.NewTeam()
+			step := make(chan string, 1)
+			var done atomic.Bool
+			llm := fakellm.New(t)
+			llm.Handle(func(c *fakellm.Call) fakellm.Reply {
+				r := team.Handle(c)
+				if c.AgentName == "manager" && c.Skill == tc.skill && strings.HasPrefix(scripted.StepText(c.Prompt), tc.marker) && done.CompareAndSwap(false, true) {
+					if !strings.Contains(r.Content, tc.old) {
+						t.Errorf("the scripted answer lacks %s: %.200s", tc.old, r.Content)
+					}
+					r.Content = strings.Replace(r.Content, tc.old, tc.new, 1)
+					step <- c.StepID + " " + c.AgentID
+				}
+				return r
+			})
+			m := newMAS(t, masOptions{LLMURL: llm.BaseURL()})
+			m.start()
+			taskID := addTask(m)
+			var got string
+			select {
+			case got = <-step:
+			case <-time.After(waitTimeout):
+				t.Fatalf("the manager never ran its %s step\n%s", tc.skill, m.describeAgents())
+			}
+			stepID, manager, _ := strings.Cut(got, " ")
+			intakeWaitLog(t, m, "the manager's "+tc.skill+" step to end", `"msg":"step done"`, stepID)
+			var st *engine.StepState
+			for _, s := range intakeSteps(m, manager) {
+				if s.StepID == stepID {
+					st = &s
+				}
+			}
+			if st == nil {
+				t.Fatalf("the manager's %s step %.8s is gone\n%s", tc.skill, stepID, m.describeAgents())
+			}
+			if st.ExecutionState != engine.StateFinished {
+				t.Fatalf("the manager's %s step with a 2 MB %s is %s: %v (the text was not bounded as it was taken in; the store refused %d writes)",
+					tc.skill, tc.field, st.ExecutionState, st.ExecuteResult["error"], intakeRefusals(m.logs()))
+			}
+			text := tc.stored(m, taskID)
+			if n := utf8.RuneCountInString(text); n == 0 || n > intakeMaxText+200 || !strings.Contains(text, intakeClipNote) {
+				t.Errorf("the %s stored holds %d characters (want at most MaxTextChars, %d, with the note): %.100q", tc.field, n, intakeMaxText, text)
 			}
 		})
 	}
