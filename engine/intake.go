@@ -32,6 +32,11 @@ const maxNameChars = 256
 // default) bounds an operator's.
 const maxInstructionItems = 64
 
+// maxMemoryOps bounds the persistent-memory ops one step applies: the
+// memory's caps (30 entries by default) leave nothing for more to do, and
+// each op adds a line to the step's result.
+const maxMemoryOps = 64
+
 // takeOutput bounds what an executor's output hands the engine, before
 // anything applies it: every free text (a summary, a message, the texts
 // of the steps it plans, those of a task or agent instruction) is cut to

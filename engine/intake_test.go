@@ -197,3 +197,38 @@ func TestModelInstructionTextsAreBoundedAsTakenIn(t *testing.T) {
 		t.Error("the agent of the name past the bound was created")
 	}
 }
+
+// TestMemoryOpsPerStepAreBounded: a step applies at most maxMemoryOps
+// persistent-memory ops; the surplus is reported in one line naming
+// persistent_memory and the limit, so the step's result stays small
+// whatever the model wrote.
+func TestMemoryOpsPerStepAreBounded(t *testing.T) {
+	b := newTestbed(t, func(c *Config) { c.Now = fixedClock })
+	alice := b.newAgent("alice")
+	const ops = 1000
+	b.sc.onText("remember", func(context.Context, *ExecInput) *Output {
+		out := &Output{Result: map[string]any{"think": "a thought"}}
+		out.Memory = append(out.Memory, MemoryOp{Add: "kept"})
+		for i := range ops - 1 {
+			out.Memory = append(out.Memory, MemoryOp{Delete: fmt.Sprintf("20260101T%06d", i)})
+		}
+		return out
+	})
+	id := b.inject(alice, b.sys.BaseTaskID(), b.sys.BaseStageID(), false, spec(SkillThink, "remember"))[0]
+	b.waitFor("the step", func() bool { return b.stepDone(alice, id) })
+	st, _ := b.step(alice, id)
+	if st.ExecutionState != StateFinished || st.ExecuteResult["think"] != "a thought" {
+		t.Fatalf("the step is %s with %.200v, want finished with its thought", st.ExecutionState, st.ExecuteResult)
+	}
+	report, _ := st.ExecuteResult["persistent_memory"].([]any)
+	if len(report) != maxMemoryOps+1 {
+		t.Fatalf("the report holds %d lines, want one per op applied (%d) and one for the rest", len(report), maxMemoryOps)
+	}
+	want := fmt.Sprintf("%d more persistent_memory operations were ignored: at most %d per step", ops-maxMemoryOps, maxMemoryOps)
+	if last := fmt.Sprint(report[len(report)-1]); !strings.Contains(last, want) {
+		t.Errorf("the report's last line is %q, want it to say %q", last, want)
+	}
+	if got := b.agent(alice).PersistentMemory; len(got) != 1 {
+		t.Errorf("persistent memory holds %d entries, want the one added", len(got))
+	}
+}

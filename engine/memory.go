@@ -28,8 +28,8 @@ const memoryKeyLayout = "20060102T150405"
 // view, the whole memory is bounded by what the agent's document may
 // store (memoryBytes). Each entry added records taskID, the task of the
 // step that wrote it (AgentState.MemoryTasks). It returns what happened to
-// each op, in the prompt set's language, for the step's result. a.mu must
-// be held.
+// each op, in the prompt set's language, for the step's result; the ops
+// past maxMemoryOps are ignored, told in one line. a.mu must be held.
 func (a *agent) applyMemoryLocked(taskID, view string, shown map[string]string, ops []MemoryOp) []string {
 	var report []string
 	pm := a.st.PersistentMemory
@@ -50,6 +50,12 @@ func (a *agent) applyMemoryLocked(taskID, view string, shown map[string]string, 
 	maxEntries, maxChars := a.sys.cfg.MemoryMaxEntries, a.sys.cfg.MemoryMaxChars
 	refused := false
 	var added map[string]bool // the keys this block added
+	// Past maxMemoryOps the ops are ignored, said in one line: a line per
+	// op would make the step's result as long as the model's list.
+	var ignored int
+	if len(ops) > maxMemoryOps {
+		ops, ignored = ops[:maxMemoryOps], len(ops)-maxMemoryOps
+	}
 	for _, op := range ops {
 		switch {
 		case strings.TrimSpace(op.Add) != "":
@@ -122,6 +128,9 @@ func (a *agent) applyMemoryLocked(taskID, view string, shown map[string]string, 
 	a.st.MemoryFull = a.st.MemoryFullIn != nil
 	for _, t := range tasks {
 		a.changedLocked(Event{Detail: "persistent_memory", TaskID: t})
+	}
+	if ignored > 0 {
+		report = append(report, a.sys.text("memory_ops_ignored", map[string]any{"N": ignored, "Max": maxMemoryOps}))
 	}
 	return report
 }

@@ -72,7 +72,7 @@ var TextKeys = []string{
 	"budget_reached", "budget_question", "budget_declined", "budget_waiting",
 	"interrupt_intention", "interrupt_text",
 	"history_digest", "pending_digest",
-	"memory_added", "memory_deleted", "memory_no_key", "memory_ignored", "memory_refused", "memory_refused_total",
+	"memory_added", "memory_deleted", "memory_no_key", "memory_ignored", "memory_ops_ignored", "memory_refused", "memory_refused_total",
 	"shared_info_step", "stage_no_step_left", "stage_step_failed", "tool_instruction_intention",
 	"base_task_name", "base_task_intention", "base_stage_goal",
 	"reason_plan_ends", "reason_goal_met", "reason_reflection_ends",

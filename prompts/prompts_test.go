@@ -118,6 +118,7 @@ var textFields = map[string][]string{
 	"memory_deleted":             {"Key"},
 	"memory_no_key":              {"Key"},
 	"memory_ignored":             {},
+	"memory_ops_ignored":         {"N", "Max"},
 	"memory_refused":             {"Entries", "MaxEntries", "Chars", "MaxChars", "Size"},
 	"memory_refused_total":       {"Size"},
 	"shared_info_step":           {"Executor", "State", "Reason"},

@@ -11,6 +11,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -285,4 +286,65 @@ func TestInstructionTextsFromAModelAreBounded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPersistentMemoryOpsPerStepAreBounded: alice's model answers her
+// think step with a thought and a persistent_memory block of 100,000 ops
+// (a 2.2 MB answer), each deleting a key she does not have. The ops past
+// the limit of one step are ignored and said so in one line naming
+// persistent_memory and the limit; the step finishes with its thought,
+// its result within the document bound.
+//
+// Before the fix the number of ops had no limit and the step's result held
+// one report line per op (~8 MB): the store refused the step's outcome,
+// and the step failed with "the step's outcome could not be stored: …
+// nats: maximum payload exceeded", its thought lost.
+func TestPersistentMemoryOpsPerStepAreBounded(t *testing.T) {
+	t.Parallel()
+	team := scripted.NewTeam()
+	step := make(chan [2]string, 1)
+	var done atomic.Bool
+	llm := fakellm.New(t)
+	llm.Handle(func(c *fakellm.Call) fakellm.Reply {
+		if c.AgentName == "alice" && c.Skill == "think" && done.CompareAndSwap(false, true) {
+			ops := make([]map[string]string, 0, 100_000)
+			for i := range 100_000 {
+				ops = append(ops, map[string]string{"delete": fmt.Sprintf("20260101T%06d", i)})
+			}
+			step <- [2]string{c.StepID, c.AgentID}
+			return fakellm.Reply{Content: fakellm.Block("_think", "alice thought it over.") + fakellm.Block("persistent_memory", fakellm.JSON(ops))}
+		}
+		return team.Handle(c)
+	})
+	m := newMAS(t, masOptions{LLMURL: llm.BaseURL()})
+	m.start()
+	addTask(m)
+	var got [2]string
+	select {
+	case got = <-step:
+	case <-time.After(waitTimeout):
+		t.Fatalf("alice never thought\n%s", m.describeAgents())
+	}
+	intakeWaitLog(t, m, "alice's think step to end", `"msg":"step done"`, got[0])
+	for _, st := range intakeSteps(m, got[1]) {
+		if st.StepID != got[0] {
+			continue
+		}
+		if st.ExecutionState != engine.StateFinished {
+			t.Fatalf("alice's think step, answered with a thought and 100,000 persistent_memory ops, is %s: %v",
+				st.ExecutionState, st.ExecuteResult["error"])
+		}
+		if b, _ := json.Marshal(st.ExecuteResult); len(b) > 640<<10 {
+			t.Errorf("alice's think step's result is %d bytes, past the document bound", len(b))
+		}
+		report, _ := json.Marshal(st.ExecuteResult["persistent_memory"])
+		if !strings.Contains(string(report), "persistent_memory operations were ignored") {
+			t.Errorf("alice's think step's persistent_memory report does not say that the ops past the limit were ignored: %.300s", report)
+		}
+		if thought, _ := st.ExecuteResult["think"].(string); thought != "alice thought it over." {
+			t.Errorf("alice's think step lost its thought: %.300v", st.ExecuteResult)
+		}
+		return
+	}
+	t.Fatalf("alice's think step %.8s is gone\n%s", got[0], m.describeAgents())
 }
