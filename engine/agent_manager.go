@@ -78,6 +78,9 @@ func (s *System) createAgent(cfg AgentConfig, origin string) (string, error) {
 	case cfg.Role == "":
 		return "", errf(ErrInvalid, "agent_config.role: is empty")
 	}
+	if err := s.checkAgentTexts(cfg); err != nil {
+		return "", err
+	}
 	skills := slices.Clone(cfg.Skills)
 	for _, sk := range skills {
 		if !slices.Contains(SkillNames, sk) {
@@ -121,6 +124,32 @@ func (s *System) createAgent(cfg AgentConfig, origin string) (string, error) {
 }
 
 // newAgentState is a new agent's state, empty but for who it is.
+// checkAgentTexts refuses an agent whose name, role and profile would
+// take more than a quarter of its document's bound (MaxDocumentBytes):
+// they are never shortened, and the rest is for its persistent memory
+// (up to half, memoryBytes) and its steps. Past it every write of the
+// agent could be refused by the store. The error names the longest.
+func (s *System) checkAgentTexts(cfg AgentConfig) error {
+	room := s.cfg.MaxDocumentBytes / 4
+	fields := []struct {
+		name string
+		size int
+	}{{"agent_config.profile", storedLen(cfg.Profile)}, {"agent_config.role", storedLen(cfg.Role)}, {"agent_config.name", storedLen(cfg.Name)}}
+	total, longest := 0, 0
+	for i, f := range fields {
+		total += f.size
+		if f.size > fields[longest].size {
+			longest = i
+		}
+	}
+	if total <= room {
+		return nil
+	}
+	return errf(ErrLimit, "%s: takes %d bytes stored (the agent's name, role and profile %d), over the limit of %d bytes for the three: "+
+		"a quarter of an agent's document bound of %d bytes (%d KiB, the engine's bound on a stored document, under the store's 1 MiB message limit)",
+		fields[longest].name, fields[longest].size, total, room, s.cfg.MaxDocumentBytes, s.cfg.MaxDocumentBytes>>10)
+}
+
 func (s *System) newAgentState(kind, name, role, profile string, skills, tools []string) AgentState {
 	now := s.now()
 	id := newID()

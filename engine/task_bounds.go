@@ -11,17 +11,64 @@ func (t *task) taskSizeLocked() int {
 	for _, e := range t.st.SharedInfoPool {
 		n += storedLen(e.Content) + 250
 	}
-	for _, sg := range t.st.StageList {
-		n += 400 + storedLen(sg.StageIntention)
-		for _, g := range sg.AgentAllocation {
-			n += storedLen(g) + 80
-		}
-		for _, c := range sg.CompletionSummary {
-			n += storedLen(c) + 80
-		}
-		n += 60 * len(sg.EveryAgentState)
+	for i := range t.st.StageList {
+		n += stageSize(&t.st.StageList[i])
 	}
 	return n
+}
+
+// stageSize estimates a stage's stored size in its task's document.
+func stageSize(sg *StageState) int {
+	n := 400 + storedLen(sg.StageIntention)
+	for _, g := range sg.AgentAllocation {
+		n += storedLen(g) + 80
+	}
+	for _, c := range sg.CompletionSummary {
+		n += storedLen(c) + 80
+	}
+	// Each allocated agent gets its state in the stage once it starts.
+	return n + 60*max(len(sg.EveryAgentState), len(sg.AgentAllocation))
+}
+
+// shortenedBytes bounds what a text shortened to `shortened` characters
+// takes stored: six bytes a character at most (\u0001), and the note.
+const shortenedBytes = 6*shortened + 200
+
+// floorSizeLocked estimates the smallest size boundLocked can bring the
+// task's document to: without its shared info, with the summaries of its
+// ended stages shortened. What is past the limit even then cannot be
+// stored at all, and is refused before it is made (checkRoomLocked). mu
+// must be held.
+func (t *task) floorSizeLocked() int {
+	n := t.taskSizeLocked()
+	for _, e := range t.st.SharedInfoPool {
+		n -= storedLen(e.Content) + 250
+	}
+	for _, sg := range t.st.StageList {
+		if sg.ExecutionState != StateFinished && sg.ExecutionState != StateFailed {
+			continue
+		}
+		for _, c := range sg.CompletionSummary {
+			n -= max(storedLen(c)-shortenedBytes, 0)
+		}
+	}
+	return n
+}
+
+// checkRoomLocked refuses an instruction that would add more bytes to the
+// task's document (stored, estimated) than it can hold after boundLocked
+// shed all it can: the store would refuse every write of the task from
+// then on. field names what the caller gave. mu must be held.
+func (t *task) checkRoomLocked(field string, adds int) error {
+	limit := t.sys.cfg.MaxDocumentBytes
+	floor := t.floorSizeLocked()
+	if floor+adds <= limit {
+		return nil
+	}
+	return errf(ErrLimit, "%s: takes %d bytes stored, which would make task %s's document %d bytes, over its limit of %d bytes (%d KiB, "+
+		"the engine's bound on a stored document, under the store's 1 MiB message limit) even with its shared info dropped and its ended stages' "+
+		"summaries shortened; %d bytes are left: give fewer stages at a time, or shorter texts",
+		field, adds, t.st.TaskID, floor+adds, limit, limit>>10, max(limit-floor, 0))
 }
 
 // boundLocked keeps the task's document under MaxDocumentBytes by dropping

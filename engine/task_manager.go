@@ -275,8 +275,20 @@ func (s *System) addStages(t *task, actorID string, human bool, specs []StageSpe
 			return &AddStageResult{StageIDs: ids, TaskID: t.st.TaskID}, nil
 		}
 	}
+	added := make([]StageState, len(specs))
+	adds := 0
 	for i, sp := range specs {
-		st := newStage(derivedID(origin, "stage", strconv.Itoa(i)), t.st.TaskID, strings.TrimSpace(sp.StageIntention), sp.AgentAllocation)
+		added[i] = newStage(derivedID(origin, "stage", strconv.Itoa(i)), t.st.TaskID, strings.TrimSpace(sp.StageIntention), sp.AgentAllocation)
+		adds += stageSize(&added[i])
+	}
+	// Refused before anything is made: stages are never shed from the
+	// task's document, and one past its bound would have every write of
+	// the task refused by the store.
+	if err := t.checkRoomLocked(fmt.Sprintf("stages (%d of them)", len(specs)), adds); err != nil {
+		t.mu.Unlock()
+		return nil, err
+	}
+	for _, st := range added {
 		t.st.StageList = append(t.st.StageList, st)
 		ids = append(ids, st.StageID)
 	}
@@ -397,6 +409,10 @@ func (s *System) retryStage(t *task, actorID string, human bool, ti TaskInstruct
 	// 1. the new stage, right after the old one; its agents join the group.
 	ns := newStage(newStageID, t.st.TaskID, strings.TrimSpace(ti.NewStageIntention), ti.NewAgentAllocation)
 	ns.RetryOf = old.StageID
+	if err := t.checkRoomLocked("new_stage_intention", stageSize(&ns)); err != nil {
+		t.mu.Unlock()
+		return nil, err
+	}
 	t.st.StageList = slices.Insert(t.st.StageList, at+1, ns)
 	t.st.TaskGroup = append(t.st.TaskGroup, missing...)
 	old = &t.st.StageList[at]
