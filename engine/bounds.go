@@ -2,6 +2,7 @@ package engine
 
 import (
 	"slices"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -258,10 +259,16 @@ func (a *agent) boundLocked() {
 	}
 }
 
+// pooledHead is how many characters of a message awaiting a reply an
+// operator's conversations keep when its document is past the bound:
+// enough to read and answer most questions; the whole message is in the
+// task's conversation.
+const pooledHead = 2000
+
 // boundPoolLocked sheds at least excess bytes of an operator's
 // conversation pool, which grows with every notice and message over the
 // MAS's life: the oldest notices first, then the oldest messages that
-// await no reply (those that do are kept).
+// await no reply, then the text of the oldest that do (shortenPoolLocked).
 func (a *agent) boundPoolLocked(p *ConversationPool, excess int) {
 	drop := 0
 	for drop < len(p.GlobalMessages) && excess > 0 {
@@ -284,7 +291,7 @@ func (a *agent) boundPoolLocked(p *ConversationPool, excess int) {
 			}
 		}
 		if at < 0 {
-			return
+			break
 		}
 		msgs := p.ConversationPrivates[peer]
 		excess -= storedLen(msgs[at].Content) + 300
@@ -293,4 +300,65 @@ func (a *agent) boundPoolLocked(p *ConversationPool, excess int) {
 			delete(p.ConversationPrivates, peer)
 		}
 	}
+	// What is left awaits a reply (or is the operator's own asking for
+	// one): it stays, so that the operator is shown every question
+	// someone waits on, but its text is shortened, the oldest first, to
+	// a head and a note saying where the whole message is (the task's
+	// conversation, which the message stream keeps). Kept whole, such
+	// messages would take the document past the store's limit: its
+	// writes refused, every later change of the operator stuck behind
+	// them and the newest questions never shown.
+	for _, keep := range []int{pooledHead, shortened} {
+		if excess <= 0 {
+			return
+		}
+		excess -= a.shortenPoolLocked(p, keep, excess)
+	}
+}
+
+// shortenPoolLocked shortens the texts of the oldest messages of an
+// operator's conversations to keep characters (a head and a note), until
+// at least want bytes are saved or none is longer; it returns the bytes
+// saved. mu must be held.
+func (a *agent) shortenPoolLocked(p *ConversationPool, keep, want int) int {
+	type pos struct {
+		peer string
+		at   int
+	}
+	var all []pos
+	for peer, msgs := range p.ConversationPrivates {
+		for i := range msgs {
+			all = append(all, pos{peer, i})
+		}
+	}
+	slices.SortFunc(all, func(x, y pos) int {
+		return p.ConversationPrivates[x.peer][x.at].Timestamp.Compare(p.ConversationPrivates[y.peer][y.at].Timestamp)
+	})
+	saved := 0
+	for _, o := range all {
+		if saved >= want {
+			break
+		}
+		saved += a.shortenPrivate(&p.ConversationPrivates[o.peer][o.at], keep)
+	}
+	return saved
+}
+
+// shortenPrivate shortens a message of an operator's conversations to its
+// first keep characters and a note saying where the whole message is; a
+// message shortened before is shortened further from its head. It
+// returns the bytes saved (none when the message is no longer than that).
+func (a *agent) shortenPrivate(m *PrivateMessage, keep int) int {
+	note := a.sys.text("message_shortened", map[string]any{"TaskID": m.TaskID})
+	head := m.Content
+	if m.Shortened {
+		head = strings.TrimSuffix(strings.TrimSuffix(head, " "+note), "…")
+	}
+	if utf8.RuneCountInString(head) <= keep {
+		return 0
+	}
+	short := Truncate(head, keep) + " " + note
+	saved := storedLen(m.Content) - storedLen(short)
+	m.Content, m.Shortened = short, true
+	return saved
 }

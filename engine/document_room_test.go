@@ -2,8 +2,11 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // TestStagesPastTheDocumentBoundAreRefused: stages are never shed from a
@@ -89,5 +92,70 @@ func TestAgentProfilePastTheDocumentBoundIsRefused(t *testing.T) {
 	if _, err := b.sys.AgentInstruction(b.op(), AgentInstruction{Action: ActionInitNewAgent,
 		AgentConfig: &AgentConfig{Template: "researcher", Name: "brief", Profile: strings.Repeat("p", 8_000)}}); err != nil {
 		t.Errorf("a profile within the limit: %v", err)
+	}
+}
+
+// TestOperatorQuestionsPastTheBoundAreShortenedNotLost: questions that
+// await the operator's reply are never dropped from its conversations,
+// so that nobody waits on a question the operator is not shown. Twenty
+// of them, each past a thirtieth of the document's bound, would take the
+// operator's document past the store's limit: the oldest are kept
+// shortened to a head and a note saying where the whole message is (the
+// task's conversation), the store refuses nothing, the inbox shows every
+// question, the newest whole, and a shortened one can be answered.
+func TestOperatorQuestionsPastTheBoundAreShortenedNotLost(t *testing.T) {
+	const docBound, questions = 64 << 10, 20
+	st := &payloadStore{MemoryStore: NewMemoryStore(), max: docBound * 3 / 2}
+	b := newTestbed(t, func(c *Config) { c.Store = st; c.MaxDocumentBytes = docBound })
+	alice := b.newAgent("alice")
+	id := b.newTask("ask", alice)
+	var ids []string
+	for i := range questions {
+		q := b.sys.newMessage("", id, alice, []string{b.op()}, fmt.Sprintf("QUESTION %d %s", i, strings.Repeat("😀", 2000)), NoRelative)
+		q.NeedReply = true
+		if err := b.sys.post(q); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, q.MessageID)
+	}
+	if n := st.refused.Load(); n != 0 {
+		t.Errorf("the store refused %d writes", n)
+	}
+	in, err := b.sys.Inbox(b.op())
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]InboxEntry{}
+	for _, e := range in {
+		byID[e.MessageID] = e
+	}
+	for i, mid := range ids {
+		e, ok := byID[mid]
+		switch {
+		case !ok:
+			t.Errorf("question %d is not in the operator's inbox", i)
+		case !e.AwaitingReply || !strings.HasPrefix(e.Content, fmt.Sprintf("QUESTION %d ", i)):
+			t.Errorf("question %d in the inbox: awaiting a reply %v, text %.40q", i, e.AwaitingReply, e.Content)
+		}
+	}
+	if e := byID[ids[0]]; !e.Shortened || !strings.Contains(e.Content, "mas://tasks/"+id+"/conversation") {
+		t.Errorf("the oldest question (shortened %v) does not say where the whole message is: …%s", e.Shortened, e.Content[max(0, len(e.Content)-200):])
+	}
+	if e := byID[ids[questions-1]]; e.Shortened || utf8.RuneCountInString(e.Content) != len("QUESTION 19 ")+2000 {
+		t.Errorf("the newest question is shortened (%v) or not whole (%d characters)", e.Shortened, utf8.RuneCountInString(e.Content))
+	}
+	stored, _ := st.Agent(b.op())
+	if raw, _ := json.Marshal(stored); len(raw) > docBound {
+		t.Errorf("the operator's stored document is %d bytes, over the bound of %d", len(raw), docBound)
+	}
+	// The oldest, shortened, is answered as any other.
+	if _, err := b.sys.HumanSend(b.op(), HumanMessage{TaskID: id, Receiver: []string{alice}, Content: "the answer", ReplyTo: ids[0]}); err != nil {
+		t.Fatal(err)
+	}
+	in, _ = b.sys.Inbox(b.op())
+	for _, e := range in {
+		if e.MessageID == ids[0] && e.AwaitingReply {
+			t.Error("the shortened question still awaits a reply after the answer")
+		}
 	}
 }

@@ -369,6 +369,10 @@ type PrivateMessage struct {
 	// Expired is set when the sender stopped waiting for the reply (an
 	// approval question whose time ran out): it no longer awaits one.
 	Expired bool `json:"expired,omitempty"`
+	// Shortened is set when the operator's document, past its bound, keeps
+	// only the head of Content, with a note saying where the whole message
+	// is (the task's conversation, bounds.go).
+	Shortened bool `json:"shortened,omitempty"`
 }
 
 // clone returns a deep copy of the task.

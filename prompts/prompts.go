@@ -65,7 +65,7 @@ var TextKeys = []string{
 	"ask_info_result", "repair_request",
 	"tool_describe_intention", "tool_describe_text", "tool_result_intention", "tool_result_text",
 	"tool_confirm", "tool_elicit", "tool_missing_arguments",
-	"text_clipped",
+	"text_clipped", "message_shortened",
 	"stall_no_stages", "stall_stage", "stall_no_running_stage", "stall_last_failure", "stall_base", "stall_notice", "stall_failed",
 	"llm_waiting", "llm_outage_began", "llm_outage_ended", "llm_outage_ended_restarted", "llm_outage_gave_up", "llm_outage_paused", "llm_outage_base_held", "llm_outage_resumed", "llm_refused", "store_refusing",
 	"reply_lost_intention", "reply_lost_text", "operator_task_failed", "operator_reply_lost",

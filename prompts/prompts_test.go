@@ -85,6 +85,7 @@ var textFields = map[string][]string{
 	"tool_elicit":                {"AgentID", "AgentName", "Server", "ToolName", "Message", "Fields"},
 	"tool_missing_arguments":     {"AgentID", "AgentName", "Server", "ToolName", "Problem", "Fields", "Arguments"},
 	"text_clipped":               {"Dropped", "Limit"},
+	"message_shortened":          {"TaskID"},
 	"stall_no_stages":            {"TaskID", "TaskName"},
 	"stall_stage":                {"TaskID", "TaskName", "StageID", "StageIntention", "Finished", "Open"},
 	"stall_no_running_stage":     {"TaskID", "TaskName"},
