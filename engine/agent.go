@@ -81,6 +81,13 @@ func newAgentOwner(s *System, st AgentState) *agent {
 		refused: func(err error) {
 			s.log.Error("store: put agent refused: change withdrawn or kept for a retry", "agent", a.id, "err", err)
 		},
+		tightened: func(err error) {
+			s.log.Warn("store: the agent's document is too large for the store: bounded harder and written again", tooLargeAttrs("agent", a.id, err)...)
+		},
+		withdrawn: func(err error, changes int) {
+			s.log.Error("store: the agent's document is too large for the store even bounded harder: its changes since the last write are withdrawn, not retried",
+				append(tooLargeAttrs("agent", a.id, err), "changes", changes)...)
+		},
 	}
 	if store := s.cfg.Store; store != nil {
 		a.mu.ops.put = func(doc *AgentState) error { return store.PutAgent(s.storeCtx, doc) }

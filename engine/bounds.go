@@ -215,9 +215,15 @@ const shortenedMore = 80
 // boundLocked keeps the agent's document under MaxDocumentBytes: past it,
 // the results and texts of its oldest finished steps are shortened (the
 // trail of what they said lives in the conversation and shared info
-// pools). mu must be held.
-func (a *agent) boundLocked() {
+// pools). harder bounds it to half of that, and cuts what an operator's
+// conversations keep shorter: the store refused a document of the
+// agent's as too large, so the estimate fell short of what was written
+// (owner.go, tighter). mu must be held.
+func (a *agent) boundLocked(harder bool) {
 	limit := a.sys.cfg.MaxDocumentBytes
+	if harder {
+		limit /= 2
+	}
 	size := a.agentSizeLocked()
 	if size <= limit {
 		return
@@ -255,7 +261,7 @@ func (a *agent) boundLocked() {
 		}
 	}
 	if p := a.st.ConversationPool; p != nil && size > target {
-		a.boundPoolLocked(p, size-target)
+		a.boundPoolLocked(p, size-target, harder)
 	}
 }
 
@@ -268,8 +274,9 @@ const pooledHead = 2000
 // boundPoolLocked sheds at least excess bytes of an operator's
 // conversation pool, which grows with every notice and message over the
 // MAS's life: the oldest notices first, then the oldest messages that
-// await no reply, then the text of the oldest that do (shortenPoolLocked).
-func (a *agent) boundPoolLocked(p *ConversationPool, excess int) {
+// await no reply, then the text of the oldest that do (shortenPoolLocked),
+// further when harder.
+func (a *agent) boundPoolLocked(p *ConversationPool, excess int, harder bool) {
 	drop := 0
 	for drop < len(p.GlobalMessages) && excess > 0 {
 		excess -= storedLen(p.GlobalMessages[drop]) + 4
@@ -308,7 +315,11 @@ func (a *agent) boundPoolLocked(p *ConversationPool, excess int) {
 	// messages would take the document past the store's limit: its
 	// writes refused, every later change of the operator stuck behind
 	// them and the newest questions never shown.
-	for _, keep := range []int{pooledHead, shortened} {
+	keeps := []int{pooledHead, shortened}
+	if harder {
+		keeps = append(keeps, shortenedMore)
+	}
+	for _, keep := range keeps {
 		if excess <= 0 {
 			return
 		}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -41,6 +42,14 @@ import (
 // then retries the commit with a bounded backoff until the store takes
 // one, and reports meanwhile that its last commit was refused
 // (refusedLocked), so its agent starts no step the store does not know of.
+// A write refused as too large (ErrTooLarge: past what the store takes in
+// one write, which the bound's estimate of the document fell short of) is
+// never retried as it is: the owner bounds the document harder, from then
+// on (ops.bound), and writes it again at once (tighter); refused again,
+// its changes are withdrawn, kept or not, one holder's or several's, and
+// logged with the document's size and the limit (ops.withdrawn). Written
+// again they would be refused for ever, every later change of the owner
+// waiting behind them.
 //
 // Readers take the snapshot (read): they never wait for a write. Without a
 // store nothing is written; the snapshot is then made lazily, by the first
@@ -62,8 +71,10 @@ type ownerOps[T any] struct {
 	// when the store cannot be read either).
 	clone func(*T) T
 	// bound, when set, keeps the state within its bounds before a commit
-	// copies it to be written (what it shortens goes with that write).
-	bound func()
+	// copies it to be written (what it shortens goes with that write);
+	// harder once the store refused one of the owner's documents as too
+	// large (ErrTooLarge): the estimate the bound works from fell short.
+	bound func(harder bool)
 	// put writes a document; nil means there is no store.
 	put func(*T) error
 	// readBack reads the document the store holds (nil: none can be read).
@@ -72,6 +83,13 @@ type ownerOps[T any] struct {
 	restore func(T)
 	// refused logs a refused write.
 	refused func(error)
+	// tightened logs a document the store refused as too large, to be
+	// bounded harder and written again (tighter).
+	tightened func(error)
+	// withdrawn logs the changes of a document the store refused as too
+	// large even bounded harder: they are withdrawn, whoever made them,
+	// since written again they would be refused for ever.
+	withdrawn func(err error, changes int)
 	// announce publishes one event.
 	announce func(Event)
 	// wake, when set, is called after Unlock has committed, if a holder
@@ -153,6 +171,9 @@ type ownerMu[T any] struct {
 	backoff    time.Duration
 	retryTimer *time.Timer
 	closed     bool
+	// tight is set once the store refused a document of the owner's as
+	// too large: from then on it is bounded harder (ops.bound).
+	tight bool
 	// strict is set while the holder's change must fail visibly if
 	// refused (lockDurable); fence, while such a change is being written:
 	// other holders wait for it to be stored or refused before they
@@ -224,6 +245,10 @@ func (m *ownerMu[T]) change(ev Event, persist bool) {
 // released). They stay in memory, unannounced, until a commit succeeds.
 // The lock must be held.
 func (m *ownerMu[T]) keepLocked() { m.keep = true }
+
+// tightLocked reports whether the owner's documents are bounded harder
+// (a document of its was refused as too large). The lock must be held.
+func (m *ownerMu[T]) tightLocked() bool { return m.tight }
 
 // refusedLocked reports whether the owner's last commit was refused: its
 // memory may hold changes the store lacks. The lock must be held.
@@ -458,7 +483,7 @@ func (m *ownerMu[T]) commit(v uint64) error {
 		return nil
 	}
 	if write && m.ops.bound != nil {
-		m.ops.bound()
+		m.ops.bound(m.tight)
 	}
 	doc := m.ops.copy(m.reusable())
 	if !write {
@@ -474,13 +499,25 @@ func (m *ownerMu[T]) commit(v uint64) error {
 	m.Mutex.Unlock()
 
 	err := m.ops.put(&doc)
+	if errors.Is(err, ErrTooLarge) && m.ops.bound != nil {
+		if m.ops.tightened != nil {
+			m.ops.tightened(err)
+		}
+		doc, upto, keep, events, err = m.tighter(upto, keep, events)
+	}
+	// A document too large for the store even bounded harder cannot be
+	// stored by writing it again: its changes are withdrawn, kept or
+	// not, one holder's or several's (each maker that can fail visibly
+	// is told, through lost), rather than retried for ever while every
+	// later change of the owner waits behind them.
+	tooLarge := errors.Is(err, ErrTooLarge)
 	if err != nil {
 		m.ops.refused(err)
 		// Every change the store lacks is this holder's, and nothing
 		// was recorded since: they can be withdrawn alone, unless the
 		// holder asked to keep them.
 		m.Mutex.Lock()
-		solo := !keep && m.soloLocked(upto)
+		solo := tooLarge || (!keep && m.soloLocked(upto))
 		m.Mutex.Unlock()
 		var back *T
 		if solo && m.ops.readBack != nil {
@@ -504,6 +541,9 @@ func (m *ownerMu[T]) commit(v uint64) error {
 		if solo && back != nil && m.made == upto {
 			m.ops.restore(*back)
 			m.durableLocked(upto)
+			if tooLarge && m.ops.withdrawn != nil {
+				m.ops.withdrawn(err, int(upto-from))
+			}
 		} else {
 			// Kept in memory, unannounced: the next commit writes and
 			// announces them.
@@ -532,6 +572,25 @@ func (m *ownerMu[T]) commit(v uint64) error {
 		m.ops.wake()
 	}
 	return nil
+}
+
+// tighter answers a document the store refused as too large (ErrTooLarge):
+// written again as it is, it would be refused again. The owner bounds its
+// documents harder from now on (ops.bound), and writes the document so
+// bounded once more, with the changes recorded since the refused write
+// (their makers wait for this commit, as for any write in flight). It
+// returns the document written, what it held and the store's answer.
+// commitMu is held.
+func (m *ownerMu[T]) tighter(upto uint64, keep bool, events []Event) (T, uint64, bool, []Event, error) {
+	m.Mutex.Lock()
+	m.tight = true
+	m.ops.bound(true)
+	upto, keep = m.made, keep || m.keep
+	events = append(events, m.events...)
+	m.write, m.keep, m.events = false, false, nil
+	doc := m.ops.copy(nil)
+	m.Mutex.Unlock()
+	return doc, upto, keep, events, m.ops.put(&doc)
 }
 
 func (m *ownerMu[T]) announce(events []Event) {

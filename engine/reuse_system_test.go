@@ -35,7 +35,7 @@ func TestBoundSizeFollowsAStepThatMovesBack(t *testing.T) {
 
 	// 1. Under the bound: X (30 KB of result) is sized at position 1.
 	a.st.AgentStep.StepList = []StepState{ended("Y", 10), ended("X", 30_000), other("R", StateRunning, 10)}
-	a.boundLocked()
+	a.boundLocked(false)
 	if got := len(a.st.AgentStep.StepList[1].ExecuteResult["think"].(string)); got != 30_000 {
 		t.Fatalf("X shortened to %d under the bound", got)
 	}
@@ -43,7 +43,7 @@ func TestBoundSizeFollowsAStepThatMovesBack(t *testing.T) {
 	// 2. Y is cleaned up (X moves to 0) and a running step of 10 KB
 	// passes the bound: X, the oldest finished step, is shortened.
 	a.st.AgentStep.StepList = []StepState{a.st.AgentStep.StepList[1], a.st.AgentStep.StepList[2], other("Q", StateRunning, 10_000)}
-	a.boundLocked()
+	a.boundLocked(false)
 	if got := len(a.st.AgentStep.StepList[0].ExecuteResult["think"].(string)); got > 1000 {
 		t.Fatalf("X not shortened over the bound (%d)", got)
 	}
@@ -62,7 +62,7 @@ func TestBoundSizeFollowsAStepThatMovesBack(t *testing.T) {
 	if under > limit-limit/4 {
 		t.Fatalf("test setup: the document (%d) is not under the bound", under)
 	}
-	a.boundLocked()
+	a.boundLocked(false)
 	if got := len(a.st.AgentStep.StepList[0].ExecuteResult["think"].(string)); got != 12_000 {
 		t.Errorf("Z's result was shortened to %d characters though the document (%d bytes sized afresh) is under its bound of %d", got, under, limit)
 	}

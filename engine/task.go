@@ -41,9 +41,24 @@ func newTaskOwner(s *System, st TaskState) *task {
 		refused: func(err error) {
 			s.log.Error("store: put task refused: change withdrawn or kept for a retry", "task", t.st.TaskID, "err", err)
 		},
+		tightened: func(err error) {
+			s.log.Warn("store: the task's document is too large for the store: bounded harder and written again", tooLargeAttrs("task", t.st.TaskID, err)...)
+		},
+		withdrawn: func(err error, changes int) {
+			s.log.Error("store: the task's document is too large for the store even bounded harder: its changes since the last write are withdrawn, not retried",
+				append(tooLargeAttrs("task", t.st.TaskID, err), "changes", changes)...)
+		},
 	}
 	if store := s.cfg.Store; store != nil {
 		t.mu.ops.put = func(doc *TaskState) error { return store.PutTask(s.storeCtx, doc) }
+		// The task is bounded at each change (changedLocked); a commit
+		// bounds it again only harder, after the store refused one of its
+		// documents as too large.
+		t.mu.ops.bound = func(harder bool) {
+			if harder {
+				t.boundLocked(true)
+			}
+		}
 		// A refused commit is retried until the store takes one: changes
 		// kept in memory through an outage (the meter's count of tokens
 		// spent, the reports a restart replays) must reach the store even
@@ -78,7 +93,7 @@ func (t *task) docLocked() TaskState {
 func (t *task) changedLocked(ev Event) {
 	t.st.UpdatedAt = t.sys.now()
 	if t.sys.cfg.Store != nil {
-		t.boundLocked()
+		t.boundLocked(t.mu.tightLocked())
 	}
 	t.mu.change(t.event(ev), true)
 }
@@ -757,7 +772,7 @@ func (t *task) added() error {
 	defer t.mu.Unlock()
 	t.st.UpdatedAt = t.sys.now()
 	if t.sys.cfg.Store != nil {
-		t.boundLocked()
+		t.boundLocked(t.mu.tightLocked())
 	}
 	t.mu.change(Event{}, true)
 	return t.mu.syncLocked()

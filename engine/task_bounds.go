@@ -77,9 +77,15 @@ func (t *task) checkRoomLocked(field string, adds int) error {
 // MaxTextChars), by shortening the completion summaries of the oldest
 // ended stages to a paragraph: the whole summaries stay in their agents'
 // summary steps and the trail. Past the limit every write of the task
-// would be refused, its reports retried for ever. mu must be held.
-func (t *task) boundLocked() {
-	limit := t.sys.cfg.MaxDocumentBytes
+// would be refused, its reports retried for ever. harder bounds it to half
+// of that, the summaries to a line: the store refused a document of the
+// task's as too large, so the estimate fell short of what was written
+// (owner.go, tighter). mu must be held.
+func (t *task) boundLocked(harder bool) {
+	limit, keep := t.sys.cfg.MaxDocumentBytes, shortened
+	if harder {
+		limit, keep = limit/2, shortenedMore
+	}
 	size := t.taskSizeLocked()
 	drop := 0
 	for drop < len(t.st.SharedInfoPool) && size > limit {
@@ -98,7 +104,7 @@ func (t *task) boundLocked() {
 			continue
 		}
 		for id, c := range sg.CompletionSummary {
-			if short := t.sys.clip(c, shortened); len(short) < len(c) {
+			if short := t.sys.clip(c, keep); len(short) < len(c) {
 				sg.CompletionSummary[id] = short
 				size -= storedLen(c) - storedLen(short)
 			}

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -113,4 +115,56 @@ func operatorDocumentStaysWritable(t *testing.T, text string) {
 			t.Errorf("op2's message %d: not in the operator's stored document, which is past NATS's payload limit", i)
 		}
 	}
+}
+
+// TestOversizedWritesAreTooLarge: a task document, an agent's head, a
+// chunk of an agent's ended steps and a message past NATS's payload limit
+// (1 MiB) are refused as an engine.TooLargeError naming the size and the
+// limit — which the engine answers by bounding harder, never by writing
+// the same document again — and the store's next write of the document,
+// within the limit, is taken (the refused one left no revision unsure).
+func TestOversizedWritesAreTooLarge(t *testing.T) {
+	st := open(t, t.TempDir())
+	defer st.Close()
+	ctx := t.Context()
+	huge := strings.Repeat("x", 1<<20+1)
+	check := func(what string, err error) {
+		t.Helper()
+		tl, ok := errors.AsType[*engine.TooLargeError](err)
+		switch {
+		case !errors.Is(err, engine.ErrTooLarge) || !ok:
+			t.Errorf("%s: error %v, want an engine.TooLargeError", what, err)
+		case tl.Limit != 1<<20 || tl.Size <= tl.Limit || !strings.Contains(err.Error(), fmt.Sprint(tl.Size)) || !strings.Contains(err.Error(), "1048576"):
+			t.Errorf("%s: %q (size %d, limit %d): want the size and NATS's limit of 1048576 bytes", what, err, tl.Size, tl.Limit)
+		}
+	}
+
+	task := sampleTask("big")
+	if err := st.PutTask(ctx, &task); err != nil {
+		t.Fatal(err)
+	}
+	task.TaskIntention = huge
+	check("a task", st.PutTask(ctx, &task))
+	task.TaskIntention = "within the limit again"
+	if err := st.PutTask(ctx, &task); err != nil {
+		t.Errorf("the task's next write, within the limit: %v", err)
+	}
+
+	agent := engine.AgentState{AgentID: "head", Name: "h", AgentStep: engine.AgentStep{AgentID: "head"}, Profile: huge}
+	check("an agent's head", st.PutAgent(ctx, &agent))
+	agent.Profile = "short"
+	if err := st.PutAgent(ctx, &agent); err != nil {
+		t.Errorf("the agent's next write, within the limit: %v", err)
+	}
+
+	chunked := engine.AgentState{AgentID: "chunked", Name: "c", AgentStep: engine.AgentStep{AgentID: "chunked"}}
+	for i := range 8 {
+		chunked.AgentStep.StepList = append(chunked.AgentStep.StepList, engine.StepState{StepID: fmt.Sprint("s", i),
+			Type: engine.StepSkill, Executor: "think", ExecutionState: engine.StateFinished, TextContent: "t"})
+	}
+	chunked.AgentStep.StepList[3].TextContent = huge
+	check("a chunk of ended steps", st.PutAgent(ctx, &chunked))
+
+	m := engine.Message{MessageID: "m-big", TaskID: "big", Message: huge}
+	check("a message", st.PutMessage(ctx, &m))
 }

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mas-mcp/mas-mcp/engine"
@@ -401,7 +402,7 @@ func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
 	if len(fresh) >= chunkSteps {
 		written, err := s.writeChunks(ctx, a.AgentID, as, steps, fresh, next)
 		if err != nil {
-			return fmt.Errorf("store: agent %s: %w", a.AgentID, err)
+			return agentError(a.AgentID, err)
 		}
 		for _, c := range written {
 			mark(c)
@@ -424,7 +425,7 @@ func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
 		}
 	}
 	if err := s.putLists(ctx, a, as, &e, order); err != nil {
-		return fmt.Errorf("store: agent %s: %w", a.AgentID, err)
+		return agentError(a.AgentID, err)
 	}
 	if e.Base != "" {
 		c := as.chunks[e.Base]
@@ -466,6 +467,16 @@ func (s *Store) PutAgent(ctx context.Context, a *engine.AgentState) error {
 	as.seen, as.spare = next, seen
 	as.referred, as.referredJSON = refer, chunks
 	return nil
+}
+
+// agentError is the error of a failed write of an agent's chunk: a chunk
+// too large for NATS (one step larger than its limit) is the agent's
+// TooLargeError as it is, the others name the agent.
+func agentError(agentID string, err error) error {
+	if tl, ok := errors.AsType[*engine.TooLargeError](err); ok {
+		return tl
+	}
+	return fmt.Errorf("store: agent %s: %w", agentID, err)
 }
 
 // dropUnreferred deletes the agent's chunks the head written by write gen
@@ -566,7 +577,7 @@ func (s *Store) createChunk(ctx context.Context, agentID string, as *agentSteps,
 	if n := len(as.free); n > 0 {
 		key := agentID + "." + strconv.Itoa(as.free[n-1])
 		if err := retry(ctx, func() error { _, err := s.kvS.Put(ctx, key, b); return err }); err != nil {
-			return "", err
+			return "", s.chunkRefusal(agentID, len(b), err)
 		}
 		as.free = as.free[:n-1]
 		s.counted(bucketSteps, len(b))
@@ -584,10 +595,20 @@ func (s *Store) createChunk(ctx context.Context, agentID string, as *agentSteps,
 			return err
 		}
 	})
-	if err == nil {
-		s.counted(bucketSteps, len(b))
+	if err != nil {
+		return "", s.chunkRefusal(agentID, len(b), err)
 	}
-	return key, err
+	s.counted(bucketSteps, len(b))
+	return key, nil
+}
+
+// chunkRefusal is the error of a chunk's failed write: as it is, or a
+// TooLargeError of the agent's when the chunk is over NATS's limit.
+func (s *Store) chunkRefusal(agentID string, size int, err error) error {
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return s.refusal("agent "+agentID+" (a chunk of its steps)", size, err)
+	}
+	return err
 }
 
 // chunkNumber is the number in a chunk's key ("<agent>.<n>").

@@ -81,7 +81,11 @@ func (s *Store) putEncoded(ctx context.Context, kv jetstream.KeyValue, what, key
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if err != nil {
-			s.unsureLocked(k, b)
+			// A payload over NATS's limit is refused by the client before
+			// it is sent: it cannot have landed.
+			if !errors.Is(err, nats.ErrMaxPayload) {
+				s.unsureLocked(k, b)
+			}
 			return err
 		}
 		s.revs[k] = n
@@ -89,10 +93,21 @@ func (s *Store) putEncoded(ctx context.Context, kv jetstream.KeyValue, what, key
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("store: %s: %w", what, err)
+		return s.refusal(what, len(b), err)
 	}
 	s.counted(kv.Bucket(), len(b))
 	return nil
+}
+
+// refusal is the error of a failed write of size bytes. A payload over
+// NATS's limit is an engine.TooLargeError, naming the size and the limit:
+// the engine answers it by bounding the document harder or withdrawing
+// the change, never by writing the same document again (engine/owner.go).
+func (s *Store) refusal(what string, size int, err error) error {
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return &engine.TooLargeError{What: what, Size: size, Limit: int(s.nc.MaxPayload()), Err: err}
+	}
+	return fmt.Errorf("store: %s: %w", what, err)
 }
 
 // errOwnWriteLanded asks retry for one more try at once: an earlier write
@@ -169,7 +184,7 @@ func (s *Store) PutMessage(ctx context.Context, m *engine.Message) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("store: message %s: %w", m.MessageID, err)
+		return s.refusal("message "+m.MessageID, len(b), err)
 	}
 	s.counted(streamMsgs, len(b))
 	return nil
