@@ -33,7 +33,7 @@ func TestStagesPastTheDocumentBoundAreRefused(t *testing.T) {
 	// The operator: four stages of 12,000 bytes pass the 40,000.
 	_, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionAddStage, TaskID: id, Stages: big(4)})
 	isErr(t, err, ErrLimit, "stages")
-	for _, part := range []string{"40000", "over its limit"} {
+	for _, part := range []string{"40000", "over its limit", "most in its stage_intention"} {
 		if err != nil && !strings.Contains(err.Error(), part) {
 			t.Errorf("error %q does not say %q", err, part)
 		}

@@ -58,17 +58,18 @@ func (t *task) floorSizeLocked() int {
 // checkRoomLocked refuses an instruction that would add more bytes to the
 // task's document (stored, estimated) than it can hold after boundLocked
 // shed all it can: the store would refuse every write of the task from
-// then on. field names what the caller gave. mu must be held.
-func (t *task) checkRoomLocked(field string, adds int) error {
+// then on. field names what the caller gave, detail (if any) what in it
+// takes most. mu must be held.
+func (t *task) checkRoomLocked(field string, adds int, detail string) error {
 	limit := t.sys.cfg.MaxDocumentBytes
 	floor := t.floorSizeLocked()
 	if floor+adds <= limit {
 		return nil
 	}
-	return errf(ErrLimit, "%s: takes %d bytes stored, which would make task %s's document %d bytes, over its limit of %d bytes (%d KiB, "+
+	return errf(ErrLimit, "%s: takes %d bytes stored%s, which would make task %s's document %d bytes, over its limit of %d bytes (%d KiB, "+
 		"the engine's bound on a stored document, under the store's 1 MiB message limit) even with its shared info dropped and its ended stages' "+
 		"summaries shortened; %d bytes are left: give fewer stages at a time, or shorter texts",
-		field, adds, t.st.TaskID, floor+adds, limit, limit>>10, max(limit-floor, 0))
+		field, adds, detail, t.st.TaskID, floor+adds, limit, limit>>10, max(limit-floor, 0))
 }
 
 // boundLocked keeps the task's document under MaxDocumentBytes by dropping

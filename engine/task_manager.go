@@ -276,15 +276,25 @@ func (s *System) addStages(t *task, actorID string, human bool, specs []StageSpe
 		}
 	}
 	added := make([]StageState, len(specs))
-	adds := 0
+	adds, largest, largestSize := 0, 0, 0
 	for i, sp := range specs {
 		added[i] = newStage(derivedID(origin, "stage", strconv.Itoa(i)), t.st.TaskID, strings.TrimSpace(sp.StageIntention), sp.AgentAllocation)
-		adds += stageSize(&added[i])
+		n := stageSize(&added[i])
+		adds += n
+		if n > largestSize {
+			largest, largestSize = i, n
+		}
 	}
 	// Refused before anything is made: stages are never shed from the
 	// task's document, and one past its bound would have every write of
-	// the task refused by the store.
-	if err := t.checkRoomLocked(fmt.Sprintf("stages (%d of them)", len(specs)), adds); err != nil {
+	// the task refused by the store. The error names the largest stage's
+	// longer part too, for a caller to know what to shorten.
+	part := "stage_intention"
+	if intention := storedLen(added[largest].StageIntention); 2*intention < largestSize {
+		part = "agent_allocation"
+	}
+	detail := fmt.Sprintf(" (%d stages; the largest, stages[%d], %d bytes, most in its %s)", len(specs), largest, largestSize, part)
+	if err := t.checkRoomLocked("stages", adds, detail); err != nil {
 		t.mu.Unlock()
 		return nil, err
 	}
@@ -409,7 +419,7 @@ func (s *System) retryStage(t *task, actorID string, human bool, ti TaskInstruct
 	// 1. the new stage, right after the old one; its agents join the group.
 	ns := newStage(newStageID, t.st.TaskID, strings.TrimSpace(ti.NewStageIntention), ti.NewAgentAllocation)
 	ns.RetryOf = old.StageID
-	if err := t.checkRoomLocked("new_stage_intention", stageSize(&ns)); err != nil {
+	if err := t.checkRoomLocked("new_stage_intention", stageSize(&ns), ""); err != nil {
 		t.mu.Unlock()
 		return nil, err
 	}
