@@ -360,6 +360,9 @@ func (a *agent) shortenPoolLocked(p *ConversationPool, keep, want int) int {
 // message shortened before is shortened further from its head. It
 // returns the bytes saved (none when the message is no longer than that).
 func (a *agent) shortenPrivate(m *PrivateMessage, keep int) int {
+	if !m.Shortened && utf8.RuneCountInString(m.Content) <= keep {
+		return 0 // short already: the note is not rendered for it
+	}
 	note := a.sys.text("message_shortened", map[string]any{"TaskID": m.TaskID})
 	head := m.Content
 	if m.Shortened {

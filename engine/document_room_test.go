@@ -136,6 +136,8 @@ func TestOperatorQuestionsPastTheBoundAreShortenedNotLost(t *testing.T) {
 			t.Errorf("question %d is not in the operator's inbox", i)
 		case !e.AwaitingReply || !strings.HasPrefix(e.Content, fmt.Sprintf("QUESTION %d ", i)):
 			t.Errorf("question %d in the inbox: awaiting a reply %v, text %.40q", i, e.AwaitingReply, e.Content)
+		case strings.Count(e.Content, "mas://tasks/") > 1:
+			t.Errorf("question %d, shortened again, holds the note more than once", i)
 		}
 	}
 	if e := byID[ids[0]]; !e.Shortened || !strings.Contains(e.Content, "mas://tasks/"+id+"/conversation") {
@@ -156,6 +158,33 @@ func TestOperatorQuestionsPastTheBoundAreShortenedNotLost(t *testing.T) {
 	for _, e := range in {
 		if e.MessageID == ids[0] && e.AwaitingReply {
 			t.Error("the shortened question still awaits a reply after the answer")
+		}
+	}
+}
+
+// TestShortenedMessageIsShortenedFromItsHead: a message an operator's
+// conversations keep shortened is shortened further from its head (2,000
+// characters, then 400, then 80), with the note once, and not again to
+// the same length.
+func TestShortenedMessageIsShortenedFromItsHead(t *testing.T) {
+	b := newTestbed(t, nil)
+	op, _ := b.sys.agent(b.op())
+	m := PrivateMessage{TaskID: "t-1", Content: "HEAD " + strings.Repeat("x", 5000)}
+	note := b.sys.text("message_shortened", map[string]any{"TaskID": "t-1"})
+	for _, keep := range []int{pooledHead, shortened, shortenedMore} {
+		before := m.Content
+		saved := op.shortenPrivate(&m, keep)
+		head, ok := strings.CutSuffix(m.Content, "… "+note)
+		switch {
+		case !ok || !m.Shortened || strings.Contains(head, "mas://tasks/"):
+			t.Fatalf("shortened to %d: %q, want the head, an ellipsis and the note once", keep, m.Content)
+		case !strings.HasPrefix(head, "HEAD ") || utf8.RuneCountInString(head) != keep:
+			t.Errorf("shortened to %d: a head of %d characters", keep, utf8.RuneCountInString(head))
+		case saved != len(before)-len(m.Content):
+			t.Errorf("shortened to %d: %d bytes saved, reported %d", keep, len(before)-len(m.Content), saved)
+		}
+		if op.shortenPrivate(&m, keep) != 0 || !strings.HasSuffix(m.Content, note) || strings.Count(m.Content, "mas://") != 1 {
+			t.Errorf("shortened to %d again: changed to %q", keep, m.Content)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unicode/utf8"
 )
 
 // tooLargeStore is a MemoryStore that refuses, as the NATS store does a
@@ -142,6 +143,13 @@ func TestTooLargeDocumentIsBoundedHarder(t *testing.T) {
 		}
 		if !inInbox(in, mid) {
 			t.Errorf("question %d is not in the operator's inbox", i)
+		}
+	}
+	// Shortened again from their head, the oldest say once where the
+	// whole message is.
+	for _, e := range in {
+		if n := strings.Count(e.Content, "mas://tasks/"); n > 1 || (e.Shortened && (n != 1 || utf8.RuneCountInString(e.Content) > shortened+200)) {
+			t.Errorf("a question kept shortened (%v) to %d characters with the note %d times: %.60q…", e.Shortened, utf8.RuneCountInString(e.Content), n, e.Content)
 		}
 	}
 }
