@@ -83,13 +83,16 @@ func reportTail(b *testing.B, ds []time.Duration, unit string) {
 // 2-core machines (2026-11-24) its p99 was 2.6–9× its p50 over eight runs
 // (median 6×), at a p50 of 3.7–4.7 µs, while the hop's was 10–12.5×.
 //
-// "alone" times the same work with no goroutine to hand it to: its p99
-// stays within about 2× its p50 (2026-11-25: 1.6–1.9× with GC off, where
-// "handoff" was 7–8×). The difference is the wake-up of the parked
-// receiver, which the sender pays: a runtime with an idle processor starts
-// an OS thread for it (a futex wake), and on two cores that thread is
-// often scheduled where the sender runs. A hop that queues the receiver's
-// step pays it too; no code of the engine's can remove it.
+// "alone" times the same work with no goroutine to hand it to. With the
+// collector off (GOGC=off) its p99 stays within about 2× its p50
+// (2026-11-25: 1.6–1.9×, where "handoff" was 7–8×): the hand-over's part
+// is the wake-up of the parked receiver, which the sender pays (a runtime
+// with an idle processor starts an OS thread for it, a futex wake, and on
+// two cores that thread is often scheduled where the sender runs). With
+// the collector on, "alone" gets 7–9× too (four runs, p50 3.7 µs): the
+// slowest percent run while a collection marks. A hop pays both: the
+// engine can make collections rarer by allocating less (a hop allocates
+// about 4 KB in 50 objects), not remove them, nor the wake-up.
 func BenchmarkHandoffFloor(b *testing.B) {
 	b.Run("handoff", func(b *testing.B) { handoffFloor(b, true) })
 	b.Run("alone", func(b *testing.B) { handoffFloor(b, false) })
