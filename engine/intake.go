@@ -6,6 +6,7 @@ package engine
 // to 1 MiB of.
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -37,6 +38,12 @@ const maxInstructionItems = 64
 // each op adds a line to the step's result.
 const maxMemoryOps = 64
 
+// maxToolArgBytes bounds the arguments of one tool call a model wrote, as
+// JSON: the call goes onto its tool step whole, in the agent's document
+// (MaxDocumentBytes, 640 KiB by default), and cut it would be another
+// call. A file of a quarter of a megabyte is written in several calls.
+const maxToolArgBytes = 256 << 10
+
 // takeOutput bounds what an executor's output hands the engine, before
 // anything applies it: every free text (a summary, a message, the texts
 // of the steps it plans, those of a task or agent instruction) is cut to
@@ -65,6 +72,11 @@ func (s *System) takeOutput(out *Output) error {
 	if sp := out.ReactAction; sp != nil {
 		c := s.takeSpec(*sp)
 		out.ReactAction = &c
+	}
+	if ti := out.ToolInstruction; ti != nil && ti.Instruction != nil {
+		if err := takeToolCall(ti.Instruction); err != nil {
+			return err
+		}
 	}
 	if ti := out.TaskInstruction; ti != nil {
 		c, err := s.takeTaskInstruction(*ti)
@@ -208,4 +220,29 @@ func (s *System) takeAgentInstruction(ai AgentInstruction) (AgentInstruction, er
 		ai.AgentConfig = &cfg
 	}
 	return ai, in.err
+}
+
+// takeToolCall refuses a tool call whose names or arguments are past their
+// bounds (maxNameChars, maxToolArgBytes), naming the field, the size and
+// the limit.
+func takeToolCall(c *ToolCall) error {
+	in := intake{}
+	in.name("instruction_content.tool_name", c.ToolName)
+	in.name("instruction_content.prompt_name", c.PromptName)
+	in.name("instruction_content.resource_name", c.ResourceName)
+	in.name("instruction_content.instruction_type", c.InstructionType)
+	if in.err != nil {
+		return in.err
+	}
+	if len(c.Arguments) == 0 {
+		return nil
+	}
+	b, err := json.Marshal(c.Arguments)
+	if err != nil {
+		return errf(ErrInvalid, "instruction_content.arguments: %v", err)
+	}
+	if len(b) > maxToolArgBytes {
+		return errf(ErrLimit, "instruction_content.arguments: %d bytes, more than the limit of %d for one tool call's arguments: split the work into smaller calls", len(b), maxToolArgBytes)
+	}
+	return nil
 }

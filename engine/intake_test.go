@@ -232,3 +232,39 @@ func TestMemoryOpsPerStepAreBounded(t *testing.T) {
 		t.Errorf("persistent memory holds %d entries, want the one added", len(got))
 	}
 }
+
+// TestToolCallArgumentsAreBoundedAsTakenIn: a tool call a model wrote
+// (instruction_generation's) goes onto its tool step whole, into the
+// agent's document: arguments past maxToolArgBytes are refused, naming
+// the field, the size and the limit, without quoting them (cut, they
+// would be another call); a name past its bound too. A call within them
+// is taken as it is.
+func TestToolCallArgumentsAreBoundedAsTakenIn(t *testing.T) {
+	b := newTestbed(t, nil)
+	call := func(args map[string]any, tool string) *Output {
+		return &Output{ToolInstruction: &ToolInstruction{StepID: "s", Instruction: &ToolCall{ToolName: tool, Arguments: args}}}
+	}
+	fine := call(map[string]any{"path": "a.txt", "content": strings.Repeat("x", 1000)}, "write_file")
+	if err := b.sys.takeOutput(fine); err != nil {
+		t.Errorf("a call of 1 KB: %v", err)
+	}
+	big := strings.Repeat("é", maxToolArgBytes/2+1)
+	for name, out := range map[string]*Output{
+		"arguments": call(map[string]any{"content": big}, "write_file"),
+		"tool_name": call(nil, strings.Repeat("t", maxNameChars+1)),
+	} {
+		err := b.sys.takeOutput(out)
+		if err == nil {
+			t.Errorf("%s past its bound: taken", name)
+			continue
+		}
+		for _, w := range []string{"instruction_content." + name, "limit"} {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %.300q does not name %q", name, err, w)
+			}
+		}
+		if len(err.Error()) > 1000 {
+			t.Errorf("%s: the error is %d bytes: it quotes what it refuses", name, len(err.Error()))
+		}
+	}
+}
