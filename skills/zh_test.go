@@ -41,11 +41,15 @@ func init() {
 
 var asciiWord = regexp.MustCompile(`[A-Za-z][A-Za-z0-9_-]*`)
 
+// masURI is a resource URI of the MAS (mas://tasks/…/conversation): an
+// identifier, whatever words its path is made of.
+var masURI = regexp.MustCompile(`mas://[^\s\]]*`)
+
 // englishWords returns the ASCII words of text that are neither allowed
 // nor identifiers.
 func englishWords(text string) []string {
 	var out []string
-	for _, w := range asciiWord.FindAllString(text, -1) {
+	for _, w := range asciiWord.FindAllString(masURI.ReplaceAllString(text, ""), -1) {
 		if len(w) < 3 || strings.ContainsAny(w, "_-0123456789") || zhScaffoldingAllowed[w] {
 			continue
 		}
