@@ -17,11 +17,7 @@ import (
 // store refuses nothing; the task keeps its stages. Stages that fit are
 // added.
 func TestStagesPastTheDocumentBoundAreRefused(t *testing.T) {
-	const docBound = 40_000
-	st := &payloadStore{MemoryStore: NewMemoryStore(), max: docBound * 3 / 2}
-	b := newTestbed(t, func(c *Config) { c.Store = st; c.MaxDocumentBytes = docBound })
-	alice := b.newAgent("alice")
-	id := b.newTask("report", alice)
+	b, st, alice, id := roomBed(t)
 	big := func(n int) []StageSpec {
 		var out []StageSpec
 		for range n {
@@ -188,3 +184,54 @@ func TestShortenedMessageIsShortenedFromItsHead(t *testing.T) {
 		}
 	}
 }
+
+// TestEndedStagesIntentionsAreShortenedPastTheBound: a long-lived task
+// whose ended stages had long intentions and goals must still take new
+// stages: past its bound the ended stages' intentions and goals are
+// shortened, as their summaries are (what they said stays in the trail),
+// and the room an add_stage is checked against counts on it. Otherwise
+// the task could never get another stage.
+func TestEndedStagesIntentionsAreShortenedPastTheBound(t *testing.T) {
+	b, st, alice, id := roomBed(t)
+	long := func(c string) []StageSpec {
+		return []StageSpec{{StageIntention: strings.Repeat(c, 12_000), AgentAllocation: map[string]string{alice: strings.Repeat("g", 2_000)}}}
+	}
+	b.addStages(id, long("a")...)
+	b.addStages(id, long("b")...)
+	task, _ := b.sys.task(id)
+	task.mu.Lock()
+	for i := range task.st.StageList {
+		task.st.StageList[i].ExecutionState = StateFinished
+	}
+	task.changedLocked(Event{Detail: "test: stages ended"})
+	task.mu.Unlock()
+
+	if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionAddStage, TaskID: id, Stages: long("c")}); err != nil {
+		t.Fatalf("a third stage after two ended ones: %v", err)
+	}
+	got := b.task(id)
+	if len(got.StageList) != 3 {
+		t.Fatalf("the task has %d stages, want 3", len(got.StageList))
+	}
+	if n := len(got.StageList[0].StageIntention); n > 3_000 {
+		t.Errorf("the oldest ended stage's intention kept %d bytes past the bound", n)
+	}
+	if n := len(got.StageList[2].StageIntention); n != 12_000 {
+		t.Errorf("the new stage's intention has %d bytes, want all 12,000", n)
+	}
+	if n := st.refused.Load(); n > 0 {
+		t.Errorf("the store refused %d writes as too large", n)
+	}
+}
+
+// roomBed is a testbed whose documents are bounded to docBound, on a store
+// that refuses documents half as large again, with alice in a task.
+func roomBed(t *testing.T) (b *testbed, st *payloadStore, alice, id string) {
+	st = &payloadStore{MemoryStore: NewMemoryStore(), max: docBound * 3 / 2}
+	b = newTestbed(t, func(c *Config) { c.Store = st; c.MaxDocumentBytes = docBound })
+	alice = b.newAgent("alice")
+	return b, st, alice, b.newTask("report", alice)
+}
+
+// docBound is roomBed's MaxDocumentBytes.
+const docBound = 40_000

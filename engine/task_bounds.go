@@ -51,6 +51,10 @@ func (t *task) floorSizeLocked() int {
 		for _, c := range sg.CompletionSummary {
 			n -= max(storedLen(c)-shortenedBytes, 0)
 		}
+		n -= max(storedLen(sg.StageIntention)-shortenedBytes, 0)
+		for _, g := range sg.AgentAllocation {
+			n -= max(storedLen(g)-shortenedBytes, 0)
+		}
 	}
 	return n
 }
@@ -68,7 +72,7 @@ func (t *task) checkRoomLocked(field string, adds int, detail string) error {
 	}
 	return errf(ErrLimit, "%s: takes %d bytes stored%s, which would make task %s's document %d bytes, over its limit of %d bytes (%d KiB, "+
 		"the engine's bound on a stored document, under the store's 1 MiB message limit) even with its shared info dropped and its ended stages' "+
-		"summaries shortened; %d bytes are left: give fewer stages at a time, or shorter texts",
+		"texts shortened; %d bytes are left: give fewer stages at a time, or shorter texts",
 		field, adds, detail, t.st.TaskID, floor+adds, limit, limit>>10, max(limit-floor, 0))
 }
 
@@ -108,6 +112,19 @@ func (t *task) boundLocked(harder bool) {
 			if short := t.sys.clip(c, keep); len(short) < len(c) {
 				sg.CompletionSummary[id] = short
 				size -= storedLen(c) - storedLen(short)
+			}
+		}
+		// An ended stage's intention and goals are history too (the trail
+		// keeps the add_stage that gave them): a long-lived task whose
+		// ended stages had long ones could otherwise never take another.
+		if short := t.sys.clip(sg.StageIntention, keep); len(short) < len(sg.StageIntention) {
+			size -= storedLen(sg.StageIntention) - storedLen(short)
+			sg.StageIntention = short
+		}
+		for id, g := range sg.AgentAllocation {
+			if short := t.sys.clip(g, keep); len(short) < len(g) {
+				sg.AgentAllocation[id] = short
+				size -= storedLen(g) - storedLen(short)
 			}
 		}
 	}
