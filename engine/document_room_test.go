@@ -105,15 +105,7 @@ func TestOperatorQuestionsPastTheBoundAreShortenedNotLost(t *testing.T) {
 	b := newTestbed(t, func(c *Config) { c.Store = st; c.MaxDocumentBytes = docBound })
 	alice := b.newAgent("alice")
 	id := b.newTask("ask", alice)
-	var ids []string
-	for i := range questions {
-		q := b.sys.newMessage("", id, alice, []string{b.op()}, fmt.Sprintf("QUESTION %d %s", i, strings.Repeat("😀", 2000)), NoRelative)
-		q.NeedReply = true
-		if err := b.sys.post(q); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, q.MessageID)
-	}
+	ids := postQuestions(b, id, alice, questions, 2000)
 	if n := st.refused.Load(); n != 0 {
 		t.Errorf("the store refused %d writes", n)
 	}
@@ -235,3 +227,19 @@ func roomBed(t *testing.T) (b *testbed, st *payloadStore, alice, id string) {
 
 // docBound is roomBed's MaxDocumentBytes.
 const docBound = 40_000
+
+// postQuestions has from ask the operator n questions in the task, each
+// needing a reply and holding emoji emoji, and returns their IDs.
+func postQuestions(b *testbed, taskID, from string, n, emoji int) []string {
+	b.t.Helper()
+	var ids []string
+	for i := range n {
+		q := b.sys.newMessage("", taskID, from, []string{b.op()}, fmt.Sprintf("QUESTION %d %s", i, strings.Repeat("😀", emoji)), NoRelative)
+		q.NeedReply = true
+		if err := b.sys.post(q); err != nil {
+			b.t.Fatal(err)
+		}
+		ids = append(ids, q.MessageID)
+	}
+	return ids
+}

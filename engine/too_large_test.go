@@ -120,15 +120,7 @@ func TestTooLargeDocumentIsBoundedHarder(t *testing.T) {
 	})
 	alice := b.newAgent("alice")
 	id := b.newTask("ask", alice)
-	var ids []string
-	for i := range questions {
-		q := b.sys.newMessage("", id, alice, []string{b.op()}, fmt.Sprintf("QUESTION %d %s", i, strings.Repeat("😀", 1200)), NoRelative)
-		q.NeedReply = true
-		if err := b.sys.post(q); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, q.MessageID)
-	}
+	ids := postQuestions(b, id, alice, questions, 1200)
 	if _, refused := st.counts(b.op()); refused != 1 {
 		t.Errorf("the store refused the operator's document %d times, want once (then bounded harder)", refused)
 	}

@@ -200,15 +200,7 @@ func killDuringToolCall(t *testing.T, natsURL string) {
 	// The operator staffs and stages the task (ToolUser's manager only
 	// acknowledges).
 	taskID := addTask(m)
-	var made struct {
-		Result struct {
-			AgentID string `json:"agent_id"`
-		} `json:"result"`
-	}
-	m.callTool("manage_agent", map[string]any{"action": "init_new_agent",
-		"agent_config": map[string]any{"template": "researcher", "name": "worker", "tools": []string{"everything"}}}, &made)
-	w := made.Result.AgentID
-	m.callTool("manage_agent", map[string]any{"action": "add_task_participant", "task_id": taskID, "agents": []string{w}}, nil)
+	w := addWorker(m, taskID, "everything")
 	m.callTool("manage_task", map[string]any{"action": "add_stage", "task_id": taskID,
 		"stages": []map[string]any{{"stage_intention": "use the tools", "agent_allocation": map[string]string{w: "make the calls"}}}}, nil)
 

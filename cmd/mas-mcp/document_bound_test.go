@@ -44,15 +44,7 @@ func TestAddStageOverTheDocumentBoundNamesTheField(t *testing.T) {
 	m := newMAS(t, masOptions{LLMURL: llm.BaseURL()})
 	m.start()
 	taskID := addTask(m)
-	var made struct {
-		Result struct {
-			AgentID string `json:"agent_id"`
-		} `json:"result"`
-	}
-	m.callTool("manage_agent", map[string]any{"action": "init_new_agent",
-		"agent_config": map[string]any{"template": "researcher", "name": "worker"}}, &made)
-	w := made.Result.AgentID
-	m.callTool("manage_agent", map[string]any{"action": "add_task_participant", "task_id": taskID, "agents": []string{w}}, nil)
+	w := addWorker(m, taskID)
 
 	stages := func(n int) []map[string]any {
 		var list []map[string]any

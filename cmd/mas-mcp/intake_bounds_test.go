@@ -36,30 +36,6 @@ const intakeClipNote = "more characters dropped"
 // NATS in a process's log.
 func intakeRefusals(logs string) int { return strings.Count(logs, "maximum payload exceeded") }
 
-// intakeWaitLog waits until one line of the running process's stderr holds
-// every one of parts (it re-checks on every write of the process).
-func intakeWaitLog(t *testing.T, m *masInstance, what string, parts ...string) {
-	t.Helper()
-	has := func(s string) bool {
-		for line := range strings.SplitSeq(s, "\n") {
-			all := true
-			for _, p := range parts {
-				if !strings.Contains(line, p) {
-					all = false
-					break
-				}
-			}
-			if all {
-				return true
-			}
-		}
-		return false
-	}
-	if !m.cur.WaitStderr(waitTimeout, has) {
-		t.Fatalf("timed out after %s waiting for %s (a log line with %q)\n%s", waitTimeout, what, parts, m.describeAgents())
-	}
-}
-
 // intakeSteps reads an agent's steps.
 func intakeSteps(m *masInstance, agentID string) []engine.StepState {
 	m.t.Helper()
@@ -266,7 +242,7 @@ func TestInstructionTextsFromAModelAreBounded(t *testing.T) {
 				t.Fatalf("the manager never ran its %s step\n%s", tc.skill, m.describeAgents())
 			}
 			stepID, manager, _ := strings.Cut(got, " ")
-			intakeWaitLog(t, m, "the manager's "+tc.skill+" step to end", `"msg":"step done"`, stepID)
+			waitLogLine(t, m, "the manager's "+tc.skill+" step to end", `"msg":"step done"`, stepID)
 			var st *engine.StepState
 			for _, s := range intakeSteps(m, manager) {
 				if s.StepID == stepID {
@@ -325,7 +301,7 @@ func TestPersistentMemoryOpsPerStepAreBounded(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatalf("alice never thought\n%s", m.describeAgents())
 	}
-	intakeWaitLog(t, m, "alice's think step to end", `"msg":"step done"`, got[0])
+	waitLogLine(t, m, "alice's think step to end", `"msg":"step done"`, got[0])
 	for _, st := range intakeSteps(m, got[1]) {
 		if st.StepID != got[0] {
 			continue

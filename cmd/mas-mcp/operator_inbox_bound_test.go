@@ -16,30 +16,6 @@ import (
 	"github.com/mas-mcp/mas-mcp/internal/scripted"
 )
 
-// waitLogLine waits until one line of the running process's stderr holds
-// every one of parts (it re-checks on every write of the process).
-func waitLogLine(t *testing.T, m *masInstance, what string, parts ...string) {
-	t.Helper()
-	has := func(s string) bool {
-		for _, line := range strings.Split(s, "\n") {
-			all := true
-			for _, p := range parts {
-				if !strings.Contains(line, p) {
-					all = false
-					break
-				}
-			}
-			if all {
-				return true
-			}
-		}
-		return false
-	}
-	if !m.cur.WaitStderr(waitTimeout, has) {
-		t.Fatalf("timed out after %s waiting for %s (a log line with %q)\n%s", waitTimeout, what, parts, m.describeAgents())
-	}
-}
-
 // operatorLineRE finds the operator in an ask_info task_agents answer.
 var operatorLineRE = regexp.MustCompile(`- ([0-9a-f-]{36}): [^\n]*\(human,`)
 

@@ -725,3 +725,45 @@ func (f *natsFreezer) wait(t *testing.T) string {
 	}
 	return ""
 }
+
+// waitLogLine waits until one line of the running process's stderr holds
+// every one of parts (it re-checks on every write of the process).
+func waitLogLine(t *testing.T, m *masInstance, what string, parts ...string) {
+	t.Helper()
+	has := func(s string) bool {
+		for line := range strings.SplitSeq(s, "\n") {
+			all := true
+			for _, p := range parts {
+				if !strings.Contains(line, p) {
+					all = false
+					break
+				}
+			}
+			if all {
+				return true
+			}
+		}
+		return false
+	}
+	if !m.cur.WaitStderr(waitTimeout, has) {
+		t.Fatalf("timed out after %s waiting for %s (a log line with %q)\n%s", waitTimeout, what, parts, m.describeAgents())
+	}
+}
+
+// addWorker creates a researcher named "worker" with tools, adds it to
+// the task and returns its ID.
+func addWorker(m *masInstance, taskID string, tools ...string) string {
+	cfg := map[string]any{"template": "researcher", "name": "worker"}
+	if len(tools) > 0 {
+		cfg["tools"] = tools
+	}
+	var made struct {
+		Result struct {
+			AgentID string `json:"agent_id"`
+		} `json:"result"`
+	}
+	m.callTool("manage_agent", map[string]any{"action": "init_new_agent", "agent_config": cfg}, &made)
+	w := made.Result.AgentID
+	m.callTool("manage_agent", map[string]any{"action": "add_task_participant", "task_id": taskID, "agents": []string{w}}, nil)
+	return w
+}
