@@ -35,8 +35,8 @@ func stageSize(sg *StageState) int {
 const shortenedBytes = 6*shortened + 200
 
 // floorSizeLocked estimates the smallest size boundLocked can bring the
-// task's document to: without its shared info, with the summaries of its
-// ended stages shortened. What is past the limit even then cannot be
+// task's document to: without its shared info, with the texts of its
+// ended stages shortened (endedTexts). What is past the limit even then cannot be
 // stored at all, and is refused before it is made (checkRoomLocked). mu
 // must be held.
 func (t *task) floorSizeLocked() int {
@@ -44,19 +44,31 @@ func (t *task) floorSizeLocked() int {
 	for _, e := range t.st.SharedInfoPool {
 		n -= storedLen(e.Content) + 250
 	}
-	for _, sg := range t.st.StageList {
-		if sg.ExecutionState != StateFinished && sg.ExecutionState != StateFailed {
-			continue
-		}
-		for _, c := range sg.CompletionSummary {
-			n -= max(storedLen(c)-shortenedBytes, 0)
-		}
-		n -= max(storedLen(sg.StageIntention)-shortenedBytes, 0)
-		for _, g := range sg.AgentAllocation {
-			n -= max(storedLen(g)-shortenedBytes, 0)
-		}
+	for i := range t.st.StageList {
+		endedTexts(&t.st.StageList[i], func(text string, _ func(string)) {
+			n -= max(storedLen(text)-shortenedBytes, 0)
+		})
 	}
 	return n
+}
+
+// endedTexts calls f with each text boundLocked may shorten in sg, if it
+// has ended, and what sets it: its agents' completion summaries, and its
+// intention and goals (history too: the trail keeps the add_stage that
+// gave them, and a long-lived task whose ended stages had long ones could
+// otherwise never take another stage). The sizes floorSizeLocked counts
+// on are those boundLocked sheds.
+func endedTexts(sg *StageState, f func(text string, set func(string))) {
+	if sg.ExecutionState != StateFinished && sg.ExecutionState != StateFailed {
+		return
+	}
+	for id, c := range sg.CompletionSummary {
+		f(c, func(v string) { sg.CompletionSummary[id] = v })
+	}
+	f(sg.StageIntention, func(v string) { sg.StageIntention = v })
+	for id, g := range sg.AgentAllocation {
+		f(g, func(v string) { sg.AgentAllocation[id] = v })
+	}
 }
 
 // checkRoomLocked refuses an instruction that would add more bytes to the
@@ -104,28 +116,12 @@ func (t *task) boundLocked(harder bool) {
 		if size <= limit {
 			return
 		}
-		sg := &t.st.StageList[i] // the readers' copies are clones (docLocked)
-		if sg.ExecutionState != StateFinished && sg.ExecutionState != StateFailed {
-			continue
-		}
-		for id, c := range sg.CompletionSummary {
-			if short := t.sys.clip(c, keep); len(short) < len(c) {
-				sg.CompletionSummary[id] = short
-				size -= storedLen(c) - storedLen(short)
+		// The readers' copies are clones (docLocked).
+		endedTexts(&t.st.StageList[i], func(text string, set func(string)) {
+			if short := t.sys.clip(text, keep); len(short) < len(text) {
+				set(short)
+				size -= storedLen(text) - storedLen(short)
 			}
-		}
-		// An ended stage's intention and goals are history too (the trail
-		// keeps the add_stage that gave them): a long-lived task whose
-		// ended stages had long ones could otherwise never take another.
-		if short := t.sys.clip(sg.StageIntention, keep); len(short) < len(sg.StageIntention) {
-			size -= storedLen(sg.StageIntention) - storedLen(short)
-			sg.StageIntention = short
-		}
-		for id, g := range sg.AgentAllocation {
-			if short := t.sys.clip(g, keep); len(short) < len(g) {
-				sg.AgentAllocation[id] = short
-				size -= storedLen(g) - storedLen(short)
-			}
-		}
+		})
 	}
 }
