@@ -77,8 +77,9 @@ type ShowTaskIn struct {
 
 // TaskView is one task as the task view shows it.
 type TaskView struct {
-	// Cursor is the event sequence number the view was read at: pass it
-	// to wait_for_updates to learn of the changes after it.
+	// Cursor is the operator's event number the view was read at (its
+	// own numbering, eventlog.go): pass it to wait_for_updates to learn of
+	// the changes after it.
 	Cursor        uint64         `json:"cursor"`
 	TaskID        string         `json:"task_id"`
 	TaskName      string         `json:"task_name"`
@@ -191,7 +192,7 @@ func (s *Server) newestTask(op string) string {
 // questions from it. The cursor is read first: a change made while the
 // view is assembled is after it, so the next wait_for_updates reports it.
 func (s *Server) taskView(op, id string) (TaskView, error) {
-	cursor := s.sys.EventSeq()
+	cursor := s.updates.logs.now(op)
 	t, err := s.sys.TaskFor(op, id)
 	if err != nil {
 		return TaskView{}, err

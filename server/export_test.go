@@ -68,18 +68,18 @@ func (s *Server) BeforeTaskCancel(f func(taskID string)) {
 // resources/updated they caused were handed to their sessions' queues in
 // the outbox, or are pending).
 func (s *Server) AwaitUpdatesHandled(seq uint64) {
-	u := s.updates
 	for {
-		u.mu.Lock()
-		n, changed := len(u.events), u.changed
-		done := n > 0 && u.events[n-1].Seq >= seq
-		u.mu.Unlock()
-		if done || seq == 0 {
+		handled, changed := s.updates.logs.handledUpTo()
+		if handled >= seq || seq == 0 {
 			return
 		}
 		<-changed
 	}
 }
+
+// EventCursor is op's newest event number (its own numbering, as
+// wait_for_updates' cursor): what cursor 0 means now.
+func (s *Server) EventCursor(op string) uint64 { return s.updates.logs.now(op) }
 
 // AfterSessionsSnapshot sets a function the next count of the live MCP
 // sessions (before each admission, and Held) calls once, between its look
@@ -105,3 +105,16 @@ func (s *Server) NotifyLog(op string, data any) int {
 // QueuesEmptied returns a channel closed once no session has notifications
 // waiting in the outbox, or being sent.
 func (s *Server) QueuesEmptied() <-chan struct{} { return s.outbox.whenEmpty() }
+
+// OnListChanged sets a function called each time a
+// resources/list_changed of go-sdk's is offered to a session, after the
+// server decided whether the session is told (its resource list changed
+// since it was last told): with the session's operator and the decision.
+// nil: none.
+func (s *Server) OnListChanged(f func(op string, told bool)) {
+	if f == nil {
+		s.lists.decided.Store(nil)
+		return
+	}
+	s.lists.decided.Store(&f)
+}

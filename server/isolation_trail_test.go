@@ -83,6 +83,8 @@ func TestPrivateMessageIDsHidden(t *testing.T) {
 	o := newOperators(t, "2025-11-25")
 	e, annPeer, bea := o.env, o.annPeer, o.beaPC
 	sys := e.stack.Sys
+	// Their cursors from before the message (each operator's own numbering).
+	cursors := map[*peer]uint64{annPeer: annPeer.wait(map[string]any{"timeout_seconds": 1}).Cursor, bea: bea.wait(map[string]any{"timeout_seconds": 1}).Cursor}
 	var sent server.SendMessageOut
 	annPeer.call("send_message", map[string]any{"task_id": sys.BaseTaskID(), "receiver": []string{sys.ManagerID()}, "content": "ANN-PRIVATE-4410", "need_reply": false}, &sent)
 	id := sent.Messages[0].MessageID
@@ -97,7 +99,7 @@ func TestPrivateMessageIDsHidden(t *testing.T) {
 	}
 	eventsOf := func(p *peer) []string {
 		var w server.WaitOut
-		p.call("wait_for_updates", map[string]any{"cursor": 1, "max_events": 100000, "timeout_seconds": 1}, &w)
+		p.call("wait_for_updates", map[string]any{"cursor": cursors[p], "max_events": 100000, "timeout_seconds": 1}, &w)
 		var kinds []string
 		for _, ev := range w.Events {
 			if ev.MessageID == id {

@@ -241,6 +241,15 @@ func (s *Server) apiStates(w http.ResponseWriter, r *http.Request) {
 // apiEvents streams the MAS's change events as server-sent events, each as
 // it happens. A client that fell behind gets an "resync" event (re-read the
 // states); ": ping" comments keep idle connections open through proxies.
+//
+// The events are the operator's own log (eventlog.go), which
+// wait_for_updates reads too: the hello's seq, each event's id and seq
+// are the operator's own numbers (what it may see, counted from the
+// process's random base), not the engine's count of every operator's
+// events, and the stream wakes only for an event the operator may see. A
+// resync follows when events after the stream's last one were lost (more
+// than Config.EventLog of the operator's own came in between, or the
+// server's intake overflowed), never because other operators were busy.
 // A stream opened with a bound session ends when the session does
 // (limits.monitor_session_ttl, or a newer binding ended it): the session
 // is looked up again before each write and each ping. One opened with a
@@ -272,8 +281,6 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	sub := s.sys.Subscribe(1024)
-	defer sub.Close()
 	// live says whether the stream may go on writing: its session, if it
 	// has one, still acts as op.
 	live := func() bool {
@@ -305,41 +312,44 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
 		return true
 	}
 	w.WriteHeader(http.StatusOK)
-	if !send(func() { fmt.Fprintf(w, "retry: 2000\nevent: hello\ndata: {\"seq\":%d}\n\n", s.sys.EventSeq()) }) {
+	cursor := s.updates.logs.now(op)
+	if !send(func() { fmt.Fprintf(w, "retry: 2000\nevent: hello\ndata: {\"seq\":%d}\n\n", cursor) }) {
 		return
 	}
 	ping := time.NewTicker(15 * time.Second)
 	defer ping.Stop()
-	var dropped uint64
-	// write writes ev, if op may see it: events of tasks the operator may
-	// not see are left out.
-	write := func(ev engine.Event) {
-		if s.sys.EventVisible(op, ev) {
-			b, _ := json.Marshal(ev)
-			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Kind, b)
-		}
-	}
 	for {
-		select {
-		case ev, ok := <-sub.C:
-			if !ok || !live() {
+		evs, latest, lost, changed, err := s.updates.logs.since(op, cursor, "", "")
+		if err != nil { // not for a cursor of its own log
+			return
+		}
+		if len(evs) > 0 || lost {
+			if !live() {
 				return
 			}
-			// Send what is queued now together, then flush once (what
+			// Send what is logged now together, then flush once (what
 			// comes meanwhile waits for the next send: one send's bound
-			// covers at most the subscription's buffer).
+			// covers at most eventsPerWrite events).
+			if len(evs) > eventsPerWrite {
+				evs = evs[:eventsPerWrite]
+				latest = evs[len(evs)-1].Seq
+			}
 			if !send(func() {
-				if d := sub.Dropped(); d != dropped {
-					dropped = d
+				if lost {
 					fmt.Fprint(w, "event: resync\ndata: {}\n\n")
 				}
-				write(ev)
-				for n := len(sub.C); n > 0; n-- {
-					write(<-sub.C)
+				for _, ev := range evs {
+					b, _ := json.Marshal(ev)
+					fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Kind, b)
 				}
 			}) {
 				return
 			}
+			cursor = latest
+			continue
+		}
+		select {
+		case <-changed:
 		case <-ping.C:
 			if !live() || !send(func() { fmt.Fprint(w, ": ping\n\n") }) {
 				return
@@ -351,6 +361,10 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 }
+
+// eventsPerWrite is how many events one write of /api/events holds at most
+// (one flush, bounded by limits.stuck_session_timeout).
+const eventsPerWrite = 1024
 
 // bindRequest is POST /api/bind_human_agent's body: a token, or the spec's
 // human_agent_id and password.

@@ -272,7 +272,8 @@ func TestMonitorEventStreamEndsWithSession(t *testing.T) {
 			}
 			tc.end(m, clock)
 			page.fails(http.MethodGet, "/api/whoami", nil, http.StatusUnauthorized, "bind an operator first")
-			after := m.stack.Sys.EventSeq()
+			m.srv.AwaitUpdatesHandled(m.stack.Sys.EventSeq())
+			after := m.srv.EventCursor(ann) // both streams are ann's: her numbering
 			taskID, err := m.stack.Sys.AddTask(ann, engine.AddTaskRequest{TaskName: "secret-plan", TaskIntention: "Research a topic and write a report."})
 			if err != nil {
 				t.Fatal(err)

@@ -501,7 +501,10 @@ func TestSentinelKeyNeverLeaks(t *testing.T) {
 	// Once the MAS is quiet, a wait times out, with progress on the way
 	// (a wait that returned events does not count: it may have sent none).
 	timedOut = false
-	wait("a quiet MAS", func() bool { return timedOut && r.stack.Sys.EventSeq() == cursor })
+	wait("a quiet MAS", func() bool {
+		r.srv.AwaitUpdatesHandled(r.stack.Sys.EventSeq())
+		return timedOut && r.srv.EventCursor(r.stack.Sys.OperatorID()) == cursor
+	})
 
 	// Read everything there is, as resources and through the tools, and
 	// provoke errors.

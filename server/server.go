@@ -36,7 +36,8 @@ type Config struct {
 	// Coalesce is the shortest gap between two resources/updated
 	// notifications of one URI. Default 100 ms (at most ~10/s per URI).
 	Coalesce time.Duration
-	// EventLog is how many engine events wait_for_updates can replay.
+	// EventLog is how many engine events wait_for_updates can replay, of
+	// each operator's own (eventlog.go).
 	// Default 10,000.
 	EventLog int
 
@@ -68,6 +69,7 @@ type Server struct {
 	longCaps           *streamCaps // long-lived requests: listen streams, long polls, tasks/result waits
 	subs               sessionSubs
 	listCursors        *listCursors // resources/list cursors (visibility.go)
+	lists              *listViews   // which sessions a resources/list_changed is for (listviews.go)
 	quota              *taskQuota
 
 	ctx    context.Context
@@ -160,12 +162,13 @@ func New(cfg Config) (*Server, error) {
 			KeepAlive: 0,
 		})
 	s.streams = newOpenStreams()
-	s.mcp.AddReceivingMiddleware(s.streams.bind, s.boundRequests, telemetry.ServerMiddleware, s.filterLists, keepExtra, s.scrubAnswers)
+	s.lists = newListViews()
+	s.mcp.AddReceivingMiddleware(s.streams.bind, s.boundRequests, telemetry.ServerMiddleware, s.recordListViews, s.filterLists, keepExtra, s.scrubAnswers)
 	// The outbox sends what queueNotifications queues: a list-changed
 	// notification unaskedListChanges lets pass, and a logging one postLog
 	// offers that the session's logging level lets through.
 	s.outbox = newOutbox(ctx, cfg.Logger, cfg.Limits.StuckSession, s.streams.cut)
-	s.mcp.AddSendingMiddleware(unaskedListChanges, s.queueNotifications)
+	s.mcp.AddSendingMiddleware(s.unaskedListChanges, s.queueNotifications)
 	s.addTools()
 	s.addResources()
 	s.addApp()

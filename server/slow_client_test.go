@@ -107,7 +107,8 @@ func TestStuckClientDelaysOnlyItself(t *testing.T) {
 	// The stuck client reads no more.
 	stallBehindTasks(t, sys, reader)
 
-	cursor := sys.EventSeq()
+	o.srv.AwaitUpdatesHandled(sys.EventSeq())
+	cursor := o.srv.EventCursor(o.ann)
 	seen := len(ann.noticesOf("mas://tasks"))
 	var added server.AddTaskOut
 	ann.call("add_task", map[string]any{"task_name": "ann's", "task_intention": "Research a topic and write a report."}, &added)

@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,7 +14,8 @@ import (
 // updates relays the MAS's change events to MCP clients: resources/updated
 // for subscribed URIs (coalesced to one per Coalesce per URI and operator),
 // resources/list_changed when tasks and agents appear, logging
-// notifications of agents' steps, and the event log wait_for_updates reads.
+// notifications of agents' steps, and the operators' event logs that
+// wait_for_updates, show_task and /api/events read (eventlog.go).
 // Its run loop is the only goroutine that touches the coalescing state, and
 // the only one that sends resources/updated; it waits for no client (the
 // outbox delivers what it sends, each session on its own).
@@ -34,10 +33,9 @@ type updates struct {
 	// is for (forOperator); nil when none is being sent.
 	only atomic.Pointer[string]
 
-	mu     sync.Mutex // guards the event log
-	events []engine.Event
-	// changed is closed (and replaced) whenever an event is logged.
-	changed chan struct{}
+	// logs is each operator's event log, which wait_for_updates, show_task
+	// and /api/events read (eventlog.go).
+	logs *eventLogs
 }
 
 func newUpdates(s *Server) *updates {
@@ -47,8 +45,8 @@ func newUpdates(s *Server) *updates {
 		last:    map[target]time.Time{},
 		pending: map[target]bool{},
 		known:   map[string]bool{},
-		changed: make(chan struct{}),
 	}
+	u.logs = newEventLogs(s.cfg.EventLog, s.sys.EventSeq())
 	// Tasks and agents that exist already get their resources now.
 	for _, t := range s.sys.Tasks() {
 		u.addTask(t.TaskID)
@@ -79,17 +77,9 @@ func (u *updates) run() {
 	}
 }
 
-// handle logs an event and marks the resources it changed.
+// handle gives a new task or agent its resources, logs an event for the
+// operators who may see it and marks the resources it changed.
 func (u *updates) handle(ev engine.Event) {
-	u.mu.Lock()
-	u.events = append(u.events, ev)
-	if len(u.events) > 2*u.s.cfg.EventLog {
-		u.events = slices.Clone(u.events[len(u.events)-u.s.cfg.EventLog:])
-	}
-	close(u.changed)
-	u.changed = make(chan struct{})
-	u.mu.Unlock()
-
 	// Each URI's update goes only to the operators who may see the event
 	// (engine.System.EventVisible): the step of a task they do not see
 	// changes nothing of an agent, of its steps or of mas://agents that
@@ -103,6 +93,9 @@ func (u *updates) handle(ev engine.Event) {
 		u.addTask(ev.TaskID)
 		uris = append(uris, uriTasks, taskURI(ev.TaskID))
 	case engine.EventTaskChanged:
+		if ev.Detail == "shared" {
+			u.shared(ev.TaskID, ev.AgentID)
+		}
 		uris = append(uris, uriTasks, taskURI(ev.TaskID))
 	case engine.EventStageChanged:
 		uris = append(uris, uriTasks, taskURI(ev.TaskID))
@@ -129,8 +122,11 @@ func (u *updates) handle(ev engine.Event) {
 			uris = append(uris, taskURI(ev.TaskID))
 		}
 	}
-	var targets []target
 	visible := u.visibleTo(ev)
+	// Logged once its resources are listed: a client that reads a new
+	// task's resources when told of it finds them.
+	u.logs.add(ev, u.sub.Dropped(), visible)
+	var targets []target
 	for _, uri := range uris {
 		for _, op := range u.s.subs.operators(uri) {
 			if visible(op) {
@@ -254,12 +250,17 @@ func (u *updates) flush() {
 	u.schedule(now)
 }
 
-// addTask gives a task its own listed resources (list_changed follows).
+// addTask gives a task its own listed resources: list_changed follows, to
+// the sessions of the operators who see the task (listViews).
 func (u *updates) addTask(id string) {
 	if id == "" || u.known[id] {
 		return
 	}
 	u.known[id] = true
+	u.s.lists.change(func() { u.addTaskResources(id) }, func(op string) bool { return u.s.sys.Visible(op, id) })
+}
+
+func (u *updates) addTaskResources(id string) {
 	t, ok := u.s.sys.Task(id)
 	name := id
 	if ok {
@@ -271,17 +272,31 @@ func (u *updates) addTask(id string) {
 		Description: "Every message delivered in the task."}, u.s.readResource)
 }
 
-// addAgent gives an agent its own listed resources.
+// shared tells op's sessions that their resource list gained a task that
+// was shared with op. go-sdk sends list_changed only when a resource is
+// added: the task's are added again (the same ones), and listViews lets
+// the notification through to op's sessions only.
+func (u *updates) shared(id, op string) {
+	if id == "" || op == "" || !u.known[id] {
+		return // not listed yet: addTask counts it for op
+	}
+	u.s.lists.change(func() { u.addTaskResources(id) }, func(o string) bool { return o == op })
+}
+
+// addAgent gives an agent its own listed resources: they are everyone's
+// (the MAS's agents are not restricted), and so is the list_changed.
 func (u *updates) addAgent(id, kind string) {
 	if id == "" || u.known[id] {
 		return
 	}
 	u.known[id] = true
 	b, _ := u.s.sys.AgentBrief(id)
-	u.s.mcp.AddResource(&mcp.Resource{URI: agentURI(id), Name: "agent-" + id, Title: "Agent: " + b.Name, MIMEType: mimeJSON,
-		Description: "The agent's state (spec agent_state)."}, u.s.readResource)
-	u.s.mcp.AddResource(&mcp.Resource{URI: stepsURI(id), Name: "steps-" + id, Title: "Steps: " + b.Name, MIMEType: mimeJSON,
-		Description: "The agent's step list."}, u.s.readResource)
+	u.s.lists.change(func() {
+		u.s.mcp.AddResource(&mcp.Resource{URI: agentURI(id), Name: "agent-" + id, Title: "Agent: " + b.Name, MIMEType: mimeJSON,
+			Description: "The agent's state (spec agent_state)."}, u.s.readResource)
+		u.s.mcp.AddResource(&mcp.Resource{URI: stepsURI(id), Name: "steps-" + id, Title: "Steps: " + b.Name, MIMEType: mimeJSON,
+			Description: "The agent's step list."}, u.s.readResource)
+	}, nil)
 }
 
 // logStep sends a logging notification of an agent's finished step to every
@@ -304,28 +319,6 @@ func (u *updates) logStep(ev engine.Event) {
 			u.s.postLog(ss, op, params)
 		}
 	}
-}
-
-// since returns the logged events after cursor that match the filters and
-// that viewer may see, the newest sequence number, and whether events were
-// lost (cursor older than the log).
-func (u *updates) since(viewer string, cursor uint64, taskID, agentID string) (evs []engine.Event, latest uint64, lost bool, changed <-chan struct{}) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	latest = cursor
-	if n := len(u.events); n > 0 {
-		latest = max(latest, u.events[n-1].Seq)
-		if u.events[0].Seq > cursor+1 && cursor != 0 {
-			lost = true
-		}
-	}
-	for _, ev := range u.events {
-		if ev.Seq <= cursor || (taskID != "" && ev.TaskID != taskID) || (agentID != "" && ev.AgentID != agentID) || !u.s.sys.EventVisible(viewer, ev) {
-			continue
-		}
-		evs = append(evs, ev)
-	}
-	return evs, latest, lost, u.changed
 }
 
 // subscribe accepts subscriptions to our URIs only, to resources the
@@ -362,7 +355,14 @@ func (s *Server) unsubscribe(_ context.Context, req *mcp.UnsubscribeRequest) err
 // Sessions of 2026-07-28 get these notifications on the listen streams
 // that asked for them, tagged with the stream's subscription ID; older
 // sessions once initialized, as before.
-func unaskedListChanges(next mcp.MethodHandler) mcp.MethodHandler {
+//
+// A resources/list_changed goes, besides, only to the sessions whose own
+// resource list changed since they were last told (listViews): go-sdk
+// sends it to every session whenever a resource is added, and a new task's
+// resources are seen only by the operators who see the task (filterLists).
+// Admins see every task, so every change reaches their sessions; a new
+// agent's resources are everyone's, and so is its list_changed.
+func (s *Server) unaskedListChanges(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		if ss, ok := req.GetSession().(*mcp.ServerSession); ok && listChanged(method) {
 			// An initialized session of an older protocol gets them all.
@@ -370,6 +370,9 @@ func unaskedListChanges(next mcp.MethodHandler) mcp.MethodHandler {
 			older := ip != nil && ip.ProtocolVersion < statelessFrom
 			if p := req.GetParams(); !older && (p == nil || p.GetMeta()[mcp.MetaKeySubscriptionID] == nil) {
 				return nil, nil // untagged: not for a listen stream that asked
+			}
+			if method == "notifications/resources/list_changed" && !s.lists.tell(ss) {
+				return nil, nil // its list did not change
 			}
 		}
 		return next(ctx, method, req)
@@ -381,6 +384,7 @@ const maxWaitSeconds = 300
 
 // WaitIn is wait_for_updates' input.
 type WaitIn struct {
+	// Cursor is a number of the operator's own event numbering (eventlog.go).
 	Cursor         uint64 `json:"cursor,omitempty" jsonschema:"the cursor returned by the previous call; 0 waits for the next change"`
 	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"how long to wait for a change, 1 to 300 (default 30)"`
 	TaskID         string `json:"task_id,omitempty" jsonschema:"only events of this task"`
@@ -390,6 +394,9 @@ type WaitIn struct {
 
 // WaitOut is wait_for_updates' output.
 type WaitOut struct {
+	// Cursor and the events' seq are numbers of the operator's own: they
+	// count the events it may see, from a random base of the process
+	// (eventlog.go).
 	Cursor uint64         `json:"cursor"`
 	Events []engine.Event `json:"events"`
 	// Lost is set when older events after cursor were dropped from the log:
@@ -419,8 +426,10 @@ func (s *Server) waitForUpdates(ctx context.Context, req *mcp.CallToolRequest, i
 	if res, err := s.questionsInline(req, op, in.TaskID); err != nil || res != nil {
 		return res, WaitOut{}, err
 	}
-	if latest := s.sys.EventSeq(); in.Cursor > latest {
-		return nil, WaitOut{}, fmt.Errorf("cursor %d: ahead of the newest event (%d); pass 0 to start from now (cursors do not survive a restart)", in.Cursor, latest)
+	if in.Cursor != 0 {
+		if err := s.updates.logs.check(op, in.Cursor); err != nil {
+			return nil, WaitOut{}, err
+		}
 	}
 	if in.TimeoutSeconds == 0 {
 		in.TimeoutSeconds = 30
@@ -430,7 +439,7 @@ func (s *Server) waitForUpdates(ctx context.Context, req *mcp.CallToolRequest, i
 	}
 	cursor := in.Cursor
 	if cursor == 0 {
-		cursor = s.sys.EventSeq()
+		cursor = s.updates.logs.now(op)
 	}
 	timeout := time.Duration(in.TimeoutSeconds) * time.Second
 	deadline := time.NewTimer(timeout)
@@ -451,7 +460,10 @@ func (s *Server) waitForUpdates(ctx context.Context, req *mcp.CallToolRequest, i
 		}
 	}()
 	for {
-		evs, latest, lost, changed := s.updates.since(op, cursor, in.TaskID, in.AgentID)
+		evs, latest, lost, changed, err := s.updates.logs.since(op, cursor, in.TaskID, in.AgentID)
+		if err != nil {
+			return nil, WaitOut{}, err
+		}
 		if len(evs) > 0 || lost {
 			if len(evs) > in.MaxEvents {
 				evs = evs[:in.MaxEvents]

@@ -185,12 +185,19 @@ func (p *peer) wait(args map[string]any) server.WaitOut {
 	return out
 }
 
+// cursorNow is the env's operator's wait_for_updates cursor once the
+// server has taken in every event so far (its own numbering).
+func (e *env) cursorNow() uint64 {
+	e.t.Helper()
+	e.srv.AwaitUpdatesHandled(e.stack.Sys.EventSeq())
+	return e.srv.EventCursor(e.stack.Sys.OperatorID())
+}
+
 func TestWaitForUpdates(t *testing.T) {
 	e := newEnv(t)
-	sys := e.stack.Sys
-	start := sys.EventSeq()
+	start := e.cursorNow()
 	f := e.startTask()
-	latest := sys.EventSeq()
+	latest := e.cursorNow()
 
 	t.Run("after cursor", func(t *testing.T) {
 		// The server takes events in as they come (on a busy machine a
@@ -290,10 +297,7 @@ func jsonDecode(v, out any) error {
 // TestWaitForUpdatesLost: a cursor older than the event log reports lost.
 func TestWaitForUpdatesLost(t *testing.T) {
 	e := newEnvWith(t, envOptions{Config: func(c *server.Config) { c.EventLog = 5 }})
-	start := e.stack.Sys.EventSeq()
-	if start == 0 {
-		t.Fatal("no events at start-up; the cursor would mean latest")
-	}
+	start := e.cursorNow()
 	e.startTask()
 	out := e.wait(map[string]any{"cursor": start, "max_events": 1000})
 	if !out.Lost || len(out.Events) == 0 || len(out.Events) > 2*5 || out.Events[0].Seq <= start+1 {
@@ -302,7 +306,7 @@ func TestWaitForUpdatesLost(t *testing.T) {
 	// The task goes on after the answer: the cursor is the latest at the
 	// time of the answer, at least its last event and at most what has
 	// happened since.
-	if now := e.stack.Sys.EventSeq(); len(out.Events) > 0 && (out.Cursor < out.Events[len(out.Events)-1].Seq || out.Cursor > now) {
+	if now := e.cursorNow(); len(out.Events) > 0 && (out.Cursor < out.Events[len(out.Events)-1].Seq || out.Cursor > now) {
 		t.Errorf("cursor %d, want between the last event returned (%d) and the latest (%d)", out.Cursor, out.Events[len(out.Events)-1].Seq, now)
 	}
 	again := e.wait(map[string]any{"cursor": out.Cursor, "timeout_seconds": 1})
@@ -395,23 +399,56 @@ func TestWaitForUpdatesUnknownFilter(t *testing.T) {
 	}
 }
 
-// TestWaitForUpdatesCursorAhead: a cursor beyond the newest event (a client
-// that kept its cursor across a server restart) must not silently wait
-// until the sequence catches up.
+// TestWaitForUpdatesCursorAhead: a cursor this server did not give —
+// beyond the newest event, or of another process (a client that kept its
+// cursor across a restart) — is refused with an error that names the
+// cursor and says that cursors do not survive a restart, rather than
+// silently waiting for the numbers to catch up or meaning another event.
+// The error names no number of the server's (it would tell the newest).
 func TestWaitForUpdatesCursorAhead(t *testing.T) {
 	e := newEnv(t)
-	ahead := e.stack.Sys.EventSeq() + 1000
-	res, err := e.client.CallTool(context.Background(), mcpCall("wait_for_updates", map[string]any{"cursor": ahead, "timeout_seconds": 1}))
+	e.startTask()
+	now := e.cursorNow()
+	// The same MAS behind another server: a restart as far as cursors go.
+	other, err := server.New(server.Config{System: e.stack.Sys, Logger: e.stack.Log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out server.WaitOut
-	_ = jsonDecode(res.StructuredContent, &out)
-	if !res.IsError && !out.Lost && out.Cursor >= ahead {
-		t.Errorf("cursor %d ahead of %d: got %+v, want an error naming cursor, or lost with the latest cursor", ahead, e.stack.Sys.EventSeq(), out)
-	}
-	if res.IsError && !strings.Contains(resultText(res), "cursor") {
-		t.Errorf("error %q does not name cursor", resultText(res))
+	t.Cleanup(func() { _ = other.Close() })
+	other.AwaitUpdatesHandled(e.stack.Sys.EventSeq())
+	restarted := e.srv.EventCursor(e.stack.Sys.OperatorID()) // this server's; the other server's client passes it
+	for name, tc := range map[string]struct {
+		srv    *server.Server
+		cursor uint64
+	}{
+		"ahead of the newest":   {e.srv, now + 1},
+		"far ahead":             {e.srv, now + 1000},
+		"the engine's count":    {e.srv, e.stack.Sys.EventSeq()},
+		"of an earlier process": {other, restarted},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := e.peer
+			if tc.srv == other {
+				ct, stt := mcp.NewInMemoryTransports()
+				ss, err := other.MCP().Connect(context.Background(), stt, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = ss.Close() })
+				p = e.dial(ct, "")
+			}
+			res, err := p.client.CallTool(context.Background(), mcpCall("wait_for_updates", map[string]any{"cursor": tc.cursor, "timeout_seconds": 1}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			txt := resultText(res)
+			if !res.IsError || !strings.Contains(txt, fmt.Sprint(tc.cursor)) || !strings.Contains(txt, "restart") {
+				t.Fatalf("cursor %d: isError %v %q; want a tool error naming the cursor and the restart", tc.cursor, res.IsError, txt)
+			}
+			if tc.cursor != now && strings.Contains(txt, fmt.Sprint(now)) {
+				t.Errorf("the error %q names the newest number %d", txt, now)
+			}
+		})
 	}
 }
 
@@ -421,7 +458,7 @@ func TestWaitForUpdatesCursorAhead(t *testing.T) {
 // cursor to resume from.
 func TestWaitForUpdatesShutdown(t *testing.T) {
 	e := newEnv(t)
-	latest := e.stack.Sys.EventSeq()
+	latest := e.cursorNow()
 	type result struct {
 		res *mcp.CallToolResult
 		err error

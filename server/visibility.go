@@ -46,6 +46,12 @@ func (s *Server) filterLists(next mcp.MethodHandler) mcp.MethodHandler {
 				return nil, err
 			}
 			params.Cursor = c
+		} else if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
+			// The session will know its list as it is now: a list_changed
+			// already under way for what this listing shows is not sent
+			// (listViews). Only from the first page: a change between
+			// pages may land in a page already read.
+			s.lists.listed(ss)
 		}
 		var out mcp.ListResourcesResult
 		kept := []*mcp.Resource{}

@@ -114,7 +114,9 @@ function setConn(state, text) {
 function onEvent(kind, ev) {
   conn.seq = ev.seq || conn.seq;
   conn.events++;
-  $("lastevent").textContent = `event #${conn.seq} ${kind.replaceAll("_", " ")} · ${clock(ev.time)}`;
+  // seq is the operator's own number, from a random base of the server
+  // process (not a count to show): the page counts what it received.
+  $("lastevent").textContent = `event #${conn.events} ${kind.replaceAll("_", " ")} · ${clock(ev.time)}`;
   const me = store.me && ev.agent_id === store.me.human_agent_id;
   switch (kind) {
     case "task_added":
