@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/url"
 	"os"
 	"slices"
@@ -44,6 +45,12 @@ type ServerConfig struct {
 	Description string `json:"description,omitempty"`
 	// Timeout bounds one call ("30s", or a number of seconds). Default 60s.
 	Timeout Duration `json:"timeout,omitzero"`
+	// OutageWindow is how long a call waits for the server when it cannot
+	// be reached (nothing listens, a gateway answers 502/503/504, the
+	// process cannot start), trying again with backoff, before it fails
+	// ("10m", or a number of seconds). Default DefaultOutageWindow;
+	// negative: not at all, the call fails at once.
+	OutageWindow Duration `json:"outageWindow,omitzero"`
 	// Risk "high" makes every tool call of the server wait for the
 	// operator's approval; "low" (default) only destructive tools do.
 	Risk string `json:"risk,omitempty"`
@@ -71,6 +78,9 @@ type Duration time.Duration
 // UnmarshalJSON accepts "1m30s" and 90.
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	if n, err := strconv.ParseFloat(string(b), 64); err == nil {
+		if math.Abs(n*float64(time.Second)) >= math.MaxInt64 {
+			return fmt.Errorf("%s seconds is longer than a duration can be (about 292 years)", b)
+		}
 		*d = Duration(n * float64(time.Second))
 		return nil
 	}
@@ -99,20 +109,27 @@ func decodeStrict(data []byte, v any) error {
 	return nil
 }
 
-// decodeServer decodes one server's entry; the timeout is decoded on its
-// own so that its error names the field.
+// decodeServer decodes one server's entry; the durations are decoded on
+// their own so that their errors name the field.
 func decodeServer(raw json.RawMessage) (ServerConfig, error) {
 	var entry struct {
 		ServerConfig
-		Timeout json.RawMessage `json:"timeout"`
+		Timeout      json.RawMessage `json:"timeout"`
+		OutageWindow json.RawMessage `json:"outageWindow"`
 	}
 	if err := decodeStrict(raw, &entry); err != nil {
 		return ServerConfig{}, err
 	}
 	sc := entry.ServerConfig
-	if len(entry.Timeout) > 0 && string(entry.Timeout) != "null" {
-		if err := json.Unmarshal(entry.Timeout, &sc.Timeout); err != nil {
-			return ServerConfig{}, fmt.Errorf("timeout %s: %w", entry.Timeout, err)
+	for _, d := range []struct {
+		field string
+		raw   json.RawMessage
+		to    *Duration
+	}{{"timeout", entry.Timeout, &sc.Timeout}, {"outageWindow", entry.OutageWindow, &sc.OutageWindow}} {
+		if len(d.raw) > 0 && string(d.raw) != "null" {
+			if err := json.Unmarshal(d.raw, d.to); err != nil {
+				return ServerConfig{}, fmt.Errorf("%s %s: %w", d.field, d.raw, err)
+			}
 		}
 	}
 	return sc, nil
@@ -123,6 +140,10 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Durat
 
 // DefaultTimeout bounds a call when the server sets no timeout.
 const DefaultTimeout = 60 * time.Second
+
+// DefaultOutageWindow is how long a call waits for a server it cannot
+// reach when the server sets no outageWindow.
+const DefaultOutageWindow = 10 * time.Minute
 
 // LoadConfig reads a configuration file ("" means none: no servers).
 func LoadConfig(path string) (*Config, error) {
@@ -219,6 +240,15 @@ func (sc ServerConfig) timeout() time.Duration {
 		return time.Duration(sc.Timeout)
 	}
 	return DefaultTimeout
+}
+
+// outageWindow is how long a call waits for the server when it cannot be
+// reached; negative: not at all.
+func (sc ServerConfig) outageWindow() time.Duration {
+	if sc.OutageWindow != 0 {
+		return time.Duration(sc.OutageWindow)
+	}
+	return DefaultOutageWindow
 }
 
 // describe is a short form of the server for logs and errors, without

@@ -68,6 +68,14 @@ var badConfigs = []struct {
 		server: "d", want: []string{"duration"}, decoded: true},
 	{name: "args not a list", json: `{"mcpServers": {"a": {"command": "srv", "args": "-y srv"}}}`,
 		server: "a", want: []string{"args"}, decoded: true},
+	{name: "bad outageWindow string", json: `{"mcpServers": {"o": {"url": "https://h/mcp", "outageWindow": "a while"}}}`,
+		server: "o", want: []string{`outageWindow "a while"`, "duration"}, decoded: true},
+	{name: "outageWindow of another type", json: `{"mcpServers": {"o": {"command": "srv", "outageWindow": [10]}}}`,
+		server: "o", want: []string{"outageWindow", "duration"}, decoded: true},
+	{name: "outageWindow too long", json: `{"mcpServers": {"o": {"command": "srv", "outageWindow": 1e300}}}`,
+		server: "o", want: []string{"outageWindow 1e300", "longer than a duration can be"}, decoded: true},
+	{name: "timeout too long", json: `{"mcpServers": {"o": {"command": "srv", "timeout": 1e12}}}`,
+		server: "o", want: []string{"timeout 1e12", "longer than a duration can be"}, decoded: true},
 }
 
 func TestParseConfigRefuses(t *testing.T) {
@@ -103,6 +111,9 @@ func TestParseConfigDecodeErrorsNameTheServer(t *testing.T) {
 		}
 		if tc.name == "bad timeout string" && !strings.Contains(err.Error(), "timeout") {
 			t.Errorf("%s: error %v does not name the field timeout", tc.name, err)
+		}
+		if strings.Contains(tc.json, "outageWindow") && !strings.Contains(err.Error(), "outageWindow") {
+			t.Errorf("%s: error %v does not name the field outageWindow", tc.name, err)
 		}
 	}
 }
@@ -161,14 +172,20 @@ func TestParseConfigAccepts(t *testing.T) {
 			"legacy": {"url": "http://127.0.0.1:3001/sse", "transport": "sse", "timeout": 45},
 			"http":   {"url": "http://localhost:8080/mcp", "transport": "http", "timeout": 1.5, "risk": "low"},
 			"off":    {"command": "srv", "disabled": true},
-			"on":     {"command": "srv", "disabled": false, "timeout": "1m30s"}
+			"on":     {"command": "srv", "disabled": false, "timeout": "1m30s"},
+			"patient": {"command": "srv", "outageWindow": "1h"},
+			"eager":   {"url": "http://localhost:8081/mcp", "outageWindow": -1},
+			"brief":   {"url": "http://localhost:8082/mcp", "outageWindow": 90}
 		}}`,
 		want: map[string]downstream.ServerConfig{
 			"remote": {URL: "https://mcp.example.com/mcp", Headers: map[string]string{"Authorization": "Bearer t"},
 				Timeout: downstream.Duration(30 * time.Second), Description: "The example service.", Risk: "high", AutoApprove: []string{"search"}},
-			"legacy": {URL: "http://127.0.0.1:3001/sse", Transport: "sse", Timeout: downstream.Duration(45 * time.Second)},
-			"http":   {URL: "http://localhost:8080/mcp", Transport: "http", Timeout: downstream.Duration(1500 * time.Millisecond), Risk: "low"},
-			"on":     {Command: "srv", Timeout: downstream.Duration(90 * time.Second)},
+			"legacy":  {URL: "http://127.0.0.1:3001/sse", Transport: "sse", Timeout: downstream.Duration(45 * time.Second)},
+			"http":    {URL: "http://localhost:8080/mcp", Transport: "http", Timeout: downstream.Duration(1500 * time.Millisecond), Risk: "low"},
+			"on":      {Command: "srv", Timeout: downstream.Duration(90 * time.Second)},
+			"patient": {Command: "srv", OutageWindow: downstream.Duration(time.Hour)},
+			"eager":   {URL: "http://localhost:8081/mcp", OutageWindow: downstream.Duration(-time.Second)},
+			"brief":   {URL: "http://localhost:8082/mcp", OutageWindow: downstream.Duration(90 * time.Second)},
 		},
 	}, {
 		name: "no servers",

@@ -82,8 +82,11 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 }
 
 // Execute implements engine.Executor. The step's error and result are
-// scrubbed of the server's configured secrets (secrets.go).
+// scrubbed of the server's configured secrets (secrets.go). Its calls
+// wait for a server they cannot reach, telling in.ServerOutage
+// (outage.go).
 func (e *Executor) Execute(ctx context.Context, in *engine.ExecInput) *engine.Output {
+	ctx = withOutageWait(ctx, in.ServerOutage)
 	if ins := in.Step.InstructionContent; ins != nil && ins.InstructionType != "get_description" && ins.ToolName != "" {
 		// A copy: the operator's completed or corrected arguments change
 		// the call made, not the step's instruction_content.

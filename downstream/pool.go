@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -23,11 +24,18 @@ import (
 
 // Pool holds one client session per configured server, shared by every
 // agent (spec §4.1 level 3). Sessions connect lazily on first use and are
-// reconnected once when their transport breaks. Close stops every server
-// subprocess.
+// reconnected when their transport breaks; a server that cannot be
+// reached is waited for within its outage window (outage.go). Close stops
+// every server subprocess.
 type Pool struct {
 	cfg *Config
 	log *slog.Logger
+
+	// sleep waits between a call's attempts to reach a server, and now
+	// reads the clock that measures its outage window; both are replaced
+	// in tests.
+	sleep func(ctx context.Context, d time.Duration) error
+	now   func() time.Time
 
 	mu       sync.Mutex // guards conns, closed and requests
 	conns    map[string]*conn
@@ -47,6 +55,7 @@ type conn struct {
 
 	mu      sync.Mutex // guards the fields below; held while connecting
 	session *mcp.ClientSession
+	ended   chan struct{}      // closed once the session has ended (its server gone)
 	cancel  context.CancelFunc // ends the session's lifetime context
 	cmd     *exec.Cmd          // the stdio server's process, if any
 	caps    *Capabilities
@@ -65,7 +74,7 @@ func NewPool(cfg *Config, log *slog.Logger) *Pool {
 	if cfg == nil {
 		cfg = &Config{Servers: map[string]ServerConfig{}}
 	}
-	p := &Pool{cfg: cfg, log: log, conns: map[string]*conn{}}
+	p := &Pool{cfg: cfg, log: log, conns: map[string]*conn{}, sleep: sleepCtx, now: time.Now}
 	for name, sc := range cfg.Servers {
 		p.conns[name] = &conn{name: name, sc: sc, log: log.With("mcp_server", name), scrub: newScrubber(sc), pool: p}
 	}
@@ -150,14 +159,23 @@ func (p *Pool) Close() error {
 	return nil
 }
 
-// session returns the server's session, connecting if needed.
-func (c *conn) sessionFor() (*mcp.ClientSession, int, error) {
+// sessionFor returns the server's session, connecting if needed: when
+// there is none, or it has ended (a stdio server's process exited, a
+// remote server's connection failed), so that no call is sent on a
+// session known to be gone. Connecting stops when ctx ends.
+func (c *conn) sessionFor(ctx context.Context) (*mcp.ClientSession, int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.session != nil {
-		return c.session, c.gen, nil
+		select {
+		case <-c.ended:
+			c.log.Warn("mcp server session ended, reconnecting")
+			c.disconnectLocked()
+		default:
+			return c.session, c.gen, nil
+		}
 	}
-	if err := c.connectLocked(); err != nil {
+	if err := c.connectLocked(ctx); err != nil {
 		return nil, c.gen, err
 	}
 	return c.session, c.gen, nil
@@ -165,23 +183,25 @@ func (c *conn) sessionFor() (*mcp.ClientSession, int, error) {
 
 // reconnect replaces a broken session, unless another caller already did
 // since generation gen.
-func (c *conn) reconnect(gen int) (*mcp.ClientSession, int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.gen == gen {
-		c.log.Warn("mcp server connection broken, reconnecting")
-		c.disconnectLocked()
-		if err := c.connectLocked(); err != nil {
-			return nil, c.gen, err
-		}
-	}
-	if c.session == nil {
-		return nil, c.gen, fmt.Errorf("mcp server %q: not connected", c.name)
-	}
-	return c.session, c.gen, nil
+func (c *conn) reconnect(ctx context.Context, gen int) (*mcp.ClientSession, int, error) {
+	c.drop(gen)
+	return c.sessionFor(ctx)
 }
 
-func (c *conn) connectLocked() error {
+// drop closes a broken session, unless another caller already replaced
+// it since generation gen: the next sessionFor connects anew.
+func (c *conn) drop(gen int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen == gen && c.session != nil {
+		c.log.Warn("mcp server connection broken, reconnecting")
+		c.disconnectLocked()
+	}
+}
+
+// connectLocked connects to the server; the handshake ends when ctx does
+// (or after the server's timeout), the session itself lives on.
+func (c *conn) connectLocked(ctx context.Context) error {
 	c.pool.mu.Lock()
 	h := c.pool.requests
 	c.pool.mu.Unlock()
@@ -191,6 +211,7 @@ func (c *conn) connectLocked() error {
 	}
 	client.AddSendingMiddleware(telemetry.ClientMiddleware(c.name))
 	var transport mcp.Transport
+	var remote *serverTransport
 	switch {
 	case c.sc.Command != "":
 		cmd := exec.Command(c.sc.Command, c.sc.Args...)
@@ -205,14 +226,18 @@ func (c *conn) connectLocked() error {
 		c.cmd = cmd
 		transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
 	case c.sc.Transport == "sse":
-		transport = &mcp.SSEClientTransport{Endpoint: c.sc.URL, HTTPClient: c.httpClient(), MaxEventSize: MaxMessageBytes}
+		remote = c.serverTransport()
+		transport = &mcp.SSEClientTransport{Endpoint: c.sc.URL, HTTPClient: &http.Client{Transport: remote}, MaxEventSize: MaxMessageBytes}
 	default:
-		transport = &mcp.StreamableClientTransport{Endpoint: c.sc.URL, HTTPClient: c.httpClient(), MaxRetries: 1,
+		remote = c.serverTransport()
+		transport = &mcp.StreamableClientTransport{Endpoint: c.sc.URL, HTTPClient: &http.Client{Transport: remote}, MaxRetries: 1,
 			MaxEventSize: MaxMessageBytes}
 	}
 	// The session lives as long as the connection, not as the step that
 	// first needed it (the SSE transport ties its stream to this context);
-	// only the handshake is bounded by the timeout. It carries none of the
+	// only the handshake is bounded, by the timeout and by the caller's
+	// context (a step that stops waiting for the server stops connecting
+	// to it too; the next caller connects anew). It carries none of the
 	// step's values: the SDK's handlers of the server's requests run in
 	// contexts derived from it, and a sampling request must be gated by
 	// the step of the call it belongs to (sample takes the call's), not
@@ -221,19 +246,46 @@ func (c *conn) connectLocked() error {
 	// handshake's own spans start a trace of their own.
 	life, cancel := context.WithCancel(context.Background())
 	handshake := time.AfterFunc(c.sc.timeout(), cancel)
+	left := context.AfterFunc(ctx, cancel)
 	start := time.Now()
 	session, err := client.Connect(life, transport, nil)
-	if !handshake.Stop() && err == nil {
+	timedOut, gone := !handshake.Stop(), !left()
+	switch {
+	case gone:
+		// The caller left: its error, not the server's.
+		if err == nil {
+			_ = session.Close()
+		}
+		err = ctx.Err()
+		timedOut = false
+	case timedOut && err == nil:
 		err = fmt.Errorf("no answer within %s", c.sc.timeout())
 		_ = session.Close()
 	}
 	if err != nil {
 		cancel()
+		started := c.cmd == nil || c.cmd.Process != nil
 		c.killLocked()
 		// net/http quotes the URL in its errors.
-		return c.scrub.err(fmt.Errorf("mcp server %q (%s): connect: %w", c.name, c.sc.describe(), err))
+		err = c.scrub.err(fmt.Errorf("mcp server %q (%s): connect: %w", c.name, c.sc.describe(), err))
+		if gone {
+			return err
+		}
+		// The server was not there to answer: its process did not start
+		// or ended, its connection failed, a gateway said it is
+		// unavailable, or no answer came. An answer that refused the
+		// handshake (an HTTP status, a JSON-RPC error) is no outage.
+		if timedOut || !started || broken(err) || (remote != nil && remote.unavailable.Load()) {
+			return &unreachableError{err}
+		}
+		return err
 	}
-	c.session, c.cancel = session, cancel
+	ended := make(chan struct{})
+	go func() {
+		_ = session.Wait()
+		close(ended)
+	}()
+	c.session, c.ended, c.cancel = session, ended, cancel
 	c.caps = nil
 	c.gen++
 	c.log.Info("mcp server connected", "server", c.sc.describe(), "ms", time.Since(start).Milliseconds())
@@ -244,7 +296,7 @@ func (c *conn) connectLocked() error {
 func (c *conn) disconnectLocked() {
 	if c.session != nil {
 		_ = c.session.Close()
-		c.session = nil
+		c.session, c.ended = nil, nil
 	}
 	if c.cancel != nil {
 		c.cancel()
@@ -306,49 +358,90 @@ func broken(err error) bool {
 }
 
 // do runs f on the server's session with the server's timeout. When the
-// transport is broken it reconnects once; it runs f again only when it is
-// safe: the server certainly did not process the call (it answered the
-// call's request with 404 for an unknown session), or retry says so
-// (reads, tools declared read-only or idempotent) — a call that may have
-// reached the server is not made twice. An answer over MaxMessageBytes is
-// not asked for again. Its errors are scrubbed of the server's secrets.
+// transport is broken it reconnects; it runs f again, once, only when it
+// is safe: nothing of the call reached the server (it answered the call's
+// request with 404 for an unknown session, or the request could not even
+// be dialled), or retry says so (reads, tools declared read-only or
+// idempotent) — a call that may have reached the server is not made
+// twice. An answer over MaxMessageBytes is not asked for again. A server
+// that cannot be reached is waited for, when ctx lets the call wait
+// (withOutageWait) and the call is safe to make (again): outage.go. Its
+// errors are scrubbed of the server's secrets.
 func (p *Pool) do(ctx context.Context, server string, retry bool, f func(context.Context, *mcp.ClientSession) error) error {
 	c, err := p.conn(server)
 	if err != nil {
 		return err
 	}
-	session, gen, err := c.sessionFor()
-	if err != nil {
-		return err
-	}
-	var unsent bool
-	call := func(s *mcp.ClientSession) error {
-		cctx, fl, end := c.begin(ctx)
-		defer end()
-		err := f(cctx, s)
-		// The sentinel alone is not enough: calls in flight get it too
-		// when another request (or the resumption of their own stream)
-		// met the 404.
-		unsent = errors.Is(err, mcp.ErrSessionMissing) && fl.sessionRefused.Load()
-		if err != nil && context.Cause(cctx) == errCallTimeout && ctx.Err() == nil {
-			return fmt.Errorf("mcp server %q: no answer within %s", server, c.sc.timeout())
+	w := p.outageWait(ctx, c)
+	var (
+		made  int   // times the call was made
+		broke error // its last break, when it is to be made again
+	)
+	for {
+		session, gen, err := c.sessionFor(ctx)
+		if err == nil {
+			w.reached()
+			made++
+			var unsent bool
+			unsent, err = c.call(ctx, session, f)
+			if !broken(err) || ctx.Err() != nil {
+				return c.scrub.err(err)
+			}
+			if made > 1 || tooLarge(err) || (!unsent && !retry) {
+				return c.scrub.err(c.notRepeated(gen, err, retry || unsent))
+			}
+			broke = err
+			c.drop(gen)
+			continue
 		}
-		return err
+		// Connecting failed: wait for the server, or fail.
+		if err := w.next(ctx, err); err != nil {
+			if broke != nil && w.tries == 0 && ctx.Err() == nil {
+				err = fmt.Errorf("%w (and reconnecting failed: %v)", broke, err)
+			}
+			return c.scrub.err(err)
+		}
 	}
-	err = call(session)
-	if !broken(err) || ctx.Err() != nil {
-		return c.scrub.err(err)
+}
+
+// call makes the call f on session, under the server's timeout; unsent
+// reports that nothing of it reached the server.
+func (c *conn) call(ctx context.Context, session *mcp.ClientSession, f func(context.Context, *mcp.ClientSession) error) (unsent bool, err error) {
+	cctx, fl, end := c.begin(ctx)
+	defer end()
+	err = f(cctx, session)
+	// The sentinel alone is not enough: calls in flight get it too when
+	// another request (or the resumption of their own stream) met the
+	// 404.
+	unsent = (errors.Is(err, mcp.ErrSessionMissing) && fl.sessionRefused.Load()) || fl.undialled.Load()
+	if err != nil && context.Cause(cctx) == errCallTimeout && ctx.Err() == nil {
+		return false, fmt.Errorf("mcp server %q: no answer within %s", c.name, c.sc.timeout())
 	}
-	session, _, rerr := c.reconnect(gen)
+	return unsent, err
+}
+
+// notRepeated is the error of a call whose transport broke and which is
+// not made again: it may have taken effect (safe is false), its answer
+// was too large, or it broke again after it was made again. The session
+// is replaced for the next call.
+func (c *conn) notRepeated(gen int, err error, safe bool) error {
+	_, _, rerr := c.reconnect(context.Background(), gen)
 	switch {
-	case rerr != nil:
-		return c.scrub.err(fmt.Errorf("%w (and reconnecting failed: %v)", err, rerr))
 	case tooLarge(err):
-		return c.scrub.err(fmt.Errorf("%w (reconnected for the next call)", namedTooLarge(server, err)))
-	case !retry && !unsent:
-		return c.scrub.err(fmt.Errorf("the connection to mcp server %q broke during the call, which may have taken effect; it was not repeated (reconnected for the next call): %w", server, err))
+		if rerr != nil {
+			return fmt.Errorf("%w (and reconnecting failed: %v)", namedTooLarge(c.name, err), rerr)
+		}
+		return fmt.Errorf("%w (reconnected for the next call)", namedTooLarge(c.name, err))
+	case !safe:
+		how := "reconnected for the next call"
+		if rerr != nil {
+			how = fmt.Sprintf("and reconnecting failed: %v", rerr)
+		}
+		return fmt.Errorf("the connection to mcp server %q broke during the call, which may have taken effect; it was not repeated (%s): %w", c.name, how, err)
+	case rerr != nil:
+		return fmt.Errorf("%w (and reconnecting failed: %v)", err, rerr)
 	}
-	return c.scrub.err(call(session))
+	return err
 }
 
 // lineLogger turns a stdio server's stderr into log lines.

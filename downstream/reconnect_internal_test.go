@@ -45,6 +45,16 @@ func newRestartable(t *testing.T) *restartable {
 // restart replaces the server: its sessions are forgotten (and closed
 // when the test ends, as the old process would be gone).
 func (r *restartable) restart(t *testing.T) *incarnation {
+	inc := newIncarnation(t)
+	r.current.Store(inc)
+	return inc
+}
+
+// newIncarnation is a new server process, as it were: it knows no session
+// of before. Its tools are "echo" (read-only) and "append" (it changes
+// something, and is not idempotent); its sessions are closed when the test
+// ends.
+func newIncarnation(t *testing.T) *incarnation {
 	inc := &incarnation{srv: mcp.NewServer(&mcp.Implementation{Name: "restartable", Version: "1"}, nil)}
 	tool := func(name string, a *mcp.ToolAnnotations) {
 		mcp.AddTool(inc.srv, &mcp.Tool{Name: name, Description: "Counts its calls.", Annotations: a},
@@ -62,7 +72,6 @@ func (r *restartable) restart(t *testing.T) *incarnation {
 			_ = ss.Close()
 		}
 	})
-	r.current.Store(inc)
 	return inc
 }
 

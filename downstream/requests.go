@@ -108,6 +108,9 @@ type inflight struct {
 	// sessionRefused: the server answered the call's own request with 404
 	// for an unknown session (serverTransport), so it did not process it.
 	sessionRefused atomic.Bool
+	// undialled: no connection could be made for the call's own request
+	// (serverTransport), so it was not sent.
+	undialled atomic.Bool
 }
 
 // caller returns who makes the call (nil when it is not a tool step's).

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 )
 
 // MaxMessageBytes bounds one message a remote server sends, as go-sdk
@@ -52,17 +54,24 @@ func namedTooLarge(server string, err error) error {
 	return fmt.Errorf("%w: %w", &tooLargeError{server: server}, err)
 }
 
-// httpClient is the HTTP client of a remote server's transport: it adds
-// the configured headers, bounds the answers, and marks a call whose
-// request the server refused for an unknown session.
-func (c *conn) httpClient() *http.Client {
-	return &http.Client{Transport: &serverTransport{server: c.name, headers: c.sc.Headers, next: http.DefaultTransport}}
+// serverTransport is the HTTP transport of one connection to a remote
+// server (a new one for each): it adds the configured headers, bounds
+// the answers, marks a call whose request the server refused for an
+// unknown session or that could not even be dialled (nothing of it
+// reached the server), and records a gateway's word that the server is
+// unavailable.
+func (c *conn) serverTransport() *serverTransport {
+	return &serverTransport{server: c.name, headers: c.sc.Headers, next: http.DefaultTransport}
 }
 
 type serverTransport struct {
 	server  string
 	headers map[string]string
 	next    http.RoundTripper
+	// unavailable: a request of the connection was answered 502, 503 or
+	// 504 (a gateway in front of the server, or the server itself, says
+	// it cannot serve now): a handshake that fails so is an outage.
+	unavailable atomic.Bool
 }
 
 func (t *serverTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -74,7 +83,17 @@ func (t *serverTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	resp, err := t.next.RoundTrip(r)
 	if err != nil {
+		// No connection could be made for the request: it was not sent.
+		if r.Method == http.MethodPost && undialled(err) {
+			if f, ok := r.Context().Value(inflightKey{}).(*inflight); ok {
+				f.undialled.Store(true)
+			}
+		}
 		return resp, err
+	}
+	switch resp.StatusCode {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		t.unavailable.Store(true)
 	}
 	// MCP §2.5.3: a server answers a request with a session ID it does
 	// not know (it restarted, or ended the session) with 404, without
@@ -110,4 +129,16 @@ func (b *cappedBody) Read(p []byte) (int, error) {
 		return n + int(b.left), &tooLargeError{server: b.server}
 	}
 	return n, err
+}
+
+// undialled reports whether a request's error says no connection could be
+// made for it (the address refused it, did not resolve, could not be
+// dialled, or a proxy could not be reached): nothing of it was sent.
+func undialled(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect") {
+		return true
+	}
+	var dns *net.DNSError
+	return errors.As(err, &dns)
 }

@@ -56,8 +56,10 @@
 //	                              release across agents)
 //
 // Beyond the spec: owner.go (commits, snapshots); restore.go (an agent's
-// own recovery in agent_restore.go); supervise.go and endpoint.go
-// (liveness; the agent's side of an outage in agent_controls.go);
+// own recovery in agent_restore.go); supervise.go, endpoint.go and
+// tool_outage.go (liveness: the LLM endpoint's outages and refusals, a
+// downstream MCP server's outages; the agent's side of an outage in
+// agent_controls.go);
 // bounds.go (an agent's bound; a task's in task_bounds.go); pause.go and
 // interrupt.go (the operator's controls; their agent and task sides in
 // agent_controls.go and task_controls.go); budget_tokens.go; trail.go.

@@ -1,6 +1,10 @@
 package engine
 
-import "context"
+import (
+	"context"
+
+	"github.com/mas-mcp/mas-mcp/llm"
+)
 
 // Executor runs one kind of step: a skill (registered under the skill's
 // name) or the tool executor (every step of type "tool", spec §4.2, §8.2).
@@ -40,6 +44,17 @@ type ExecInput struct {
 	// answer (the downstream risk gate's approvals). Never nil for a step
 	// the engine runs.
 	Operator Operator
+	// ServerOutage is told when a tool step's call waits out an outage of
+	// its MCP server (Step.Executor): the tool executor could not reach
+	// it and keeps trying, within the server's outage window. Began is
+	// told once, when the call starts waiting; Ended once after that, how
+	// the wait ended (recovered: the server was reached; gave up: the
+	// window passed; left: the step's context ended). The engine shows
+	// the agent waiting meanwhile and tells the task's operator which
+	// server is down (tool_outage.go). Both are called on the step's
+	// goroutine and return promptly. Set for every tool step the engine
+	// runs; nil for skill steps.
+	ServerOutage llm.OutageObserver
 }
 
 // Operator lets an executor ask the operator of a task a question that

@@ -253,9 +253,11 @@ type AgentState struct {
 	Waits []Wait `json:"step_lock_waits,omitempty"`
 	// WaitingFor says what the agent waits for when its working_state is
 	// "waiting" for another reason than its step lock: its running step's
-	// LLM call is waiting out an outage of the endpoint.
+	// LLM call is waiting out an outage of the endpoint or its task's
+	// budget, or its tool call an outage of its MCP server.
 	WaitingFor string `json:"waiting_for,omitempty"`
-	// WaitingOn is what WaitingFor waits on, "llm_outage" or "budget", and
+	// WaitingOn is what WaitingFor waits on, "llm_outage", "budget" or
+	// "tool_outage" (ToolOutage), and
 	// WaitingIn the task of the step whose call waits: who may read
 	// WaitingFor (filterAgent), and what a restart, which ends the call,
 	// owes its operator (recoverStepsLocked).

@@ -20,11 +20,20 @@ func (a *agent) runStep(ctx context.Context, step StepState, view AgentState) {
 	if err != nil {
 		out = &Output{Err: err}
 	} else {
-		// An LLM outage the call waits out shows on the agent.
+		// An LLM outage the call waits out shows on the agent (a tool
+		// step's too: a server's sampling request is an LLM call), and so
+		// does an outage of a tool step's server (tool_outage.go).
 		ctx = llm.WithOutageObserver(ctx, &stepOutage{a: a, step: &step})
-		out = exec.Execute(ctx, &ExecInput{Agent: view, Step: step, View: s, Operator: s})
+		in := &ExecInput{Agent: view, Step: step, View: s, Operator: s}
+		if step.Type == StepTool {
+			in.ServerOutage = &stepServerOutage{a: a, step: &step}
+		}
+		out = exec.Execute(ctx, in)
 		if out == nil {
 			out = &Output{Err: errors.New("executor returned no output")}
+		}
+		if step.Type == StepTool && out.Err == nil {
+			s.servers.answered(s, step.Executor)
 		}
 		// What a model or a tool produced is scrubbed before anything
 		// (the step's span, a log line, the state) sees it.

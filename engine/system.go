@@ -237,6 +237,9 @@ type System struct {
 	outage  outageTracker
 	refused refusalTracker
 	budgets budgetQuestions
+	// servers tracks the outages of downstream MCP servers that tool
+	// calls wait out (tool_outage.go).
+	servers serverOutages
 
 	confirmMu sync.Mutex
 	confirms  map[string]chan Message // waiting ID -> AskOperator call waiting on it

@@ -17,8 +17,9 @@ import (
 // zhScaffoldingAllowed are the ASCII words a zh prompt or state text may
 // hold: what the model writes or reads back as it is — the JSON keys and
 // enum values the parser needs (LLM_CONTRACT.md), the MCP protocol's keys,
-// state names, the example tool server's name — and the names of the system
-// and its protocols. Skill names and identifiers with "_", "-" or digits
+// state names, the example tool server's name — the keys an operator writes
+// in a configuration as they are (outageWindow), and the names of the
+// system and its protocols. Skill names and identifiers with "_", "-" or digits
 // (tags, fields, IDs) are allowed anyway.
 var zhScaffoldingAllowed = map[string]bool{}
 
@@ -30,7 +31,7 @@ func init() {
 		description title properties required object string path text contents
 		messages mimeType content role user name profile skills
 		init pending running finished failed idle working waiting
-		agent task stage template error TaskState filesystem yes
+		agent task stage template error TaskState filesystem yes outageWindow
 	`) {
 		zhScaffoldingAllowed[w] = true
 	}
