@@ -3,7 +3,43 @@ package engine
 import (
 	"fmt"
 	"strings"
+	"time"
 )
+
+// OperatorNamed returns the ID of the operator (HumanAgent) named name, as
+// AddOperator would name it, and whether there is one: a configured
+// operator (http.tokens, http.passwords) is found again by its name at
+// every start rather than added again, so that its token or password acts
+// as the operator that owns its tasks and questions. Of several operators
+// of that name (the same name configured by hand twice, or the duplicates
+// older builds added at each restart) the earliest created is the one, and
+// the others are reported, so that the caller can say so.
+func (s *System) OperatorNamed(name string) (id string, others []string) {
+	name = strings.TrimSpace(s.Scrub(name))
+	var first time.Time
+	for _, opID := range s.operators() {
+		a, ok := s.agent(opID)
+		if !ok {
+			continue
+		}
+		var n string
+		var created time.Time
+		a.mu.peek(func(st *AgentState) { n, created = st.Name, st.CreatedAt })
+		if n != name {
+			continue
+		}
+		switch {
+		case id == "":
+			id, first = opID, created
+		case created.Before(first):
+			others = append(others, id)
+			id, first = opID, created
+		default:
+			others = append(others, opID)
+		}
+	}
+	return id, others
+}
 
 // AddOperator creates a HumanAgent for an operator (spec §7) and makes it a
 // member of the base task, so it can talk to the manager at once.

@@ -130,3 +130,40 @@ func BenchmarkReaders(b *testing.B) {
 		})
 	}
 }
+
+// TestOperatorNamedFindsTheEarliest: a configured operator is found again
+// by its name after a restart (internal/app binds its token to it rather
+// than adding it again); of several of one name — which older builds made,
+// one per restart — the earliest created is the one, and the others are
+// named, whatever order the store restores them in.
+func TestOperatorNamedFindsTheEarliest(t *testing.T) {
+	st := NewMemoryStore()
+	var cfg Config
+	b := newTestbed(t, func(c *Config) { c.Store = st; cfg = *c })
+	ann, err := b.sys.AddOperator("ann")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dup, err := b.sys.AddOperator("ann")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob, err := b.sys.AddOperator(" bob ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(b *testbed, when string) {
+		t.Helper()
+		if id, others := b.sys.OperatorNamed("ann"); id != ann || !slices.Equal(others, []string{dup}) {
+			t.Errorf("%s: OperatorNamed(ann) = %s, others %v; want %s (the earliest), others [%s]", when, id, others, ann, dup)
+		}
+		if id, others := b.sys.OperatorNamed("bob "); id != bob || len(others) != 0 {
+			t.Errorf("%s: OperatorNamed(bob) = %s, others %v; want %s", when, id, others, bob)
+		}
+		if id, _ := b.sys.OperatorNamed("carol"); id != "" {
+			t.Errorf("%s: OperatorNamed(carol) = %s, want none", when, id)
+		}
+	}
+	check(b, "before a restart")
+	check(restartFrom(t, cfg, b.crashImage(st), b.sc), "after a restart")
+}

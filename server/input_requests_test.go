@@ -10,6 +10,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mas-mcp/mas-mcp/internal/teststack"
+
 	"github.com/mas-mcp/mas-mcp/engine"
 	"github.com/mas-mcp/mas-mcp/server"
 )
@@ -73,7 +75,7 @@ func TestInputRequestsAreBounded(t *testing.T) {
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: r.url,
-		HTTPClient: &http.Client{Transport: bearer{token: tokenAnn, base: tr}}, MaxRetries: -1},
+		HTTPClient: &http.Client{Transport: teststack.Bearer{Token: tokenAnn, Base: tr}}, MaxRetries: -1},
 		&mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mas-mcp/mas-mcp/internal/teststack"
+
 	"github.com/mas-mcp/mas-mcp/server"
 )
 
@@ -261,7 +263,7 @@ func TestLongPollsPerSessionCapped(t *testing.T) {
 	}
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: o.url + "/mcp", HTTPClient: &http.Client{Transport: bearer{token: tokenBea, base: tr}}, MaxRetries: -1},
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: o.url + "/mcp", HTTPClient: &http.Client{Transport: teststack.Bearer{Token: tokenBea, Base: tr}}, MaxRetries: -1},
 		&mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mas-mcp/mas-mcp/internal/teststack"
+
 	"github.com/mas-mcp/mas-mcp/engine"
 	"github.com/mas-mcp/mas-mcp/internal/scripted"
 	"github.com/mas-mcp/mas-mcp/server"
@@ -83,20 +85,8 @@ func (e *env) httpPeer(url, token, version string) *peer {
 	e.t.Helper()
 	tr := &http.Transport{}
 	e.t.Cleanup(tr.CloseIdleConnections)
-	hc := &http.Client{Transport: bearer{token: token, base: tr}}
+	hc := &http.Client{Transport: teststack.Bearer{Token: token, Base: tr}}
 	return e.dial(&mcp.StreamableClientTransport{Endpoint: url + "/mcp", HTTPClient: hc, MaxRetries: -1}, version)
-}
-
-// bearer adds an Authorization header to every request.
-type bearer struct {
-	token string
-	base  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.base.RoundTrip(r)
 }
 
 // TestOperatorsAreSeparate: over HTTP each bearer token acts as its own

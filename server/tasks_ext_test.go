@@ -98,7 +98,7 @@ func (r *extRig) client(token string, ext bool, elicit func(context.Context, *mc
 	tr := &http.Transport{}
 	r.t.Cleanup(tr.CloseIdleConnections)
 	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: r.url,
-		HTTPClient: &http.Client{Transport: bearer{token: token, base: tr}}, MaxRetries: -1},
+		HTTPClient: &http.Client{Transport: teststack.Bearer{Token: token, Base: tr}}, MaxRetries: -1},
 		&mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
 	if err != nil {
 		r.t.Fatal(err)
@@ -513,7 +513,7 @@ func (r *extRig) httpClient(c *mcp.Client, token string) *mcp.ClientSession {
 	tr := &http.Transport{}
 	r.t.Cleanup(tr.CloseIdleConnections)
 	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: r.url,
-		HTTPClient: &http.Client{Transport: bearer{token: token, base: tr}}, MaxRetries: -1},
+		HTTPClient: &http.Client{Transport: teststack.Bearer{Token: token, Base: tr}}, MaxRetries: -1},
 		&mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 	if err != nil {
 		r.t.Fatal(err)

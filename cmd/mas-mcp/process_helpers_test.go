@@ -76,6 +76,10 @@ type masOptions struct {
 	// NoRace runs the binary built without the race detector (about four
 	// times faster to run), for tests of many short runs.
 	NoRace bool
+	// Env is added to each process's environment (a token's variable).
+	Env []string
+	// Token, when set, is the bearer token the MCP client sends.
+	Token string
 }
 
 // masInstance is one MAS (one data directory) run by successive processes
@@ -130,8 +134,8 @@ func (m *masInstance) start() {
 	}
 	args = append(args, m.opts.Args...)
 	p := teststack.StartProcess(t, m.bin, teststack.ProcessOptions{Args: args,
-		Env: cleanEnv("OPENAI_BASE_URL="+m.opts.LLMURL, "OPENAI_API_KEY="+teststack.SentinelKey, "MAS_MODEL="+runModel(m.started+1),
-			"MAS_DATA_DIR="+m.dataDir, markerEnv+"="+m.marker)})
+		Env: cleanEnv(append([]string{"OPENAI_BASE_URL=" + m.opts.LLMURL, "OPENAI_API_KEY=" + teststack.SentinelKey, "MAS_MODEL=" + runModel(m.started+1),
+			"MAS_DATA_DIR=" + m.dataDir, markerEnv + "=" + m.marker}, m.opts.Env...)...)})
 	m.runs = append(m.runs, p)
 	if !p.WaitStderr(readyTimeout, readyAddr.MatchString) {
 		p.Kill()
@@ -152,7 +156,11 @@ func runModel(n int) string { return "fake-run-" + strconv.Itoa(n) }
 func (m *masInstance) connect() {
 	m.t.Helper()
 	m.http = &http.Transport{}
-	cs, err := dial(m.addr, m.http)
+	var rt http.RoundTripper = m.http
+	if m.opts.Token != "" {
+		rt = teststack.Bearer{Token: m.opts.Token, Base: m.http}
+	}
+	cs, err := dial(m.addr, rt)
 	if err != nil {
 		m.t.Fatalf("connect an MCP client to mas-mcp: %v\n%s", err, lastLines(m.cur.Stderr.String(), 50))
 	}
@@ -160,7 +168,7 @@ func (m *masInstance) connect() {
 }
 
 // dial opens an MCP client session (streamable HTTP) to addr.
-func dial(addr string, transport *http.Transport) (*mcp.ClientSession, error) {
+func dial(addr string, transport http.RoundTripper) (*mcp.ClientSession, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return mcp.NewClient(&mcp.Implementation{Name: "crash-test", Version: "1"}, nil).Connect(ctx,

@@ -175,7 +175,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, stop func()) (inst
 	if err = inst.sys.StartFrom(img); err != nil {
 		return inst, err
 	}
-	if inst.tokens, err = operatorTokens(cfg, inst.sys, cfg.env); err != nil {
+	if inst.tokens, err = operatorTokens(cfg, inst.sys, log, cfg.env); err != nil {
 		return inst, err
 	}
 	admins, err := operatorAdmins(cfg, inst.sys)
@@ -303,7 +303,7 @@ func closeWithin(sys *engine.System, log *slog.Logger, d time.Duration) {
 // operatorTokens creates (or finds) each configured operator's HumanAgent,
 // sets the passwords configured for the web monitor, and maps each bearer
 // token to its operator's ID.
-func operatorTokens(cfg Config, sys *engine.System, getenv func(string) string) (map[string]string, error) {
+func operatorTokens(cfg Config, sys *engine.System, log *slog.Logger, getenv func(string) string) (map[string]string, error) {
 	byName, err := cfg.tokens(getenv)
 	if err != nil {
 		return nil, err
@@ -318,6 +318,17 @@ func operatorTokens(cfg Config, sys *engine.System, getenv func(string) string) 
 	}
 	operator := func(name string) (string, error) {
 		if id, ok := ids[name]; ok {
+			return id, nil
+		}
+		// An operator of an earlier start is found again by its name:
+		// added again, its token would act as a new operator that owns
+		// none of its tasks and questions.
+		if id, others := sys.OperatorNamed(name); id != "" {
+			if len(others) > 0 {
+				log.Warn("several operators have this name: its token and password act as the earliest created; the others keep their tasks, seen by admins",
+					"operator", name, "acts_as", id, "others", others)
+			}
+			ids[name] = id
 			return id, nil
 		}
 		id, err := sys.AddOperator(name)
@@ -353,13 +364,7 @@ func operatorAdmins(cfg Config, sys *engine.System) ([]string, error) {
 	var out []string
 	for i, name := range cfg.HTTP.Admins {
 		name = strings.TrimSpace(name)
-		id := ""
-		for _, b := range sys.AgentBriefs() {
-			if b.Kind == engine.KindHuman && b.Name == name {
-				id = b.AgentID
-				break
-			}
-		}
+		id, _ := sys.OperatorNamed(name)
 		if id == "" {
 			return nil, fmt.Errorf("http.admins[%d] %q: no such operator (name the operator of a token, a password or the default operator)", i, name)
 		}

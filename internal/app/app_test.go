@@ -6,6 +6,8 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -135,7 +137,7 @@ func TestOperatorTokensAndPasswords(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sys.Close()
-	tokens, err := operatorTokens(cfg, sys, env(vars))
+	tokens, err := operatorTokens(cfg, sys, slog.New(slog.DiscardHandler), env(vars))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,6 +152,25 @@ func TestOperatorTokensAndPasswords(t *testing.T) {
 	}
 	if tokens["token-of-alice-0123456789"] != ids["alice"] || tokens["token-of-default-0123456"] != sys.OperatorID() {
 		t.Errorf("tokens bound to %v, operators %v", tokens, ids)
+	}
+	// What a restart does: the operators exist already (restored), and
+	// each configured name is found again, not added again — added, a
+	// token would act as a new operator owning none of its tasks.
+	again, err := operatorTokens(cfg, sys, slog.New(slog.DiscardHandler), env(vars))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(again, tokens) {
+		t.Errorf("the tokens bound again to %v, first to %v", again, tokens)
+	}
+	humans := 0
+	for _, b := range sys.AgentBriefs() {
+		if b.Kind == "human" {
+			humans++
+		}
+	}
+	if humans != 3 {
+		t.Errorf("%d operators after binding the tokens again, want the same 3", humans)
 	}
 	if !sys.CheckOperatorPassword(ids["alice"], "pw-alice") || !sys.CheckOperatorPassword(ids["bob"], "pw-bob") || sys.CheckOperatorPassword(ids["bob"], "pw-alice") {
 		t.Error("passwords not set as configured")
@@ -177,7 +198,7 @@ func TestOperatorTokensAndPasswords(t *testing.T) {
 		t.Errorf("an unknown admin: error %v, want it named", err)
 	}
 	delete(vars, "PW_B")
-	if _, err := operatorTokens(cfg, sys, env(vars)); err == nil || !strings.Contains(err.Error(), "PW_B") {
+	if _, err := operatorTokens(cfg, sys, slog.New(slog.DiscardHandler), env(vars)); err == nil || !strings.Contains(err.Error(), "PW_B") {
 		t.Errorf("missing password variable: error %v, want it named", err)
 	}
 }

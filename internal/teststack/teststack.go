@@ -357,3 +357,16 @@ func (w *watchedStore) PutAgent(ctx context.Context, a *engine.AgentState) error
 	}
 	return err
 }
+
+// Bearer is an http.RoundTripper that sends a bearer token with every
+// request, as an MCP host configured with a token does.
+type Bearer struct {
+	Token string
+	Base  http.RoundTripper
+}
+
+func (b Bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.Token)
+	return b.Base.RoundTrip(r)
+}
