@@ -321,6 +321,14 @@ func (a *agent) popLocked() (StepState, bool) {
 		if step == nil {
 			continue
 		}
+		if a.sys.isEnded(step.TaskID) {
+			// Its task ended: the task's finish_task instruction drops
+			// its steps, and may not have come yet (a restart sends
+			// again one a crash lost, after the loops run). Nothing of
+			// an ended task runs: they go now.
+			a.dropTaskLocked(step.TaskID)
+			continue
+		}
 		if a.budgetLocked(step) {
 			continue
 		}

@@ -73,7 +73,9 @@ func (a *agent) takeStopLocked(stepID string) *stopRequest {
 // step fails with the reason, and an interrupt queues the instruction
 // next. A step that completed before the stop reached it keeps its
 // outcome (a tool call may have acted already); the instruction is still
-// queued. a.mu must be held.
+// queued, unless the step is gone: its stage or task ended while it
+// returned (finish_stage, cancel_task), and with it the work the
+// instruction was to redirect. a.mu must be held.
 func (a *agent) stoppedLocked(step *StepState, r *stopRequest, out *Output) *Output {
 	what := "cancelled by the operator"
 	if r.instruction != "" {
@@ -82,7 +84,9 @@ func (a *agent) stoppedLocked(step *StepState, r *stopRequest, out *Output) *Out
 	if r.reason != "" {
 		what += ": " + r.reason
 	}
-	if r.instruction != "" {
+	if r.instruction != "" && a.stepLocked(step.StepID) == nil {
+		a.sys.log.Info("interrupt's instruction dropped: the interrupted step's stage or task ended", "agent", a.id, "task", step.TaskID, "stage", step.StageID, "step", step.StepID)
+	} else if r.instruction != "" {
 		data := map[string]any{"Reason": r.reason, "Instruction": r.instruction}
 		a.freshInputLocked(step.TaskID, step.StageID) // the operator's, as a message is
 		a.addStepsLocked(step.TaskID, step.StageID, []StepSpec{{

@@ -7,14 +7,16 @@ import (
 )
 
 // receiveHuman files a message in the HumanAgent's conversation pool and
-// notifies the operator where the spec asks (§7.3).
-func (a *agent) receiveHuman(m Message) {
+// notifies the operator where the spec asks (§7.3). It reports false when
+// the operator does not take it: a message of a task that has ended
+// (lateLocked), which nobody could answer.
+func (a *agent) receiveHuman(m Message) bool {
 	data := a.sys.senderData(m)
 	a.mu.Lock()
 	dup := a.seenLocked(m.MessageID)
 	a.mu.Unlock()
 	if dup {
-		return
+		return true
 	}
 	// The finish notice names the task: read it before taking our mutex.
 	var ended TaskState
@@ -24,6 +26,11 @@ func (a *agent) receiveHuman(m Message) {
 		}
 	}
 	a.mu.Lock()
+	if a.lateLocked(m) {
+		a.mu.Unlock()
+		a.late(m)
+		return false
+	}
 	defer a.mu.Unlock()
 	// The message is stored and delivered: kept through a refused write of
 	// the operator's document, and written by the owner's retries, rather
@@ -62,7 +69,7 @@ func (a *agent) receiveHuman(m Message) {
 			a.rememberLocked(in.UpdateWorkingMemory.TaskID, in.UpdateWorkingMemory.StageID)
 		}
 		a.changedLocked(Event{TaskID: m.TaskID, MessageID: m.MessageID, Detail: "instruction"})
-		return
+		return true
 	}
 	waitID := m.waitingIDFor(a.id)
 	needReply := m.NeedReply && m.SenderID != SystemSender
@@ -81,6 +88,7 @@ func (a *agent) receiveHuman(m Message) {
 		notify("human_reply_needed", data)
 	}
 	a.changedLocked(Event{TaskID: m.TaskID, MessageID: m.MessageID, Detail: "message"})
+	return true
 }
 
 // expirePrivate marks a message from peer as no longer awaiting a reply.

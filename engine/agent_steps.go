@@ -133,7 +133,9 @@ func (a *agent) forgetStageLocked(taskID, stageID string) {
 
 // removeStepsLocked deletes the steps matching drop from the step list and
 // the todo list (spec §2.4.1 step cleanup). A running step that matches is
-// cancelled.
+// cancelled. A todo list that lost steps wakes the loop, which works the
+// agent's working state out again (popLocked): with the steps of a paused
+// task gone, it would otherwise read "paused" with nothing held.
 func (a *agent) removeStepsLocked(drop func(*StepState) bool) int {
 	as := &a.st.AgentStep
 	whole, from := a.indexWholeLocked(), -1
@@ -158,7 +160,11 @@ func (a *agent) removeStepsLocked(drop func(*StepState) bool) int {
 	if from >= 0 {
 		a.reindexFromLocked(whole, from, removed)
 	}
+	queued := len(as.TodoList)
 	as.TodoList = slices.DeleteFunc(as.TodoList, func(id string) bool { return removed[id] })
+	if len(as.TodoList) < queued {
+		a.mu.wakeLocked()
+	}
 	return len(removed)
 }
 

@@ -207,7 +207,9 @@ func (s *System) humanSend(humanID string, hm HumanMessage) ([]Message, error) {
 		// (owner.go), as a receiver keeps a message it took.
 		h.mu.keepLocked()
 		h.mu.Unlock()
-		s.hand(m)
+		if err := notTaken(m, s.hand(m)); err != nil {
+			return sent, err
+		}
 		sent = append(sent, m)
 	}
 	return sent, nil

@@ -3,11 +3,11 @@ package engine
 import "slices"
 
 // receive handles a delivered message (spec §6.2 for LLM agents, §7.3 for
-// HumanAgents).
-func (a *agent) receive(m Message) {
+// HumanAgents). It reports false when the agent does not take it: a
+// message of a task that has ended (lateLocked).
+func (a *agent) receive(m Message) bool {
 	if a.kind == KindHuman {
-		a.receiveHuman(m)
-		return
+		return a.receiveHuman(m)
 	}
 	// Read other owners before taking our own mutex: no path holds two.
 	data := a.sys.senderData(m)
@@ -25,9 +25,14 @@ func (a *agent) receive(m Message) {
 	}
 
 	a.mu.Lock()
+	if a.lateLocked(m) {
+		a.mu.Unlock()
+		a.late(m)
+		return false
+	}
 	if a.seenLocked(m.MessageID) {
 		a.mu.Unlock()
-		return
+		return true
 	}
 	if !m.NotNewInput {
 		a.freshInputLocked(m.TaskID, m.StageRelative)
@@ -72,6 +77,25 @@ func (a *agent) receive(m Message) {
 	// committed once the store takes writes again (owner.go).
 	a.mu.keepLocked()
 	a.mu.Unlock()
+	return true
+}
+
+// lateLocked reports whether m is a message of a task that has ended, not
+// one of its instructions: sent as the task ended, it would queue a step
+// there (or wait in an operator's inbox for a reply) after the task's
+// finish_task instruction dropped its steps, and nothing in an ended task
+// runs or is answered: the agent does not take it (a restart delivering
+// it again finds it late as well). Read under a.mu: a task is marked
+// ended before its finish_task instructions are delivered (endTask), so a
+// message taken before the mark is dropped by the instruction that
+// follows it. a.mu must be held.
+func (a *agent) lateLocked(m Message) bool {
+	return m.Instruction == nil && a.sys.isEnded(m.TaskID)
+}
+
+// late logs a message the agent did not take (lateLocked).
+func (a *agent) late(m Message) {
+	a.sys.log.Info("message of an ended task not taken", "agent", a.id, "task", m.TaskID, "message", m.MessageID, "sender", m.SenderID)
 }
 
 // receivedKept is how many message IDs an agent remembers for deduplication:
@@ -182,11 +206,7 @@ func (a *agent) instructionLocked(m Message, ts *TaskState) {
 		a.dropCountsLocked(func(c *StageCount) bool { return c.TaskID == ref.TaskID && c.StageID == ref.StageID })
 		a.changedLocked(Event{TaskID: ref.TaskID, StageID: ref.StageID, Detail: "finish_stage"})
 	case in.FinishTask != nil:
-		id := in.FinishTask.TaskID
-		a.removeStepsLocked(func(s *StepState) bool { return s.TaskID == id })
-		delete(a.st.WorkingMemory, id)
-		a.dropCountsLocked(func(c *StageCount) bool { return c.TaskID == id })
-		a.changedLocked(Event{TaskID: id, Detail: "finish_task"})
+		a.dropTaskLocked(in.FinishTask.TaskID)
 	case in.UpdateWorkingMemory != nil:
 		ref := in.UpdateWorkingMemory
 		a.rememberLocked(ref.TaskID, ref.StageID)
@@ -200,6 +220,16 @@ func (a *agent) instructionLocked(m Message, ts *TaskState) {
 			TextContent:   td.TextContent,
 		}}, true, m.MessageID)
 	}
+}
+
+// dropTaskLocked drops what the agent holds of an ended task (spec §2.4.1,
+// finish_task): its steps (a running one is cancelled), its working memory
+// and its stage counts. a.mu must be held.
+func (a *agent) dropTaskLocked(id string) {
+	a.removeStepsLocked(func(s *StepState) bool { return s.TaskID == id })
+	delete(a.st.WorkingMemory, id)
+	a.dropCountsLocked(func(c *StageCount) bool { return c.TaskID == id })
+	a.changedLocked(Event{TaskID: id, Detail: "finish_task"})
 }
 
 // endingStepLocked returns which steps of a stage that just ended the

@@ -30,7 +30,9 @@ type Rerunner interface {
 //   - messages a receiver has not taken yet are delivered again (receivers
 //     take each message once, by its ID);
 //   - instructions and notices a task's stored state implies, lost by a
-//     crash between the task's write and theirs, are sent again;
+//     crash between the task's write and theirs, are sent again, and the
+//     waits in an ended task released; no step of an ended task runs
+//     meanwhile (popLocked), nor is a message of it taken (receive);
 //   - the tasks' conversations are rebuilt from the stored messages;
 //   - an operator told of an LLM outage that a lost call waited out is
 //     told when the endpoint answers again, a promise stored until kept
@@ -72,7 +74,13 @@ func (s *System) StartFrom(img *Image) error {
 		if st.CommunicationQueue == nil {
 			st.CommunicationQueue = []Message{}
 		}
-		if st.Paused {
+		switch {
+		case st.ExecutionState == StateFinished || st.ExecutionState == StateFailed:
+			// Ended: its agents start no step of it, whether the crash
+			// lost its finish_task instructions (sent again below) or
+			// not; a pause an older document kept holds nobody.
+			s.ended.Store(st.TaskID, struct{}{})
+		case st.Paused:
 			s.paused.Store(st.TaskID, struct{}{})
 		}
 		if err := s.registerTask(newTaskOwner(s, st)); err != nil {
@@ -162,8 +170,9 @@ func (s *System) StartFrom(img *Image) error {
 			if took(m) {
 				continue
 			}
-			a.receive(m)
-			redelivered++
+			if a.receive(m) {
+				redelivered++
+			}
 		}
 	}
 	// Instructions and notices a stored task implies but the store lacks:
@@ -180,6 +189,10 @@ func (s *System) StartFrom(img *Image) error {
 		}
 	}
 	s.deliver(missing...)
+	// Waits in ended tasks that a crash kept (it came before the waiters'
+	// documents were written without them): released as the task's end
+	// released them, after its instructions (endTask).
+	s.releaseWaits(func(w Wait) bool { return s.isEnded(w.TaskID) })
 	s.reaskBudgets()
 	s.resumeReleased()
 	s.rewatchOutage()

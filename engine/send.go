@@ -85,19 +85,30 @@ func (s *System) deliver(msgs ...Message) {
 
 // post stores a message an agent or operator wrote and then delivers it.
 // One the store refuses is not delivered at all: nothing is seen that a
-// restart would lose. The error says so.
+// restart would lose. The error says so, as it says which receivers did
+// not take it because its task ended meanwhile (notTaken).
 func (s *System) post(m Message) error {
 	if err := s.persist(&m); err != nil {
 		return err
 	}
-	s.hand(m)
-	return nil
+	return notTaken(m, s.hand(m))
+}
+
+// notTaken is the error of a message its receivers refused, its task
+// having ended as it was sent (lateLocked); nil when none did.
+func notTaken(m Message, refused []string) error {
+	if len(refused) == 0 {
+		return nil
+	}
+	return errf(ErrEnded, "task_id %q: the task ended as the message was sent: not delivered to %s (nothing more is done in an ended task)", m.TaskID, strings.Join(refused, ", "))
 }
 
 // hand records a stored message in its task's conversation pool and hands
 // it to every receiver (spec §1.2, §8.4). Delivery is immediate: the
-// receiver's new step is queued before hand returns.
-func (s *System) hand(msgs ...Message) {
+// receiver's new step is queued before hand returns. It returns the
+// receivers that did not take a message: one of a task that ended as it
+// was sent (receive).
+func (s *System) hand(msgs ...Message) (refused []string) {
 	for _, m := range msgs {
 		if t, ok := s.task(m.TaskID); ok {
 			t.record(m)
@@ -113,9 +124,12 @@ func (s *System) hand(msgs ...Message) {
 				s.log.Warn("message to unknown agent dropped", "receiver", r, "message", m.MessageID)
 				continue
 			}
-			a.receive(m)
+			if !a.receive(m) {
+				refused = append(refused, r)
+			}
 		}
 	}
+	return refused
 }
 
 // sendFromAgent turns send_message's output into a message and delivers it

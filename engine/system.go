@@ -232,7 +232,13 @@ type System struct {
 	waits waitGraph
 	// paused holds the IDs of paused tasks (a copy of their Paused flag
 	// that agents read without taking the task's mutex).
-	paused  sync.Map
+	paused sync.Map
+	// ended holds the IDs of ended tasks (a copy of their ended state,
+	// marked once it is stored and before their finish_task instructions
+	// are sent): agents read it without taking the task's mutex, and
+	// start no step of an ended task and take no message of it but its
+	// instructions, whichever comes first, the instruction or the work.
+	ended   sync.Map
 	sup     supervisor
 	outage  outageTracker
 	refused refusalTracker

@@ -24,10 +24,11 @@ type task struct {
 	recorded map[string]struct{}
 	replies  map[replyKey]int
 
-	// pauseMu orders the task's pauses and resumes (pause.go): each is
-	// one step, the task's stored state, s.paused and its agents' wait
-	// deadlines together. It is taken before mu or any agent's lock, and
-	// held while pauseTask takes them one at a time.
+	// pauseMu orders the task's pauses and resumes (pause.go), and its
+	// end (endTask), which takes its pause back: each is one step, the
+	// task's stored state, s.paused and its agents' wait deadlines
+	// together. It is taken before mu or any agent's lock, and held while
+	// pauseTask takes them one at a time.
 	pauseMu sync.Mutex
 }
 
@@ -591,6 +592,8 @@ func (t *task) endTaskLocked(state, summary, by string) ([]Message, error) {
 		t.changedLocked(Event{Kind: EventStageChanged, StageID: rs.StageID, Detail: rs.ExecutionState})
 	}
 	t.st.ExecutionState = state
+	// An ended task holds nobody: its pause ends with it.
+	t.st.Paused, t.st.PausedFor = false, ""
 	t.st.TaskSummary = t.sys.clipText(summary)
 	t.st.EndedBy = by
 	t.st.EndedAt = now

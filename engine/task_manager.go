@@ -453,6 +453,11 @@ func (s *System) retryStage(t *task, actorID string, human bool, ti TaskInstruct
 }
 
 func (s *System) endTask(t *task, actorID string, human bool, state, summary, by string) (*EndTaskResult, error) {
+	// Ordered with the task's pauses (pause.go): its end takes the pause
+	// back, and a pause stored just before must not mark the ended task
+	// paused again after it.
+	t.pauseMu.Lock()
+	defer t.pauseMu.Unlock()
 	if err := t.mu.lockDurable(); err != nil {
 		return nil, err
 	}
@@ -482,12 +487,27 @@ func (s *System) endTask(t *task, actorID string, human bool, state, summary, by
 	if err != nil {
 		return nil, err
 	}
+	// Stored ended: marked so before its agents are told (isEnded), and
+	// no longer paused (the finish_task instructions wake its agents,
+	// whose loops work their working state out again).
+	s.ended.Store(id, struct{}{})
+	s.paused.Delete(id)
 	s.sup.forget(id)
 	s.budgets.drop(id)
 	s.deliver(msgs...)
 	s.releaseWaits(func(w Wait) bool { return w.TaskID == id })
 	s.log.Info("task ended", "task", id, "state", state, "by", actorID)
 	return &EndTaskResult{ExecutionState: state, TaskID: id}, nil
+}
+
+// isEnded reports whether a task has ended (finished or failed), without
+// its mutex: an agent starts no step of it (popLocked) and takes no message
+// of it but an instruction (receive, receiveHuman), whether its finish_task
+// instruction came yet or not (a restart sends one a crash lost after the
+// agents' loops run again).
+func (s *System) isEnded(taskID string) bool {
+	_, ok := s.ended.Load(taskID)
+	return ok
 }
 
 // retriesLocked returns the original stage a stage retries (itself if

@@ -1,0 +1,362 @@
+package engine
+
+// An ended task (finished, failed, cancelled) has no work running or
+// queued: no agent runs a step of it, whatever the order in which its end
+// and the work in flight meet (a restart, an interrupt, a message sent as
+// it ends, a pause).
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// heldFinishStore is a MemoryStore whose write of a finish_task
+// instruction to an agent waits until release is closed (a slow store;
+// fake time inside a synctest bubble).
+type heldFinishStore struct {
+	*MemoryStore
+	release <-chan struct{}
+	limit   time.Duration
+}
+
+func (h *heldFinishStore) PutMessage(ctx context.Context, m *Message) error {
+	if m.Instruction != nil && m.Instruction.FinishTask != nil {
+		select {
+		case <-h.release:
+		case <-time.After(h.limit):
+		}
+	}
+	return h.MemoryStore.PutMessage(ctx, m)
+}
+
+// kill -9 right after cancel_task: the task's document says it failed,
+// but the finish_task instructions to its group (which drop the agents'
+// steps of the task) were not stored yet. The restart sends them again
+// (task.implied) after the agents' loops run again: meanwhile no agent
+// starts its queued step of the cancelled task (an LLM call, or a tool
+// call with effects downstream, for work the operator cancelled). The
+// store's write of that instruction is held here until a step of the
+// cancelled task runs (at most an hour of fake time, which passes only
+// once every goroutine of the bubble is blocked): the engine's own order
+// decides.
+func TestNoStepOfACancelledTaskRunsAfterARestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, store, cfg := frozenBed(t, nil)
+		alice := b.newAgent("alice")
+		task := b.newTask("to cancel", alice)
+		b.sc.onText("long work", func(ctx context.Context, _ *ExecInput) *Output {
+			<-ctx.Done()
+			return &Output{}
+		})
+		b.inject(alice, task, NoRelative, false, spec(SkillThink, "long work"), spec(SkillThink, "more work"))
+		synctest.Wait()
+		if id, run := b.sys.mustAgent(t, alice).runningStep(); id == "" || run != task {
+			t.Fatalf("alice runs %q of %q, want a step of the task\n%s", id, run, b.dump())
+		}
+		img := crashAfterCancel(t, b, store, task)
+		var imgTask TaskState
+		for _, ts := range img.Tasks {
+			if ts.TaskID == task {
+				imgTask = ts
+			}
+		}
+		queued := 0
+		for _, a := range img.Agents {
+			for _, s := range a.AgentStep.StepList {
+				if a.AgentID == alice && s.TaskID == task {
+					queued++
+				}
+			}
+		}
+		if imgTask.ExecutionState != StateFailed || queued == 0 {
+			t.Fatalf("image: task %q, alice's steps of it %d; want the task failed and her steps still there", imgTask.ExecutionState, queued)
+		}
+
+		ran := make(chan struct{})
+		var once sync.Once
+		// The restarted MAS runs the same executors (Config.Skills): the
+		// script's handlers are replaced.
+		sc := b.sc
+		var mu sync.Mutex
+		var calls []string
+		record := func(ctx context.Context, in *ExecInput) *Output {
+			if in.Step.TaskID == task {
+				mu.Lock()
+				calls = append(calls, in.Step.Executor+":"+in.Step.TextContent)
+				mu.Unlock()
+				once.Do(func() { close(ran) })
+				<-ctx.Done()
+			}
+			return &Output{}
+		}
+		sc.onText("long work", record)
+		sc.onText("more work", record)
+		cfg.Store = &heldFinishStore{MemoryStore: NewMemoryStore(), release: ran, limit: time.Hour}
+		b2 := startFrom(t, cfg, img, sc)
+		synctest.Wait()
+
+		if st := b2.task(task); st.ExecutionState != StateFailed {
+			t.Fatalf("after the restart the task is %q, want failed", st.ExecutionState)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(calls) > 0 {
+			t.Errorf("after the restart, alice ran %v of task %s, which was cancelled before the crash", calls, task)
+		}
+		if left := b2.steps(alice, func(s StepState) bool { return s.TaskID == task }); len(left) != 0 {
+			t.Errorf("alice still has %d steps of the cancelled task", len(left))
+		}
+	})
+}
+
+// cancelTask cancels a task as the operator.
+func (b *testbed) cancelTask(id string) {
+	b.t.Helper()
+	if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionCancelTask, TaskID: id, Summary: "stop it"}); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// crashAfterCancel cancels a task and crashes right after the store took
+// its document, failed, and before anything else: it returns the image a
+// restart finds.
+func crashAfterCancel(t *testing.T, b *testbed, store *freezeStore, task string) *Image {
+	t.Helper()
+	store.freezeTask = func(ts *TaskState) bool { return ts.TaskID == task && ts.ExecutionState == StateFailed }
+	b.cancelTask(task)
+	return crashed(t, b, store)
+}
+
+// mustAgent returns the agent's owner.
+func (s *System) mustAgent(t *testing.T, id string) *agent {
+	t.Helper()
+	a, ok := s.agent(id)
+	if !ok {
+		t.Fatalf("no agent %s", id)
+	}
+	return a
+}
+
+// The operator interrupts an agent (its step's context is cancelled and
+// the instruction is to be its next step), and cancels the task before
+// the interrupted step has returned (an LLM or tool call takes a moment
+// to give up). cancel_task drops the agent's steps of the task, the
+// running one included; when the interrupted step returns, the
+// interrupt's process_message step is not queued in the task that ended:
+// it would run (an LLM call) and stay in the agent's step list for good
+// (its task's finish_task came already).
+func TestInterruptThenCancelQueuesNothing(t *testing.T) {
+	b := newTestbed(t, nil)
+	alice := b.newAgent("alice")
+	task := b.newTask("interrupted then cancelled", alice)
+	started, stopped, proceed := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	b.sc.onText("long work", func(ctx context.Context, _ *ExecInput) *Output {
+		close(started)
+		<-ctx.Done()
+		close(stopped)
+		<-proceed // the call takes a moment to give up
+		return &Output{Err: ctx.Err()}
+	})
+	b.inject(alice, task, NoRelative, false, spec(SkillThink, "long work"))
+	waitChan(t, started, "alice's step")
+	if _, err := b.sys.Interrupt(b.op(), alice, "wrong direction", "do something else"); err != nil {
+		t.Fatal(err)
+	}
+	waitChan(t, stopped, "the interrupted step to see its context cancelled")
+	b.cancelTask(task)
+	close(proceed)
+	b.settle()
+	if left := b.steps(alice, func(s StepState) bool { return s.TaskID == task }); len(left) != 0 {
+		for _, s := range left {
+			t.Errorf("alice has a %s step (%s) of task %s, cancelled before it was queued: %q", s.Executor, s.ExecutionState, task, s.StepIntention)
+		}
+	}
+	for _, c := range b.sc.callsOf("alice", "") {
+		if c.TaskID == task && c.Text != "long work" {
+			t.Errorf("alice ran a %s step of the cancelled task: %q", c.Skill, c.Text)
+		}
+	}
+}
+
+// onPutStore is a MemoryStore that runs hook (once) when a message it
+// matches is being written, before storing it: what another goroutine
+// (the operator's cancel_task) does while that write is in flight.
+type onPutStore struct {
+	*MemoryStore
+	match func(*Message) bool
+	hook  func()
+	fired atomic.Bool
+}
+
+func (s *onPutStore) PutMessage(ctx context.Context, m *Message) error {
+	if s.match != nil && s.match(m) && s.fired.CompareAndSwap(false, true) {
+		s.hook()
+	}
+	return s.MemoryStore.PutMessage(ctx, m)
+}
+
+// cancelOnPut has the operator cancel the task while the first message
+// match accepts is being stored.
+func (s *onPutStore) cancelOnPut(t *testing.T, b *testbed, task string, match func(*Message) bool) {
+	s.match = match
+	s.hook = func() {
+		// Not on the test's goroutine: no Fatal.
+		if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionCancelTask, TaskID: task, Summary: "stop it"}); err != nil {
+			t.Errorf("cancel_task: %v", err)
+		}
+	}
+}
+
+// An agent asks a question (need_reply, waiting) while the operator
+// cancels the task: the cancel lands while the agent's message is being
+// stored (after sendFromAgent checked that the task runs). The task's end
+// drops the group's steps of the task, clears the operator's
+// conversations of it and releases the agent's wait; the message handed
+// over after it is not taken. Taken by the operator, the question would
+// wait in its inbox for a reply in a task that has ended, which can never
+// be given (send_message: the task has ended) and is never dropped;
+// taken by an agent, it would queue a reply step in the cancelled task,
+// which would run (an LLM call) and stay in its step list.
+func TestMessageRacingTheCancelIsNotDelivered(t *testing.T) {
+	for _, toOperator := range []bool{true, false} {
+		t.Run(map[bool]string{true: "to the operator", false: "to an agent"}[toOperator], func(t *testing.T) {
+			store := &onPutStore{MemoryStore: NewMemoryStore()}
+			b := newTestbed(t, func(c *Config) { c.Store = store })
+			op := b.op()
+			alice, bob := b.newAgent("alice"), b.newAgent("bob")
+			task := b.newTask("cancelled while asking", alice, bob)
+			store.cancelOnPut(t, b, task, func(m *Message) bool { return m.SenderID == alice && m.TaskID == task && m.NeedReply })
+			to := bob
+			if toOperator {
+				to = op
+			}
+			sayTo(b, "ask", to, "are you there?", true, true)
+			id := b.inject(alice, task, NoRelative, false, spec(SkillSendMessage, "ask"))[0]
+			b.waitFor("the cancel", func() bool { return b.ended(task) })
+			b.settle()
+			if _, ok := b.step(alice, id); ok {
+				t.Fatalf("alice's asking step is still there\n%s", b.dump())
+			}
+			if a := b.agent(alice); len(a.StepLock) != 0 {
+				t.Errorf("alice still waits: %v", a.StepLock)
+			}
+			if toOperator {
+				in, err := b.sys.Inbox(op)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range in {
+					if e.TaskID == task && e.AwaitingReply {
+						_, sendErr := b.sys.HumanSend(op, HumanMessage{TaskID: task, Receiver: []string{alice}, Content: "here I am", ReplyTo: e.MessageID})
+						t.Errorf("the operator's inbox holds alice's question of the cancelled task %s as awaiting a reply (waiting=%v): %q; answering it: %v",
+							task, e.Waiting, e.Content, sendErr)
+					}
+				}
+				return
+			}
+			for _, s := range b.steps(bob, func(s StepState) bool { return s.TaskID == task }) {
+				t.Errorf("bob has a %s step (%s) of the cancelled task: %q, result %v", s.Executor, s.ExecutionState, s.StepIntention, s.ExecuteResult)
+			}
+			for _, c := range b.sc.callsOf("bob", "") {
+				if c.TaskID == task {
+					t.Errorf("bob ran a %s step of the cancelled task", c.Skill)
+				}
+			}
+		})
+	}
+}
+
+// The operator's message races the cancel the same way (the cancel lands
+// while it is being stored, after send_message checked that the task
+// runs): its receiver does not take it, and send_message says so.
+func TestOperatorsMessageRacingTheCancelIsRefused(t *testing.T) {
+	store := &onPutStore{MemoryStore: NewMemoryStore()}
+	b := newTestbed(t, func(c *Config) { c.Store = store })
+	op := b.op()
+	bob := b.newAgent("bob")
+	task := b.newTask("cancelled while the operator asks", bob)
+	store.cancelOnPut(t, b, task, func(m *Message) bool { return m.SenderID == op && m.TaskID == task })
+	sent, err := b.sys.HumanSend(op, HumanMessage{TaskID: task, Receiver: []string{bob}, Content: "are you there?", NeedReply: true, Waiting: true})
+	if !errors.Is(err, ErrEnded) || len(sent) != 0 {
+		t.Errorf("send_message as the task was cancelled: sent %d, error %v; want none sent and %v", len(sent), err, ErrEnded)
+	}
+	b.settle()
+	for _, s := range b.steps(bob, func(s StepState) bool { return s.TaskID == task }) {
+		t.Errorf("bob has a %s step (%s) of the cancelled task: %q", s.Executor, s.ExecutionState, s.StepIntention)
+	}
+	for _, c := range b.sc.callsOf("bob", "") {
+		if c.TaskID == task {
+			t.Errorf("bob ran a %s step of the cancelled task", c.Skill)
+		}
+	}
+}
+
+// pause_task, then cancel_task. The task's pause ends with it: it does
+// not read paused (nor hold in the engine's s.paused), and an agent held
+// by it alone (its only step was of that task, shown "paused") reads idle
+// once finish_task dropped its steps.
+func TestCancelClearsThePause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newTestbed(t, nil)
+		alice := b.newAgent("alice")
+		task := b.newTask("paused then cancelled", alice)
+		if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionPauseTask, TaskID: task}); err != nil {
+			t.Fatal(err)
+		}
+		b.inject(alice, task, NoRelative, false, spec(SkillThink, "held"))
+		synctest.Wait()
+		if a := b.agent(alice); a.WorkingState != WorkingPaused {
+			t.Fatalf("alice, with only a step of the paused task: %s, want paused", a.WorkingState)
+		}
+		b.cancelTask(task)
+		synctest.Wait()
+		if st := b.task(task); st.Paused || b.sys.isPaused(task) {
+			t.Errorf("task %s ended %s but still reads paused (paused %v, paused_for %q, held by the engine: %v)",
+				task, st.ExecutionState, st.Paused, st.PausedFor, b.sys.isPaused(task))
+		}
+		a := b.agent(alice)
+		if len(a.AgentStep.TodoList) != 0 {
+			t.Fatalf("alice still has steps to run: %v", a.AgentStep.TodoList)
+		}
+		if a.WorkingState != WorkingIdle {
+			t.Errorf("alice has nothing to run and no task holds her, but reads working_state %q after the task ended", a.WorkingState)
+		}
+	})
+}
+
+// kill -9 right after cancel_task, as above, while an agent waits in the
+// task (on the operator's reply): the task's end released the wait in
+// memory, but the crash came before the agent's document was written
+// without it. The restart releases it, as the task's end did: the agent
+// waits on nothing in a task that has ended, its other tasks held
+// meanwhile.
+func TestAWaitInACancelledTaskEndsAfterARestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, store, cfg := frozenBed(t, nil)
+		alice := b.newAgent("alice")
+		task := b.newTask("to cancel", alice)
+		askOperator(b, "ask the operator")
+		b.inject(alice, task, NoRelative, false, spec(SkillSendMessage, "ask the operator"))
+		synctest.Wait()
+		if a := b.agent(alice); len(a.StepLock) != 1 {
+			t.Fatalf("alice's step lock %v, want her wait on the operator\n%s", a.StepLock, b.dump())
+		}
+		img := crashAfterCancel(t, b, store, task)
+		for _, a := range img.Agents {
+			if a.AgentID == alice && len(a.StepLock) != 1 {
+				t.Fatalf("image: alice's step lock %v; want her wait still there", a.StepLock)
+			}
+		}
+
+		b2 := restartFrom(t, cfg, img, b.sc)
+		synctest.Wait()
+		if a := b2.agent(alice); len(a.StepLock) != 0 || len(a.Waits) != 0 {
+			t.Errorf("after the restart alice still waits in the cancelled task: step lock %v, waits %+v (working state %q)", a.StepLock, a.Waits, a.WorkingState)
+		}
+	})
+}
