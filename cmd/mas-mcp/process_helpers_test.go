@@ -600,29 +600,21 @@ func countLines(lines []string, want string) int {
 	return n
 }
 
-// --- a NATS proxy that freezes mas-mcp's writes at a chosen one
+// --- NATS proxies that hold or freeze mas-mcp's writes at a chosen one
 
-// natsFreezer is a TCP proxy between mas-mcp and a nats-server. It reads
-// the client's protocol (PUB/HPUB with their payloads, one-line ops) and
-// forwards it until a publish matches: that publish and everything the
-// client sends after it are dropped, so the process is frozen right
-// before that write, as a crash at that instant would leave the store.
-type natsFreezer struct {
-	url    string
-	match  func(subject string, payload []byte) bool
-	frozen chan string // the subject of the publish that froze it
-	once   sync.Once
-}
-
-// startNATSFreezer proxies to the NATS server at natsURL (nats://host:port)
-// until the test ends.
-func startNATSFreezer(t *testing.T, natsURL string, match func(subject string, payload []byte) bool) *natsFreezer {
+// startNATSProxy is a TCP proxy between mas-mcp and the nats-server at
+// natsURL (nats://host:port) until the test ends; it returns its URL. It
+// reads the client's protocol (PUB/HPUB with their payloads, one-line ops)
+// and forwards it as it is, but hands each publish to pub first, with send,
+// which forwards it (from any goroutine, in one piece): pub forwards it
+// now, later, or never. Once pub returns false, the publish and everything
+// the client sends after it are dropped.
+func startNATSProxy(t *testing.T, natsURL string, pub func(subject string, payload []byte, send func()) bool) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &natsFreezer{url: "nats://" + ln.Addr().String(), match: match, frozen: make(chan string, 1)}
 	target := strings.TrimPrefix(natsURL, "nats://")
 	var conns sync.WaitGroup
 	var mu sync.Mutex
@@ -668,17 +660,24 @@ func startNATSFreezer(t *testing.T, natsURL string, match func(subject string, p
 			}()
 			go func() {
 				defer conns.Done()
-				f.forward(client, server)
+				forwardNATS(client, server, pub)
 				server.Close()
 			}()
 		}
 	}()
-	return f
+	return "nats://" + ln.Addr().String()
 }
 
-// forward copies the client's protocol to the server until a publish
-// matches; from then on it reads and drops.
-func (f *natsFreezer) forward(client io.Reader, server io.Writer) {
+// forwardNATS copies the client's protocol to the server, each publish
+// through pub (startNATSProxy).
+func forwardNATS(client io.Reader, server io.Writer, pub func(subject string, payload []byte, send func()) bool) {
+	var wmu sync.Mutex // one message at a time on the wire
+	write := func(msg []byte) error {
+		wmu.Lock()
+		defer wmu.Unlock()
+		_, err := server.Write(msg)
+		return err
+	}
 	br := bufio.NewReader(client)
 	frozen := false
 	for {
@@ -688,9 +687,7 @@ func (f *natsFreezer) forward(client io.Reader, server io.Writer) {
 		}
 		msg := line
 		fields := strings.Fields(string(line))
-		var subject string
-		var payload []byte
-		if len(fields) >= 3 && (strings.EqualFold(fields[0], "PUB") || strings.EqualFold(fields[0], "HPUB")) {
+		if !frozen && len(fields) >= 3 && (strings.EqualFold(fields[0], "PUB") || strings.EqualFold(fields[0], "HPUB")) {
 			total, err := strconv.Atoi(fields[len(fields)-1])
 			if err != nil {
 				return
@@ -700,7 +697,7 @@ func (f *natsFreezer) forward(client io.Reader, server io.Writer) {
 				return
 			}
 			msg = append(bytes.Clone(line), body...)
-			subject, payload = fields[1], body[:total]
+			payload := body[:total]
 			if strings.EqualFold(fields[0], "HPUB") {
 				hdr, err := strconv.Atoi(fields[len(fields)-2])
 				if err != nil || hdr > total {
@@ -708,18 +705,42 @@ func (f *natsFreezer) forward(client io.Reader, server io.Writer) {
 				}
 				payload = body[hdr:total]
 			}
-		}
-		if !frozen && subject != "" && f.match(subject, payload) {
-			frozen = true
-			f.once.Do(func() { f.frozen <- subject })
+			frozen = !pub(fields[1], payload, func() { _ = write(msg) })
+			continue
 		}
 		if frozen {
 			continue
 		}
-		if _, err := server.Write(msg); err != nil {
+		if err := write(msg); err != nil {
 			return
 		}
 	}
+}
+
+// natsFreezer is a NATS proxy (startNATSProxy) that forwards mas-mcp's
+// protocol until a publish matches: that publish and everything the
+// client sends after it are dropped, so the process is frozen right
+// before that write, as a crash at that instant would leave the store.
+type natsFreezer struct {
+	url    string
+	frozen chan string // the subject of the publish that froze it
+	once   sync.Once
+}
+
+// startNATSFreezer proxies to the NATS server at natsURL (nats://host:port)
+// until the test ends.
+func startNATSFreezer(t *testing.T, natsURL string, match func(subject string, payload []byte) bool) *natsFreezer {
+	t.Helper()
+	f := &natsFreezer{frozen: make(chan string, 1)}
+	f.url = startNATSProxy(t, natsURL, func(subject string, payload []byte, send func()) bool {
+		if match(subject, payload) {
+			f.once.Do(func() { f.frozen <- subject })
+			return false
+		}
+		send()
+		return true
+	})
+	return f
 }
 
 // wait waits until a publish froze the proxy.
