@@ -294,6 +294,27 @@ func TestCallInterruptedIsNotMadeAgain(t *testing.T) {
 	}
 }
 
+// hangingCall starts a worker whose tool call hangs in f's server and
+// returns the worker, its task and the running tool step.
+func (s *toolStack) hangingCall(t *testing.T, f *fixture) (w, task, running string) {
+	t.Helper()
+	w, task = s.startWorker(t, "fixture")
+	select {
+	case <-f.hanging:
+	case <-time.After(time.Minute):
+		t.Fatalf("the tool call never started\n%s", s.Dump())
+	}
+	for _, st := range s.toolSteps(w) {
+		if st.ExecutionState == engine.StateRunning {
+			running = st.StepID
+		}
+	}
+	if running == "" {
+		t.Fatalf("no running tool step\n%s", s.Dump())
+	}
+	return w, task, running
+}
+
 // TestOperatorStopsARunningToolCall: the operator cancels a running tool
 // call, or interrupts its agent: the downstream server learns of it (its
 // handler's context is cancelled by notifications/cancelled), the step
@@ -304,18 +325,7 @@ func TestOperatorStopsARunningToolCall(t *testing.T) {
 		t.Run(map[bool]string{false: "cancel_step", true: "interrupt"}[interrupt], func(t *testing.T) {
 			f := newFixture(t, false)
 			s := newFixtureStack(t, f, time.Minute, []scripted.Call{{Server: "fixture", Tool: "hang", Args: map[string]any{}}})
-			w, task := s.startWorker(t, "fixture")
-			select {
-			case <-f.hanging:
-			case <-time.After(time.Minute):
-				t.Fatalf("the tool call never started\n%s", s.Dump())
-			}
-			var running string
-			for _, st := range s.toolSteps(w) {
-				if st.ExecutionState == engine.StateRunning {
-					running = st.StepID
-				}
-			}
+			w, task, running := s.hangingCall(t, f)
 			op := s.Sys.OperatorID()
 			want := "cancelled by the operator: too slow"
 			if interrupt {
