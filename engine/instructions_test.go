@@ -277,7 +277,8 @@ func TestEndTask(t *testing.T) {
 		{"finish_task", ActionFinishTask, "", " all done ", StateFinished, StateFinished},
 		// The manager may end a task as failed, with a summary (spec §3.9).
 		{"finish_task failed", ActionFinishTask, StateFailed, "cannot be done: no source answers", StateFailed, StateFailed},
-		{"cancel_task", ActionCancelTask, "", "", StateFailed, StateFailed},
+		// Without a summary it says who cancelled (cancel_reason_test.go).
+		{"cancel_task", ActionCancelTask, "", "not needed", StateFailed, StateFailed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

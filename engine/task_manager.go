@@ -87,7 +87,7 @@ func (s *System) taskInstruction(actorID string, ti TaskInstruction, origin stri
 			err = errf(ErrInvalid, "execution_state %q: must be %q or %q", state, StateFinished, StateFailed)
 		}
 	case ActionCancelTask:
-		res.EndTask, err = s.endTask(t, actorID, human, StateFailed, ti.Summary, by(origin, actorID))
+		res.EndTask, err = s.endTask(t, actorID, human, StateFailed, s.cancelReason(actor, ti.Summary), by(origin, actorID))
 	case ActionPauseTask, ActionResumeTask:
 		res.PauseTask, err = s.pauseTask(t, actorID, human, action == ActionPauseTask)
 	case ActionSetBudget:
@@ -98,6 +98,17 @@ func (s *System) taskInstruction(actorID string, ti TaskInstruction, origin stri
 		err = errf(ErrInvalid, "action %q: must be one of add_task, add_stage, finish_stage, retry_stage, finish_task, cancel_task, pause_task, resume_task, set_budget", action)
 	}
 	return res, err
+}
+
+// cancelReason is a cancelled task's summary: the reason given, else who
+// cancelled it (summary is optional for cancel_task): a task ends with a
+// reason, and an empty summary would read as any failure would.
+func (s *System) cancelReason(actor *agent, summary string) string {
+	if strings.TrimSpace(summary) != "" {
+		return summary
+	}
+	b := actor.brief()
+	return s.text("task_cancelled", map[string]any{"AgentID": b.AgentID, "Name": b.Name, "Operator": actor.kind == KindHuman})
 }
 
 // by is who ends a stage or task: the step when a step does, else the actor.

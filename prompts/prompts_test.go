@@ -111,6 +111,7 @@ var textFields = map[string][]string{
 	"reply_lost_text":            {"ReceiverIDs", "Reason"},
 	"operator_task_failed":       {"TaskID", "TaskName", "Reason"},
 	"operator_reply_lost":        {"Replier", "TaskID", "Reason"},
+	"task_cancelled":             {"AgentID", "Name", "Operator"},
 	"budget_reached":             {"Kind", "Agent", "Used", "Limit", "Day"},
 	"budget_question":            {"TaskID", "TaskName", "Reason", "Daily", "Used", "RaiseTokens", "RaiseAgent", "RaiseCost"},
 	"budget_declined":            {"Reason"},
@@ -457,6 +458,7 @@ func TestTextsRender(t *testing.T) {
 			"budget_reached":         {"<<Used>>", "<<Limit>>"},
 			"budget_question":        {"<<Reason>>", "<<RaiseTokens>>", "answer_approval"},
 			"budget_declined":        {"<<Reason>>"},
+			"task_cancelled":         {"<<Name>>", "<<AgentID>>"},
 		}
 		for k, wants := range wantIn {
 			got := s.Text(k, sample(k))

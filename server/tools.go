@@ -377,7 +377,7 @@ type ManageTaskIn struct {
 	OldStageID         string               `json:"old_stage_id,omitempty" jsonschema:"for retry_stage: the stage to replace"`
 	NewStageIntention  string               `json:"new_stage_intention,omitempty" jsonschema:"for retry_stage: what the new stage must achieve"`
 	NewAgentAllocation map[string]string    `json:"new_agent_allocation,omitempty" jsonschema:"for retry_stage: the new stage's goal of each agent, {agent_id: goal}"`
-	Summary            string               `json:"summary,omitempty" jsonschema:"for finish_task (required) and cancel_task: the task's result or why it stops"`
+	Summary            string               `json:"summary,omitempty" jsonschema:"for finish_task (required) and cancel_task (optional: without it the summary says who cancelled the task): the task's result or why it stops"`
 	Operator           string               `json:"operator,omitempty" jsonschema:"for share: the agent_id of the operator to share the task with"`
 	Budget             *engine.BudgetLimits `json:"budget,omitempty" jsonschema:"for set_budget: the limits to set (a field left out keeps its value; 0: no limit)"`
 }
