@@ -527,11 +527,34 @@ func (s *System) holdOperator(op, reason string, trigger *task) {
 			ask = t
 		}
 	}
+	s.askDailyLocked(op, ask)
+}
+
+// askDailyLocked asks the operator's daily question in task t: the one
+// question of all its tasks held for the daily budget.
+// s.budgets.daily must be held.
+func (s *System) askDailyLocked(op string, t *task) {
 	if s.budgets.asking == nil {
 		s.budgets.asking = map[string]string{}
 	}
-	s.budgets.asking[op] = ask.id()
-	s.askBudget(ask)
+	s.budgets.asking[op] = t.id()
+	s.askBudget(t)
+}
+
+// reaskDailyLocked asks the operator's daily question again, in the first
+// of its tasks still held for the daily budget (none: nobody is asked):
+// the task it was asked in ended unanswered, and its question went with
+// it. s.budgets.daily must be held.
+func (s *System) reaskDailyLocked(op string) {
+	for _, t := range s.allTasks() {
+		t.mu.Lock()
+		held := cmp.Or(t.st.Operator, s.operatorID) == op && t.st.Budget.HeldFor == holdDaily && !t.endedLocked()
+		t.mu.Unlock()
+		if held {
+			s.askDailyLocked(op, t)
+			return
+		}
+	}
 }
 
 // hold pauses a task for its budget and, with ask, asks its operator. It
@@ -594,16 +617,22 @@ func (s *System) askBudget(t *task) {
 		s.budgetQuestion(ctx, t)
 		// A daily question that was answered, or whose task is no longer
 		// held for the daily budget, is settled: the next task past the
-		// daily budget asks anew.
-		settled := ctx.Err() == nil
+		// daily budget asks anew. One whose task ended (cancelled, its
+		// question withdrawn with it) was not answered: the operator's
+		// other tasks held for the daily budget still wait on it, so it is
+		// asked again in one of them.
 		t.mu.Lock()
-		settled = settled || t.st.Budget.HeldFor != holdDaily
+		ended := t.endedLocked()
+		settled := ctx.Err() == nil || ended || t.st.Budget.HeldFor != holdDaily
 		t.mu.Unlock()
 		s.budgets.daily.Lock()
+		defer s.budgets.daily.Unlock()
 		if op := s.operatorOf(id); settled && s.budgets.asking[op] == id {
 			delete(s.budgets.asking, op)
+			if ended {
+				s.reaskDailyLocked(op)
+			}
 		}
-		s.budgets.daily.Unlock()
 	})
 }
 
@@ -923,16 +952,14 @@ func (s *System) reaskBudgets() {
 		if b.Held == "" || ended || (b.HeldFor == holdDaily && asked[op]) {
 			continue
 		}
+		s.budgets.block(t.id())
 		if b.HeldFor == holdDaily {
 			asked[op] = true
 			s.budgets.daily.Lock()
-			if s.budgets.asking == nil {
-				s.budgets.asking = map[string]string{}
-			}
-			s.budgets.asking[op] = t.id()
+			s.askDailyLocked(op, t)
 			s.budgets.daily.Unlock()
+			continue
 		}
-		s.budgets.block(t.id())
 		s.askBudget(t)
 	}
 }

@@ -112,17 +112,40 @@ func TestCostBudgetHoldsTheTask(t *testing.T) {
 	}
 }
 
-// The operator's daily budget holds all their tasks with one question;
-// approve raises today's budget and releases them all.
-func TestDailyBudgetHoldsEveryTaskOfTheOperator(t *testing.T) {
-	b := newTestbed(t, func(c *Config) { c.Budgets.OperatorDailyTokens = 450 })
+// pastTheDailyBudget starts two tasks of the operator, each with a worker
+// (w1, w2) planning three costly think steps: 600 tokens in all, past a
+// daily budget of 450 (the testbed's Budgets.OperatorDailyTokens).
+func pastTheDailyBudget(b *testbed) (t1, t2 string) {
 	b.sc.onAgent("w1", SkillPlanning, plan(spec(SkillThink, "a1"), spec(SkillThink, "a2"), spec(SkillThink, "a3")))
 	b.sc.onAgent("w2", SkillPlanning, plan(spec(SkillThink, "b1"), spec(SkillThink, "b2"), spec(SkillThink, "b3")))
 	b.sc.onSkill(SkillThink, costly)
 	w1, w2 := b.newAgent("w1"), b.newAgent("w2")
-	t1, t2 := b.newTask("one", w1), b.newTask("two", w2)
+	t1, t2 = b.newTask("one", w1), b.newTask("two", w2)
 	b.addStages(t1, StageSpec{StageIntention: "s1", AgentAllocation: map[string]string{w1: "g1"}})
 	b.addStages(t2, StageSpec{StageIntention: "s2", AgentAllocation: map[string]string{w2: "g2"}})
+	return t1, t2
+}
+
+// openBudgetQuestions is the operator's budget questions awaiting a reply.
+func openBudgetQuestions(b *testbed) []InboxEntry {
+	in, err := b.sys.Inbox(b.op())
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	var open []InboxEntry
+	for _, e := range in {
+		if e.AwaitingReply && strings.Contains(e.Content, "[Budget reached]") {
+			open = append(open, e)
+		}
+	}
+	return open
+}
+
+// The operator's daily budget holds all their tasks with one question;
+// approve raises today's budget and releases them all.
+func TestDailyBudgetHoldsEveryTaskOfTheOperator(t *testing.T) {
+	b := newTestbed(t, func(c *Config) { c.Budgets.OperatorDailyTokens = 450 })
+	t1, t2 := pastTheDailyBudget(b)
 
 	var held []string
 	b.waitFor("both tasks held", func() bool {
@@ -148,13 +171,7 @@ func TestDailyBudgetHoldsEveryTaskOfTheOperator(t *testing.T) {
 	}
 	var open []InboxEntry
 	b.waitFor("the daily budget question", func() bool {
-		in, _ := b.sys.Inbox(b.op())
-		open = open[:0]
-		for _, e := range in {
-			if e.AwaitingReply && strings.Contains(e.Content, "[Budget reached]") {
-				open = append(open, e)
-			}
-		}
+		open = openBudgetQuestions(b)
 		return len(open) > 0
 	})
 	if len(open) != 1 || !strings.Contains(open[0].Content, "daily budget") {
