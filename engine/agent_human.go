@@ -163,6 +163,31 @@ func (a *agent) expireQuestionsLocked() {
 	}
 }
 
+// expireStageLocked marks the questions of the ended stages (ended reports
+// which) still awaiting the operator's reply as expired, and reports
+// whether there were any: the stage's steps are gone and the waits on it
+// released, so nobody waits for their answers, and a reply would reach an
+// agent with nothing left to do in that stage. An approval question is
+// left to the Ask that waits on it (its step may run on: it expires the
+// question when it stops waiting). a.mu must be held.
+func (a *agent) expireStageLocked(ended func(taskID, stageID string) bool) bool {
+	if a.st.ConversationPool == nil {
+		return false
+	}
+	expired := false
+	for peer, msgs := range a.st.ConversationPool.ConversationPrivates {
+		for i := range msgs {
+			p := &msgs[i]
+			if p.SenderID == peer && p.NeedReply && !p.Replied && !p.Expired && p.StageRelative != NoRelative &&
+				p.ReturnWaitingID != confirmWaitID(p.MessageID) && ended(p.TaskID, p.StageRelative) {
+				p.Expired = true
+				expired = true
+			}
+		}
+	}
+	return expired
+}
+
 // setPassword keeps the hash of an operator's password, outside its state.
 func (a *agent) setPassword(password string) {
 	h := sha256.Sum256([]byte(password))

@@ -34,6 +34,8 @@ type Rerunner interface {
 //     waits in an ended task released; no step of an ended task runs
 //     meanwhile (popLocked), nor is a message of it taken (receive);
 //   - the tasks' conversations are rebuilt from the stored messages;
+//   - an operator's questions of a stage that ended no longer await a
+//     reply (stageEnded expires them; a crash may have come before);
 //   - an operator told of an LLM outage that a lost call waited out is
 //     told when the endpoint answers again, a promise stored until kept
 //     (keepOutagePromises).
@@ -92,6 +94,17 @@ func (s *System) StartFrom(img *Image) error {
 	for _, m := range img.Messages {
 		stored[m.MessageID] = true
 	}
+	// The stages that ended: an operator's questions of them that await a
+	// reply expired with them (a crash may have come before the expiry
+	// was stored: stageEnded).
+	endedStages := map[[2]string]bool{}
+	for _, ts := range img.Tasks {
+		for _, sg := range ts.StageList {
+			if sg.ExecutionState == StateFinished || sg.ExecutionState == StateFailed {
+				endedStages[[2]string{ts.TaskID, sg.StageID}] = true
+			}
+		}
+	}
 
 	// Agents: interrupted steps first, then the owners (LLM agents start).
 	rerun, _ := s.cfg.Tool.(Rerunner)
@@ -119,6 +132,7 @@ func (s *System) StartFrom(img *Image) error {
 		a.recoverStepsLocked(rerun, stored)
 		if a.kind == KindHuman {
 			a.expireQuestionsLocked()
+			a.expireStageLocked(func(task, stage string) bool { return endedStages[[2]string{task, stage}] })
 		}
 		restored = append(restored, a)
 	}

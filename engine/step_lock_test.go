@@ -106,6 +106,29 @@ func askOperator(b *testbed, text string) {
 	})
 }
 
+// askingInAStage adds a task whose one stage has alice ask the operator a
+// question and wait for the reply (askOperator), and returns once she
+// waits and her asking step is applied. Her planning steps whose text
+// holds "do not wait again" plan nothing.
+func askingInAStage(b *testbed) (alice, task, stage string) {
+	alice = b.newAgent("alice")
+	task = b.newTask("waiting", alice)
+	askOperator(b, "ask the operator in the stage")
+	b.sc.onAgent("alice", SkillPlanning, func(_ context.Context, in *ExecInput) *Output {
+		if strings.Contains(in.Step.TextContent, "do not wait again") {
+			return &Output{}
+		}
+		return &Output{AddSteps: []StepSpec{spec(SkillSendMessage, "ask the operator in the stage")}}
+	})
+	stage = b.addStages(task, StageSpec{StageIntention: "wait", AgentAllocation: map[string]string{alice: "ask"}})[0]
+	b.waitFor("alice to wait on the operator", func() bool { return len(b.agent(alice).StepLock) == 1 })
+	// The lock is engaged while the send step is still being applied;
+	// let it finish first (see TestProgressGuardRacesWithTheEndOfTheStage
+	// for why).
+	b.settle()
+	return alice, task, stage
+}
+
 func TestWaitTimeoutReleasesTheLock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const timeout = time.Minute
@@ -193,24 +216,10 @@ func TestWaitsAreReleasedWhenTheirWorkEnds(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := newTestbed(t, nil)
-			alice := b.newAgent("alice")
-			task := b.newTask("waiting", alice)
-			askOperator(b, "ask the operator in the stage")
-			b.sc.onAgent("alice", SkillPlanning, func(_ context.Context, in *ExecInput) *Output {
-				if strings.Contains(in.Step.TextContent, "do not wait again") {
-					return &Output{}
-				}
-				return &Output{AddSteps: []StepSpec{spec(SkillSendMessage, "ask the operator in the stage")}}
-			})
-			stage := b.addStages(task, StageSpec{StageIntention: "wait", AgentAllocation: map[string]string{alice: "ask"}})[0]
-			b.waitFor("alice to wait on the operator", func() bool { return len(b.agent(alice).StepLock) == 1 })
+			alice, task, stage := askingInAStage(b)
 			if w := b.agent(alice).Waits[0]; w.TaskID != task || w.StageID != stage {
 				t.Fatalf("wait in %s/%s, want %s/%s", w.TaskID, w.StageID, task, stage)
 			}
-			// The lock is engaged while the send step is still being
-			// applied; let it finish first (see
-			// TestProgressGuardRacesWithTheEndOfTheStage for why).
-			b.settle()
 
 			if err := tt.end(b, task, stage); err != nil {
 				t.Fatal(err)

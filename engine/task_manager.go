@@ -376,7 +376,7 @@ func (s *System) finishStage(t *task, actorID string, human bool, stageID, by st
 	// The stage's steps go first, then the waits on it: a released agent
 	// must not start a step of the ended stage.
 	s.deliver(msgs...)
-	s.releaseWaits(func(w Wait) bool { return w.TaskID == t.st.TaskID && w.StageID == stageID })
+	s.stageEnded(t.st.TaskID, stageID)
 	return result, nil
 }
 
@@ -459,8 +459,28 @@ func (s *System) retryStage(t *task, actorID string, human bool, ti TaskInstruct
 	}
 	t.mu.Unlock()
 	s.deliver(msgs...)
-	s.releaseWaits(func(w Wait) bool { return w.TaskID == t.st.TaskID && w.StageID == ti.OldStageID })
+	s.stageEnded(t.st.TaskID, ti.OldStageID)
 	return &RetryStageResult{FailedStage: ti.OldStageID, NewStage: ns.StageID, TaskID: t.st.TaskID}, nil
+}
+
+// stageEnded lets go of what waited on a stage that ended, once its
+// finish_stage instructions are delivered (its steps dropped): the waits
+// on it, and the operators' questions of it, which nobody waits for any
+// more (expireStageLocked).
+func (s *System) stageEnded(taskID, stageID string) {
+	s.releaseWaits(func(w Wait) bool { return w.TaskID == taskID && w.StageID == stageID })
+	for _, a := range s.allAgents() {
+		if a.kind == KindHuman {
+			a.mu.Lock()
+			if a.expireStageLocked(func(task, stage string) bool { return task == taskID && stage == stageID }) {
+				a.changedLocked(Event{TaskID: taskID, StageID: stageID, Detail: "expired"})
+				// Whoever ended the stage cannot be told that the
+				// operator's document was refused: kept (owner.go).
+				a.mu.keepLocked()
+			}
+			a.mu.Unlock()
+		}
+	}
 }
 
 func (s *System) endTask(t *task, actorID string, human bool, state, summary, by string) (*EndTaskResult, error) {
