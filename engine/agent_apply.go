@@ -55,11 +55,11 @@ func (a *agent) applyPlanLocked(step *StepState, out *Output, result map[string]
 // applyOwn applies an executor's output to the agent itself: usage,
 // memory, planned steps (spec §2.5), and returns the step's failure so
 // far. It reports false when nothing else applies: the step's stage or
-// task ended while it ran (its steps were cleaned up), or the MAS is
+// task ended while it ran (its steps were cleaned up: gone), or the MAS is
 // shutting down. A step interrupted by shutdown stays "running", so a
 // durable store can run it again after a restart. view and shown are the
 // step's view of the persistent memory and its entries (applyMemoryLocked).
-func (a *agent) applyOwn(step *StepState, view string, shown map[string]string, out *Output, cancelled bool, failure error, result map[string]any) (bool, error) {
+func (a *agent) applyOwn(step *StepState, view string, shown map[string]string, out *Output, cancelled bool, failure error, result map[string]any) (applies, gone bool, _ error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	cur := a.stepLocked(step.StepID)
@@ -70,7 +70,7 @@ func (a *agent) applyOwn(step *StepState, view string, shown map[string]string, 
 		}
 		// The step's task names who may be told of it (EventVisible).
 		a.changedLocked(Event{Kind: EventLLMCall, TaskID: step.TaskID, StageID: step.StageID, StepID: step.StepID})
-		return false, failure
+		return false, cur == nil, failure
 	}
 	cur.Usage.Add(out.Usage)
 	if len(out.Memory) > 0 {
@@ -79,7 +79,7 @@ func (a *agent) applyOwn(step *StepState, view string, shown map[string]string, 
 	if failure == nil {
 		failure = a.applyPlanLocked(step, out, result)
 	}
-	return true, failure
+	return true, false, failure
 }
 
 // tally counts a step that ran in its stage (steps, reflections, failed

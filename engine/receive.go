@@ -45,9 +45,10 @@ func (a *agent) receive(m Message) bool {
 			a.changedLocked(Event{TaskID: w.TaskID, Detail: "step_lock_released"})
 		}
 	}
+	var lost []lostReply
 	switch {
 	case m.Instruction != nil:
-		a.instructionLocked(m, ts)
+		lost = a.instructionLocked(m, ts)
 	case m.NeedReply && m.SenderID != SystemSender:
 		// spec §6.2.1: a send_message step answers the sender; when the
 		// sender waits it runs next.
@@ -77,6 +78,7 @@ func (a *agent) receive(m Message) bool {
 	// committed once the store takes writes again (owner.go).
 	a.mu.keepLocked()
 	a.mu.Unlock()
+	a.sys.releaseLost(a, lost...)
 	return true
 }
 
@@ -155,13 +157,15 @@ func (s *System) senderData(m Message) map[string]any {
 }
 
 // instructionLocked carries out an engine instruction (spec §6.2.2); ts is
-// the instruction's task, read beforehand. a.mu must be held.
-func (a *agent) instructionLocked(m Message, ts *TaskState) {
+// the instruction's task, read beforehand. It returns the waits the reply
+// steps a finish_stage drops leave without an answer (releaseLost, once
+// a.mu is released). a.mu must be held.
+func (a *agent) instructionLocked(m Message, ts *TaskState) (lost []lostReply) {
 	in := m.Instruction
 	switch {
 	case in.StartTask != nil:
 		if ts == nil {
-			return
+			return nil
 		}
 		data := map[string]any{"TaskID": ts.TaskID, "TaskName": ts.TaskName, "TaskIntention": ts.TaskIntention}
 		a.addStepsLocked(ts.TaskID, NoRelative, []StepSpec{{
@@ -175,7 +179,7 @@ func (a *agent) instructionLocked(m Message, ts *TaskState) {
 		// stage's first planning step (spec §3.2, §6.2.2).
 		ss := in.StartStage
 		if ts == nil {
-			return
+			return nil
 		}
 		var alloc map[string]string
 		for _, st := range ts.StageList {
@@ -199,7 +203,7 @@ func (a *agent) instructionLocked(m Message, ts *TaskState) {
 		// spec §2.4.1: the stage's steps and working memory go.
 		ref := *in.FinishStage
 		keep := a.endingStepLocked(ref)
-		a.removeStepsLocked(func(s *StepState) bool {
+		lost = a.dropStageStepsLocked(func(s *StepState) bool {
 			return s.TaskID == ref.TaskID && s.StageID == ref.StageID && !keep(s)
 		})
 		a.forgetStageLocked(ref.TaskID, ref.StageID)
@@ -220,6 +224,7 @@ func (a *agent) instructionLocked(m Message, ts *TaskState) {
 			TextContent:   td.TextContent,
 		}}, true, m.MessageID)
 	}
+	return lost
 }
 
 // dropTaskLocked drops what the agent holds of an ended task (spec §2.4.1,

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -94,4 +95,71 @@ func awaitingIn(b *testbed, task string) []InboxEntry {
 		}
 	}
 	return out
+}
+
+// The operator asks an agent and waits for the reply (a HumanAgent holds
+// no step lock: the engine tells it "[No reply coming]" when the reply
+// can no longer come). The stage ends before the agent's reply step sent
+// it — the step queued, or running — and finish_stage drops the step: the
+// operator is told that no reply is coming, and why.
+func TestStageEndTellsTheOperatorNoReplyIsComing(t *testing.T) {
+	for _, running := range []bool{false, true} {
+		t.Run(map[bool]string{false: "reply step queued", true: "reply step running"}[running], func(t *testing.T) {
+			b := newTestbed(t, nil)
+			op := b.op()
+			alice := b.newAgent("alice")
+			task := b.newTask("busy", alice)
+			busy, release, replying := make(chan struct{}), make(chan struct{}), make(chan struct{})
+			b.sc.onAgent("alice", SkillPlanning, func(ctx context.Context, _ *ExecInput) *Output {
+				close(busy)
+				select { // busy until the stage ends, or released
+				case <-ctx.Done():
+				case <-release:
+				}
+				return &Output{}
+			})
+			b.sc.onAgent("alice", SkillSendMessage, func(ctx context.Context, _ *ExecInput) *Output {
+				close(replying)
+				<-ctx.Done() // writing the reply until the stage ends
+				return &Output{Err: ctx.Err()}
+			})
+			stage := b.addStages(task, StageSpec{StageIntention: "work", AgentAllocation: map[string]string{alice: "work"}})[0]
+			waitChan(t, busy, "alice's planning step")
+
+			if _, err := b.sys.HumanSend(op, HumanMessage{TaskID: task, Receiver: []string{alice}, Content: "what is the status? I wait for it",
+				StageRelative: stage, NeedReply: true, Waiting: true}); err != nil {
+				t.Fatal(err)
+			}
+			b.waitFor("alice's reply step", func() bool {
+				return len(b.steps(alice, func(s StepState) bool { return s.ReplyTo == op && s.ExecutionState == StateInit })) == 1
+			})
+			if running {
+				close(release)
+				waitChan(t, replying, "alice's reply step to run")
+			}
+			if _, err := b.sys.TaskInstruction(op, TaskInstruction{Action: ActionFinishStage, TaskID: task, StageID: stage}); err != nil {
+				t.Fatal(err)
+			}
+			b.settle()
+			if left := b.steps(alice, func(s StepState) bool { return s.ReplyTo == op }); len(left) != 0 {
+				t.Fatalf("alice's reply step is still there: %+v", left)
+			}
+			in, err := b.sys.Inbox(op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var notices []string
+			for _, e := range in {
+				if e.SenderID == alice {
+					t.Fatalf("alice replied after all: %q", e.Content)
+				}
+				if strings.Contains(e.Content, "[No reply coming]") {
+					notices = append(notices, e.Content)
+				}
+			}
+			if len(notices) != 1 || !strings.Contains(notices[0], "its stage ended") {
+				t.Errorf("finish_stage dropped alice's reply step to the operator's waiting message; the operator's notices that no reply is coming: %q, want one saying %q", notices, "its stage ended")
+			}
+		})
+	}
 }

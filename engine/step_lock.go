@@ -304,6 +304,50 @@ type lostReply struct {
 	waitingID string
 	taskID    string // of the reply step
 	reason    string
+	// stageEnded: the reply step's stage ended before it sent. An agent's
+	// wait for it is on that stage (Wait.StageID is the message's stage,
+	// as the reply step's), and the stage's end releases it (stageEnded),
+	// with no step in the stage that ended; only an operator is told.
+	stageEnded bool
+}
+
+// reasonStageEnded is why a reply can no longer come when its stage ended
+// before the reply step sent it.
+const reasonStageEnded = "its stage ended before the reply was sent"
+
+// dropStageStepsLocked removes the steps of a stage that ended (drop
+// matches them: removeStepsLocked) and returns the waits the queued reply
+// steps among them leave without an answer. A running one is left to its
+// apply, which knows whether it sent its reply (droppedWhileRunning,
+// finishStep). a.mu must be held.
+func (a *agent) dropStageStepsLocked(drop func(*StepState) bool) []lostReply {
+	var replies []StepState
+	for i := range a.st.AgentStep.StepList {
+		s := &a.st.AgentStep.StepList[i]
+		if drop(s) && s.ReturnWaitingID != "" && s.ReplyTo != "" && !s.ended() && s.StepID != a.running {
+			replies = append(replies, *s)
+		}
+	}
+	a.removeStepsLocked(drop)
+	var lost []lostReply
+	for i := range replies {
+		for _, l := range a.stageEndedReplyLocked(&replies[i]) {
+			if !slices.ContainsFunc(lost, func(o lostReply) bool { return o.waitingID == l.waitingID }) {
+				lost = append(lost, l) // a get_more_info copy of the step carries the same wait
+			}
+		}
+	}
+	return lost
+}
+
+// stageEndedReplyLocked is the wait a reply step leaves without an answer
+// when its stage ended before it sent. a.mu must be held.
+func (a *agent) stageEndedReplyLocked(step *StepState) []lostReply {
+	lost := a.replyLostLocked(step, map[string]any{"error": reasonStageEnded})
+	for i := range lost {
+		lost[i].stageEnded = true
+	}
+	return lost
 }
 
 // replyLostLocked reports the wait a reply step leaves without an answer:
@@ -355,6 +399,9 @@ func (s *System) releaseLost(replier *agent, lost ...lostReply) {
 			s.tellOperatorAs(replyLostID(l.waitingID), w.id, "operator_reply_lost", map[string]any{"Replier": name, "TaskID": l.taskID, "Reason": l.reason})
 			s.log.Info("operator told: the reply can no longer come", "operator", w.id, "for", replier.id, "waiting_id", l.waitingID, "reason", l.reason)
 			continue
+		}
+		if l.stageEnded {
+			continue // released by the stage's end
 		}
 		if w.replyLost(l, name) {
 			s.log.Info("wait released: the reply can no longer come", "agent", w.id, "for", replier.id, "waiting_id", l.waitingID, "reason", l.reason)

@@ -120,9 +120,12 @@ func (s *System) apply(a *agent, step StepState, shown map[string]string, out *O
 	if len(out.Memory) > 0 {
 		view = s.memoryView(step.TaskID) // not under the agent's lock: it reads the task
 	}
-	applies, failure := a.applyOwn(&step, view, shown, out, cancelled, failure, result)
+	applies, gone, failure := a.applyOwn(&step, view, shown, out, cancelled, failure, result)
 	if !applies {
 		s.addTaskUsage(step.TaskID, out)
+		if gone {
+			s.droppedWhileRunning(a, &step)
+		}
 		return
 	}
 
@@ -215,6 +218,26 @@ func (s *System) apply(a *agent, step StepState, shown map[string]string, out *O
 		return
 	}
 	s.keepMoving(a, &step, failure)
+}
+
+// droppedWhileRunning ends a step that its stage's or task's end dropped
+// from the step list while it ran, before its output applied (none of it
+// applies): a reply it was to send can no longer come, and an operator who
+// waits for it is told (an agent's wait is released by the stage's end).
+// After a task's end nobody is: the end released every wait on the task
+// and took its messages out of the operator's conversations.
+func (s *System) droppedWhileRunning(a *agent, step *StepState) {
+	t, ok := s.task(step.TaskID)
+	if !ok {
+		return
+	}
+	if _, ended := t.operator(); ended {
+		return
+	}
+	a.mu.Lock()
+	lost := a.stageEndedReplyLocked(step)
+	a.mu.Unlock()
+	s.releaseLost(a, lost...)
 }
 
 func (s *System) addTaskUsage(taskID string, out *Output) {
