@@ -103,11 +103,15 @@ func (a *agent) tally(step *StepState, failure error) (summaryGaveUp bool, role 
 // finishStep marks the step done, with the report report makes for its
 // task (finishStepLocked), and returns the wait it leaves without a reply,
 // if any, and the report stored with the step's end (nil when the step was
-// gone).
-func (a *agent) finishStep(step *StepState, state string, result map[string]any, report func(*StepState) *StepReport) ([]lostReply, *StepReport) {
+// gone: its stage's or task's end dropped it while its output applied —
+// the manager's step that finishes the task — and the trail alone records
+// its end, with usage, the step's).
+func (a *agent) finishStep(step *StepState, state string, result map[string]any, usage Usage, report func(*StepState) *StepReport) ([]lostReply, *StepReport) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.finishStepLocked(step.StepID, state, result, report)
+	if _, ok := a.finishStepLocked(step.StepID, state, result, report); !ok {
+		a.trailDroppedLocked(step, state, result, usage)
+	}
 	var stored *StepReport
 	if i := slices.IndexFunc(a.st.Reports, func(r StepReport) bool { return r.StepID == step.StepID }); i >= 0 {
 		r := a.st.Reports[i]

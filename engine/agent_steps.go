@@ -229,6 +229,25 @@ func (a *agent) finishStepLocked(id, state string, result map[string]any, report
 	return s, s != nil
 }
 
+// trailDroppedLocked records in the trail the end of a step its stage's or
+// task's end dropped from the step list while it ran: finishStepLocked,
+// which records every other step's end, finds it gone. step is the step as
+// it started; it ended in state with result, having used usage. a.mu must
+// be held.
+func (a *agent) trailDroppedLocked(step *StepState, state string, result map[string]any, usage Usage) {
+	st := step.clone()
+	st.ExecutionState = state
+	st.FinishedAt = a.sys.now()
+	merged := maps.Clone(st.ExecuteResult)
+	if merged == nil {
+		merged = map[string]any{}
+	}
+	maps.Copy(merged, result)
+	st.ExecuteResult, _ = a.sys.clipValue(jsonShaped(merged), a.sys.cfg.MaxTextChars).(map[string]any)
+	st.Usage.Add(usage)
+	a.sys.trailStep(&st)
+}
+
 // outboxLocked puts the report made from a step as it ends with the
 // agent's reports, in place of one made before for the same step (whose
 // write the store refused). a.mu is held.

@@ -124,7 +124,7 @@ func (s *System) apply(a *agent, step StepState, shown map[string]string, out *O
 	if !applies {
 		s.addTaskUsage(step.TaskID, out)
 		if gone {
-			s.droppedWhileRunning(a, &step)
+			s.droppedWhileRunning(a, &step, out.Usage)
 		}
 		return
 	}
@@ -182,7 +182,7 @@ func (s *System) apply(a *agent, step StepState, shown map[string]string, out *O
 		r.SharedInfo = s.text("shared_info_step", map[string]any{"Executor": step.Executor, "State": st.ExecutionState, "Reason": Truncate(why, 300)})
 		return r
 	}
-	lost, stored := a.finishStep(&step, state, result, report)
+	lost, stored := a.finishStep(&step, state, result, out.Usage, report)
 	// The last step's report is stored first: the task takes the reports
 	// in their order, and its write of the last one ran at the same time
 	// as the agent's of this step's end.
@@ -222,23 +222,36 @@ func (s *System) apply(a *agent, step StepState, shown map[string]string, out *O
 
 // droppedWhileRunning ends a step that its stage's or task's end dropped
 // from the step list while it ran, before its output applied (none of it
-// applies): a reply it was to send can no longer come, and an operator who
-// waits for it is told (an agent's wait is released by the stage's end).
-// After a task's end nobody is: the end released every wait on the task
-// and took its messages out of the operator's conversations.
-func (s *System) droppedWhileRunning(a *agent, step *StepState) {
-	t, ok := s.task(step.TaskID)
-	if !ok {
-		return
+// applies): the trail records its end, failed, saying why, with the usage
+// of what it ran. A reply it was to send can no longer come, and an
+// operator who waits for it is told (an agent's wait is released by the
+// stage's end). After a task's end nobody is: the end released every wait
+// on the task and took its messages out of the operator's conversations.
+func (s *System) droppedWhileRunning(a *agent, step *StepState, usage Usage) {
+	ended := true
+	if t, ok := s.task(step.TaskID); ok {
+		_, ended = t.operator()
 	}
-	if _, ended := t.operator(); ended {
-		return
+	why := reasonStageEndedWhileRunning
+	if ended {
+		why = reasonTaskEndedWhileRunning
 	}
 	a.mu.Lock()
-	lost := a.stageEndedReplyLocked(step)
+	a.trailDroppedLocked(step, StateFailed, map[string]any{"error": why}, usage)
+	var lost []lostReply
+	if !ended {
+		lost = a.stageEndedReplyLocked(step)
+	}
 	a.mu.Unlock()
 	s.releaseLost(a, lost...)
 }
+
+// Why a step its stage's or task's end dropped while it ran ended failed
+// (droppedWhileRunning).
+const (
+	reasonStageEndedWhileRunning = "its stage ended while it ran: its output was not applied"
+	reasonTaskEndedWhileRunning  = "its task ended while it ran: its output was not applied"
+)
 
 func (s *System) addTaskUsage(taskID string, out *Output) {
 	if out.Usage.Calls == 0 {

@@ -27,7 +27,9 @@ const (
 	TrailKindInstruction    = "instruction"
 	TrailKindOperatorAction = "operator_action"
 	// TrailKindStep is a step as it ended (state, result, usage): kept
-	// after the step list drops it at the end of its stage.
+	// after the step list drops it at the end of its stage. A step its
+	// stage's or task's end drops while it runs has one too
+	// (trailDroppedLocked); a step dropped before it ran has none.
 	TrailKindStep = "step"
 )
 
