@@ -105,6 +105,26 @@ func (a *agent) expirePrivate(peer, messageID string) {
 	}
 }
 
+// awaitsReply reports whether the message needs a reply not yet given
+// (the inbox's awaiting_reply).
+func (p *PrivateMessage) awaitsReply() bool { return p.NeedReply && !p.Replied && !p.Expired }
+
+// awaitsReplyIn reports whether the operator has a message of the task in
+// its inbox awaiting its reply (supervision's busy).
+func (a *agent) awaitsReplyIn(taskID string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.st.ConversationPool == nil {
+		return false
+	}
+	for peer, msgs := range a.st.ConversationPool.ConversationPrivates {
+		if slices.ContainsFunc(msgs, func(p PrivateMessage) bool { return p.SenderID == peer && p.TaskID == taskID && p.awaitsReply() }) {
+			return true
+		}
+	}
+	return false
+}
+
 // hasPrivate reports whether a message is in the HumanAgent's conversations.
 func (a *agent) hasPrivate(messageID string) bool {
 	a.mu.Lock()
@@ -125,7 +145,7 @@ func (a *agent) answerLocked(peer, taskID, replyTo string) *PrivateMessage {
 	pick := -1
 	for i := range msgs {
 		p := &msgs[i]
-		if p.SenderID != peer || !p.NeedReply || p.Replied || p.Expired || p.TaskID != taskID || a.answering[p.MessageID] {
+		if p.SenderID != peer || !p.awaitsReply() || p.TaskID != taskID || a.answering[p.MessageID] {
 			continue
 		}
 		if replyTo != "" {
@@ -261,7 +281,7 @@ func (a *agent) inbox() []InboxEntry {
 	for peer, msgs := range st.ConversationPool.ConversationPrivates {
 		for _, p := range msgs {
 			if p.SenderID == peer {
-				out = append(out, InboxEntry{PrivateMessage: p, AwaitingReply: p.NeedReply && !p.Replied && !p.Expired,
+				out = append(out, InboxEntry{PrivateMessage: p, AwaitingReply: p.awaitsReply(),
 					Approval: p.ReturnWaitingID == confirmWaitID(p.MessageID)})
 			}
 		}

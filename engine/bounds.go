@@ -288,7 +288,7 @@ func (a *agent) boundPoolLocked(p *ConversationPool, excess int, harder bool) {
 		peer, at := "", -1
 		for id, msgs := range p.ConversationPrivates {
 			for i, m := range msgs {
-				if m.NeedReply && !m.Replied && !m.Expired {
+				if m.awaitsReply() {
 					continue
 				}
 				if at < 0 || m.Timestamp.Before(p.ConversationPrivates[peer][at].Timestamp) {

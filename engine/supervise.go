@@ -15,9 +15,10 @@ import (
 //
 // Every event about a task moves its quiet clock. A task whose clock has
 // not moved for StallTimeout is looked at: when nothing is running or
-// runnable in it and no wait of it will be released by a timeout, it is
-// quiet, and its manager gets a notice (a message from mas.system, so a
-// process_message step) saying what is outstanding. After StallNotices
+// runnable in it, no wait of it will be released by a timeout and no
+// message of it awaits an operator's reply, it is quiet, and its manager
+// gets a notice (a message from mas.system, so a process_message step)
+// saying what is outstanding. After StallNotices
 // notices without progress (no change of its stages, their agents' states
 // or its group) the task fails with a reason and its operator learns it
 // from the finish_task notice. The base task is quiet whenever the MAS is
@@ -169,17 +170,23 @@ func (sv *supervisor) judge(w *watch, st *TaskState) func() {
 	return func() { s.noticeStalled(st, outstanding, n) }
 }
 
-// busy reports whether anything in the task runs, can run, or waits on
-// something a timeout will release: a running step (an LLM or tool call
-// in flight, an outage waited out, an approval asked), a step in a todo
-// list, or a step-lock entry (each has a deadline).
+// busy reports whether anything in the task runs, can run, or waits: a
+// running step (an LLM or tool call in flight, an outage waited out, an
+// approval asked), a step in a todo list, a step-lock entry (each has a
+// deadline), or a message of the task in an operator's inbox awaiting its
+// reply. That operator has been told (the inbox says "reply needed",
+// tasks/get input_required), and its answer can come whenever it comes
+// back: a step-lock wait for it that timed out leaves the question open,
+// and the late answer reaches the asker as a message. Such a task is not
+// quiet, however long the operator is away; it waits on the answer, the
+// operator's cancel_task, or the asker's end with the task.
 func (s *System) busy(st *TaskState) bool {
 	for _, id := range st.TaskGroup {
 		a, ok := s.agent(id)
-		if !ok || a.kind != KindLLM {
+		if !ok {
 			continue
 		}
-		if a.busyIn(st.TaskID) {
+		if a.kind == KindLLM && a.busyIn(st.TaskID) || a.kind == KindHuman && a.awaitsReplyIn(st.TaskID) {
 			return true
 		}
 	}

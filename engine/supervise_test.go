@@ -34,14 +34,24 @@ func bubbleBed(t *testing.T, mod func(*Config)) *testbed {
 // on the engine's own events and timers, never on a wall clock.
 func (b *testbed) until(what string, limit time.Duration, cond func() bool) {
 	b.t.Helper()
+	if !untilOr(limit, cond) {
+		b.t.Fatalf("%s: not after %s of fake time\n%s", what, limit, b.dump())
+	}
+}
+
+// untilOr lets fake time pass (1 s at a time) until cond holds or limit
+// has passed; it reports whether cond held. Inside the bubble, time moves
+// only when every goroutine is blocked, so this waits on the engine's own
+// events and timers, never on a wall clock.
+func untilOr(limit time.Duration, cond func() bool) bool {
 	start := time.Now()
 	for {
 		synctest.Wait()
 		if cond() {
-			return
+			return true
 		}
 		if time.Since(start) > limit {
-			b.t.Fatalf("%s: not after %s of fake time\n%s", what, limit, b.dump())
+			return false
 		}
 		tick := time.NewTimer(time.Second) // fake time: passes at once when all are blocked
 		<-tick.C
