@@ -65,10 +65,6 @@ type BudgetConfig struct {
 	// DefaultModel is the model of agents without llm_config.model, for
 	// the price table.
 	DefaultModel string
-	// QuestionTimeout is how long a budget question waits for an answer;
-	// unanswered, the task stays paused (set_budget still works). Default
-	// 24 hours.
-	QuestionTimeout time.Duration
 }
 
 // Price is what a model's tokens cost, per million tokens.
@@ -95,8 +91,6 @@ func (c *BudgetConfig) check() error {
 		return fmt.Errorf("engine: config: Budgets.RaiseTokens %d: must not be negative", c.RaiseTokens)
 	case bad(c.RaiseCost):
 		return fmt.Errorf("engine: config: Budgets.RaiseCost %v: must be a number not below 0", c.RaiseCost)
-	case c.QuestionTimeout < 0:
-		return fmt.Errorf("engine: config: Budgets.QuestionTimeout %v: must not be negative", c.QuestionTimeout)
 	}
 	for _, m := range slices.Sorted(maps.Keys(c.Prices)) {
 		p := c.Prices[m]
@@ -107,7 +101,6 @@ func (c *BudgetConfig) check() error {
 	if c.TaskCost > 0 && len(c.Prices) == 0 {
 		return errors.New("engine: config: Budgets.TaskCost: a cost budget needs Budgets.Prices (the price of each model)")
 	}
-	c.QuestionTimeout = cmp.Or(c.QuestionTimeout, 24*time.Hour)
 	return nil
 }
 
@@ -654,11 +647,11 @@ func (s *System) budgetQuestion(ctx context.Context, t *task) {
 		}
 		maps.Copy(data, s.raises(&b))
 		q := s.text("budget_question", data)
-		ans, err := s.Ask(ctx, OperatorQuestion{TaskID: st.TaskID, StageID: NoRelative, AgentID: st.TaskManager, Question: q, Timeout: s.cfg.Budgets.QuestionTimeout})
+		// The question does not time out: the hold waits for its answer
+		// however long the operator is away. It ends with the answer, the
+		// hold's release (set_budget) or the task's end (ctx).
+		ans, err := s.Ask(ctx, OperatorQuestion{TaskID: st.TaskID, StageID: NoRelative, AgentID: st.TaskManager, Question: q, Timeout: NoQuestionTimeout})
 		if err != nil {
-			if errors.Is(err, ErrNoAnswer) {
-				s.log.Warn("budget question unanswered: the task stays paused", "task", st.TaskID)
-			}
 			return
 		}
 		approve, tokens, ok := readBudgetAnswer(ans)

@@ -17,9 +17,17 @@ var ErrNoAnswer = errors.New("the operator did not answer")
 type OperatorQuestion struct {
 	TaskID, StageID, AgentID string
 	Question                 string
-	// Timeout bounds the wait (default: the MAS's WaitTimeout).
+	// Timeout bounds the wait (default: the MAS's WaitTimeout);
+	// NoQuestionTimeout: none, the question waits for its answer or ctx's
+	// end.
 	Timeout time.Duration
 }
+
+// NoQuestionTimeout is the OperatorQuestion.Timeout of a question that
+// does not time out: one no step waits on, whose answer is what the task
+// waits for (a budget question: a hold frees no waiting step, and timed
+// out it would leave the task held with nothing asking its operator).
+const NoQuestionTimeout time.Duration = -1
 
 // AskOperator sends the question to the task's operator as a message that
 // needs a reply and is waited on, and blocks until the operator answers
@@ -54,7 +62,7 @@ func (s *System) Ask(ctx context.Context, q OperatorQuestion) (Answer, error) {
 		op = s.operatorID
 	}
 	timeout := q.Timeout
-	if timeout <= 0 {
+	if timeout == 0 {
 		timeout = s.cfg.WaitTimeout
 	}
 	m := s.newMessage("", q.TaskID, q.AgentID, []string{op}, q.Question, q.StageID)
@@ -77,13 +85,17 @@ func (s *System) Ask(ctx context.Context, q OperatorQuestion) (Answer, error) {
 		return Answer{}, err
 	}
 
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
+	var expired <-chan time.Time // nil: never
+	if timeout > 0 {
+		timer := time.NewTimer(timeout)
+		defer timer.Stop()
+		expired = timer.C
+	}
 	var err error
 	select {
 	case a := <-answer:
 		return Answer{Text: a.Message, Decision: a.Decision}, nil
-	case <-timer.C:
+	case <-expired:
 		err = ErrNoAnswer
 	case <-ctx.Done():
 		err = ctx.Err()

@@ -59,8 +59,9 @@ type ExecInput struct {
 
 // Operator lets an executor ask the operator of a task a question that
 // blocks its running step until answered; *System implements it. Ask
-// returns ErrNoAnswer when q.Timeout (default: the MAS's WaitTimeout)
-// passes unanswered, and ctx's error when ctx ends first.
+// returns ErrNoAnswer when q.Timeout (default: the MAS's WaitTimeout;
+// NoQuestionTimeout: none) passes unanswered, and ctx's error when ctx
+// ends first.
 type Operator interface {
 	Ask(ctx context.Context, q OperatorQuestion) (Answer, error)
 }
