@@ -118,6 +118,16 @@ func (f *inflight) caller() *caller {
 	return callerOf(f.ctx)
 }
 
+// asCaller returns a context with the values of the call's, the calling
+// step's (its outage observer and call gate, its trace, what shows its
+// agent waiting for the operator), that ends with ctx (a server request's
+// handler's), and what releases it.
+func (f *inflight) asCaller(ctx context.Context) (context.Context, func()) {
+	cctx, cancel := context.WithCancelCause(f.ctx)
+	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	return cctx, func() { stop(); cancel(nil) }
+}
+
 // hold stops the call's timeout until the returned release is called;
 // then the call has its whole timeout again.
 func (f *inflight) hold() (release func()) {
@@ -280,6 +290,9 @@ func (e *Executor) elicit(ctx context.Context, server string, call *inflight, p 
 		"AgentID": who.in.Agent.AgentID, "AgentName": who.in.Agent.Name, "Server": server, "ToolName": who.tool,
 		"Message": message, "Fields": f.describe(),
 	})
+	// Asked as the calling step: its agent shows waiting for the answer.
+	ctx, done := call.asCaller(ctx)
+	defer done()
 	ans, err := e.askForm(ctx, who.in, question, message, f)
 	switch {
 	case errors.Is(err, engine.ErrNoAnswer):
@@ -334,13 +347,9 @@ func (e *Executor) sample(ctx context.Context, server string, call *inflight, p 
 	if len(req.Messages) == 0 {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "sampling: no messages"}
 	}
-	// The calling step's LLM call: under its context's values (its outage
-	// observer and call gate: a task held for its budget makes no call;
-	// its trace), ending with the handler's context.
-	lctx, cancel := context.WithCancelCause(call.ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
-	defer stop()
+	// The calling step's LLM call: a task held for its budget makes none.
+	lctx, done := call.asCaller(ctx)
+	defer done()
 	res, err := e.cfg.LLM.Complete(lctx, req)
 	if res != nil {
 		who.spend(res.Usage) // failed calls cost too

@@ -92,6 +92,10 @@ func TestElicitationReachesTheOperator(t *testing.T) {
 					t.Errorf("the operator's question lacks %q:\n%s", want, q.Content)
 				}
 			}
+			// The agent whose call waits for the answer shows it.
+			if a, _ := s.Sys.Agent(w); a.WorkingState != engine.WorkingWaiting || a.WaitingOn != engine.WaitingOnOperator || !strings.Contains(a.WaitingFor, q.MessageID) {
+				t.Errorf("while its call's elicitation waits for the operator the agent reads %q, waiting for %q on %q", a.WorkingState, a.WaitingFor, a.WaitingOn)
+			}
 			tc.answer(s, q)
 			s.waitSummary(w, task)
 			steps := s.toolSteps(w)

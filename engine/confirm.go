@@ -11,6 +11,10 @@ import (
 // ErrNoAnswer is AskOperator's error when the operator did not answer in time.
 var ErrNoAnswer = errors.New("the operator did not answer")
 
+// WaitingOnOperator is AgentState.WaitingOn while the agent's running step
+// waits for its operator's answer (Ask).
+const WaitingOnOperator = "operator"
+
 // OperatorQuestion is a question of an agent to its task's operator that
 // blocks the agent's running step until answered (beyond the spec: the
 // downstream risk gate asks approval of risky tool calls this way).
@@ -81,6 +85,9 @@ func (s *System) Ask(ctx context.Context, q OperatorQuestion) (Answer, error) {
 		delete(s.confirms, m.Waiting[0])
 		s.confirmMu.Unlock()
 	}()
+	// Shown before the question is posted: a reader who sees the
+	// question sees the agent waiting for its answer.
+	defer s.showAsking(ctx, &q, m.MessageID)()
 	if err := s.post(m); err != nil {
 		return Answer{}, err
 	}
@@ -106,6 +113,24 @@ func (s *System) Ask(ctx context.Context, q OperatorQuestion) (Answer, error) {
 		h.expirePrivate(q.AgentID, m.MessageID)
 	}
 	return Answer{}, err
+}
+
+// askingStepKey is the key of a running step's stepOutage in the context
+// its executor runs under (runStep).
+type askingStepKey struct{}
+
+// showAsking shows the agent whose running step asks q under ctx waiting
+// for the operator's answer to it (message messageID), as a call waiting
+// out an outage or a budget hold shows, and returns what shows it working
+// again. A question no step of q's agent asks in q's task (the budget
+// question) shows nothing.
+func (s *System) showAsking(ctx context.Context, q *OperatorQuestion, messageID string) (over func()) {
+	o, ok := ctx.Value(askingStepKey{}).(*stepOutage)
+	if !ok || o.a.id != q.AgentID || o.step.TaskID != q.TaskID {
+		return func() {}
+	}
+	o.a.showWaiting(o.step, WaitingOnOperator, s.text("operator_waiting", map[string]any{"TaskID": q.TaskID, "MessageID": messageID}))
+	return func() { o.a.waitingOver(o.step, WaitingOnOperator) }
 }
 
 // confirmWaitID is the waiting ID of an AskOperator question: derived

@@ -31,7 +31,8 @@ import (
 // base task, which cannot be paused, is held instead (holdBase): its steps
 // wait the same way, in this process only (a restart runs them again).
 
-// stepOutage is a running step's llm.OutageObserver.
+// stepOutage is a running step's llm.OutageObserver (and what shows its
+// questions to the operator on the agent: showAsking).
 type stepOutage struct {
 	a    *agent
 	step *StepState

@@ -254,13 +254,14 @@ type AgentState struct {
 	// WaitingFor says what the agent waits for when its working_state is
 	// "waiting" for another reason than its step lock: its running step's
 	// LLM call is waiting out an outage of the endpoint or its task's
-	// budget, or its tool call an outage of its MCP server.
+	// budget, its tool call an outage of its MCP server, or the step waits
+	// for the operator's answer to its question (Ask).
 	WaitingFor string `json:"waiting_for,omitempty"`
-	// WaitingOn is what WaitingFor waits on, "llm_outage", "budget" or
-	// "tool_outage" (ToolOutage), and
-	// WaitingIn the task of the step whose call waits: who may read
-	// WaitingFor (filterAgent), and what a restart, which ends the call,
-	// owes its operator (recoverStepsLocked).
+	// WaitingOn is what WaitingFor waits on, "llm_outage", "budget",
+	// "tool_outage" (ToolOutage) or "operator", and WaitingIn the task of
+	// the step whose call waits: who may read WaitingFor (filterAgent), and
+	// what a restart, which ends the call, owes its operator
+	// (recoverStepsLocked).
 	WaitingOn string `json:"waiting_on,omitempty"`
 	WaitingIn string `json:"waiting_in,omitempty"`
 	// OwedOutageNotice is, on an operator's document, the message ID of

@@ -22,8 +22,10 @@ func (a *agent) runStep(ctx context.Context, step StepState, view AgentState) {
 	} else {
 		// An LLM outage the call waits out shows on the agent (a tool
 		// step's too: a server's sampling request is an LLM call), and so
-		// does an outage of a tool step's server (tool_outage.go).
-		ctx = llm.WithOutageObserver(ctx, &stepOutage{a: a, step: &step})
+		// do an outage of a tool step's server (tool_outage.go) and a
+		// question the step asks the operator (Ask).
+		o := &stepOutage{a: a, step: &step}
+		ctx = context.WithValue(llm.WithOutageObserver(ctx, o), askingStepKey{}, o)
 		in := &ExecInput{Agent: view, Step: step, View: s, Operator: s}
 		if step.Type == StepTool {
 			in.ServerOutage = &stepServerOutage{a: a, step: &step}

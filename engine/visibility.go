@@ -280,8 +280,10 @@ func (s *System) filterAgent(viewerID string, st *AgentState, hidden []string) {
 	})
 	st.StepLock = slices.DeleteFunc(slices.Clone(st.StepLock), func(id string) bool { return slices.Contains(droppedWaits, id) })
 	// What a call of another's task waits for names that task (and its
-	// budget): the agent reads as waiting, no more.
-	if st.WaitingIn != "" && !seen(st.WaitingIn) {
+	// budget), and a wait for an operator's answer names its question,
+	// which only that operator sees (MessageVisible; Ask asks the task's
+	// owner): the agent reads as waiting, no more.
+	if st.WaitingIn != "" && (!seen(st.WaitingIn) || st.WaitingOn == WaitingOnOperator && viewerID != s.operatorOf(st.WaitingIn)) {
 		st.WaitingFor, st.WaitingOn, st.WaitingIn = "", "", ""
 	}
 	// The IDs of the messages delivered to the agent are the engine's

@@ -116,6 +116,7 @@ var textFields = map[string][]string{
 	"budget_question":            {"TaskID", "TaskName", "Reason", "Daily", "Used", "RaiseTokens", "RaiseAgent", "RaiseCost"},
 	"budget_declined":            {"Reason"},
 	"budget_waiting":             {"TaskID", "Reason"},
+	"operator_waiting":           {"TaskID", "MessageID"},
 	"interrupt_intention":        {"Reason", "Instruction"},
 	"interrupt_text":             {"Reason", "Instruction"},
 	"history_digest":             {"N", "Finished", "Failed"},
