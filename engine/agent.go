@@ -57,6 +57,9 @@ type agent struct {
 	// viewSteps is the array the running step's view lists its steps in,
 	// reused by the next step's view (viewLocked). Guarded by mu.
 	viewSteps []StepState
+	// countsShed is set once a live stage count was dropped for room
+	// (makeRoomLocked), which is logged once. Guarded by mu.
+	countsShed bool
 	// answering holds the IDs of the questions a HumanAgent's answer is
 	// being stored for (humanSend, without the lock): no second answer
 	// takes them meanwhile. Not part of the state.
@@ -215,40 +218,6 @@ func briefOf(st *AgentState) AgentBrief {
 		Kind: st.Kind, WorkingState: st.WorkingState,
 		Skills: slices.Clone(st.Skills), Tools: slices.Clone(st.Tools),
 	}
-}
-
-// count returns the agent's count of a stage, made when it has none. The
-// pointer is into st.StageCounts: it holds until the list changes (the
-// next count made, an entry dropped). a.mu must be held.
-func (a *agent) count(k stageKey) *StageCount {
-	i, ok := a.countAt(k)
-	if !ok {
-		a.st.StageCounts = slices.Insert(a.st.StageCounts, i, StageCount{TaskID: k.task, StageID: k.stage})
-	}
-	return &a.st.StageCounts[i]
-}
-
-// countOf returns the agent's count of a stage, nil when it has none.
-// a.mu must be held.
-func (a *agent) countOf(k stageKey) *StageCount {
-	if i, ok := a.countAt(k); ok {
-		return &a.st.StageCounts[i]
-	}
-	return nil
-}
-
-// countAt finds a stage's count in st.StageCounts, which is kept sorted
-// by task and stage (CompareStageCounts): a manager of a hundred tasks
-// looks its counts up at every step, and the store tells the list
-// against an older copy of it by walking both in that order.
-func (a *agent) countAt(k stageKey) (int, bool) {
-	return slices.BinarySearchFunc(a.st.StageCounts, StageCount{TaskID: k.task, StageID: k.stage}, CompareStageCounts)
-}
-
-// dropCountsLocked forgets the counts of the stages that ended for the
-// agent. a.mu must be held.
-func (a *agent) dropCountsLocked(ended func(*StageCount) bool) {
-	a.st.StageCounts = slices.DeleteFunc(a.st.StageCounts, func(c StageCount) bool { return ended(&c) })
 }
 
 // loop runs the agent's steps one at a time until the MAS closes (spec §6.1).

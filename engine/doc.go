@@ -63,6 +63,8 @@
 // bounds.go (an agent's bound; a task's in task_bounds.go); pause.go and
 // interrupt.go (the operator's controls; their agent and task sides in
 // agent_controls.go and task_controls.go); budget_tokens.go; trail.go.
+// stage_counts.go holds the counts the stage budgets and the
+// message-chain limit read, with their own bound.
 //
 // # Reads
 //

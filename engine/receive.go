@@ -24,6 +24,13 @@ func (a *agent) receive(m Message) bool {
 		}
 	}
 
+	// The message makes the agent's count of its stage: at the bound,
+	// those of ended stages and tasks go first (stage_counts.go).
+	var ended map[stageKey]bool
+	if !m.NotNewInput {
+		ended = a.endedCounts(stageKey{m.TaskID, m.StageRelative})
+	}
+
 	a.mu.Lock()
 	if a.lateLocked(m) {
 		a.mu.Unlock()
@@ -36,6 +43,7 @@ func (a *agent) receive(m Message) bool {
 	}
 	if !m.NotNewInput {
 		a.freshInputLocked(m.TaskID, m.StageRelative)
+		a.shedCountsLocked(ended)
 		a.count(stageKey{m.TaskID, m.StageRelative}).Chain = m.Chain
 	}
 	var released *Wait

@@ -288,7 +288,10 @@ type AgentState struct {
 	// It is stored so that a restart gives neither a stage its step
 	// budget nor a conversation between agents its chain again. An entry
 	// goes when its stage or task ends for the agent (finish_stage,
-	// finish_task), so the list is as long as the agent's work in flight.
+	// finish_task); a message taken in a stage that has ended makes it
+	// again (the limits hold there too), so the list holds at most
+	// Config.MaxStageCounts entries, those of ended stages and tasks
+	// shed first (stage_counts.go).
 	StageCounts []StageCount `json:"stage_counts,omitempty"`
 	Usage       Usage        `json:"usage"`
 	CreatedAt   time.Time    `json:"created_at"`

@@ -64,6 +64,13 @@ type Config struct {
 	// (Message.Chain); a message past it is not sent, and its step fails
 	// saying so. Default 100.
 	MessageChainLimit int
+	// MaxStageCounts bounds each agent's stage counts (AgentState.
+	// StageCounts: what it ran in each stage and the chain of the last
+	// message it took there, for the budgets above). Making one more at
+	// the bound sheds those of ended stages and tasks first; only when
+	// none is left does a live one go, with a warning (stage_counts.go).
+	// Default 256.
+	MaxStageCounts int
 	// SummaryAttempts is how many failed summary steps make an agent
 	// "failed" in a stage (so the stage can still complete). Default 2.
 	SummaryAttempts int
@@ -155,8 +162,8 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.WaitTimeout < 0 || cfg.StageStepBudget < 0 || cfg.StageReflectionBudget < 0 || cfg.UnstagedStepBudget < 0 || cfg.SummaryAttempts < 0 ||
 		cfg.RetryStageLimit < 0 || cfg.StallTimeout < 0 || cfg.StallNotices < 0 || cfg.MaxTextChars < 0 || cfg.MaxDocumentBytes < 0 ||
-		cfg.MemoryMaxEntries < 0 || cfg.MemoryMaxChars < 0 || cfg.LLMProbeInterval < 0 || cfg.MessageChainLimit < 0 {
-		return cfg, errors.New("engine: config: WaitTimeout, StageStepBudget, StageReflectionBudget, UnstagedStepBudget, SummaryAttempts, RetryStageLimit, StallTimeout, StallNotices, MaxTextChars, MaxDocumentBytes, MemoryMaxEntries, MemoryMaxChars, LLMProbeInterval and MessageChainLimit must not be negative")
+		cfg.MemoryMaxEntries < 0 || cfg.MemoryMaxChars < 0 || cfg.LLMProbeInterval < 0 || cfg.MessageChainLimit < 0 || cfg.MaxStageCounts < 0 {
+		return cfg, errors.New("engine: config: WaitTimeout, StageStepBudget, StageReflectionBudget, UnstagedStepBudget, SummaryAttempts, RetryStageLimit, StallTimeout, StallNotices, MaxTextChars, MaxDocumentBytes, MemoryMaxEntries, MemoryMaxChars, LLMProbeInterval, MessageChainLimit and MaxStageCounts must not be negative")
 	}
 	if err := cfg.Budgets.check(); err != nil {
 		return cfg, err
@@ -164,6 +171,7 @@ func (c *Config) withDefaults() (Config, error) {
 	cfg.RetryStageLimit = cmp.Or(cfg.RetryStageLimit, 3)
 	cfg.UnstagedStepBudget = cmp.Or(cfg.UnstagedStepBudget, 100)
 	cfg.MessageChainLimit = cmp.Or(cfg.MessageChainLimit, 100)
+	cfg.MaxStageCounts = cmp.Or(cfg.MaxStageCounts, 256)
 	cfg.StallTimeout = cmp.Or(cfg.StallTimeout, 3*time.Minute)
 	cfg.StallNotices = cmp.Or(cfg.StallNotices, 2)
 	cfg.LLMProbeInterval = cmp.Or(cfg.LLMProbeInterval, time.Minute)

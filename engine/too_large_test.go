@@ -88,20 +88,36 @@ func (l *logBuffer) Write(p []byte) (int, error) {
 	return l.buf.Write(p)
 }
 
-// line returns the first line holding every one of parts ("" if none).
-func (l *logBuffer) line(parts ...string) string {
+// matching returns the lines holding every one of parts.
+func (l *logBuffer) matching(parts ...string) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	var out []string
 	for line := range strings.Lines(l.buf.String()) {
 		all := true
 		for _, p := range parts {
 			all = all && strings.Contains(line, p)
 		}
 		if all {
-			return line
+			out = append(out, line)
 		}
 	}
+	return out
+}
+
+// line returns the first line holding every one of parts ("" if none).
+func (l *logBuffer) line(parts ...string) string {
+	if m := l.matching(parts...); len(m) > 0 {
+		return m[0]
+	}
 	return ""
+}
+
+// text returns every line logged so far.
+func (l *logBuffer) text() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
 
 // TestTooLargeDocumentIsBoundedHarder: when the store refuses a document
