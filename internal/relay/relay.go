@@ -23,6 +23,16 @@
 // does the owner for a request of its own to the host (sampling,
 // elicitation) that the line held.
 //
+// What the relay keeps of the host's session is bounded too: at most
+// Config.MaxInflight of its requests awaiting answers (default
+// DefaultMaxInflight, 1,024) and Config.MaxSubscriptions resources it is
+// subscribed to (default DefaultMaxSubscriptions, 10,000), which a new
+// owner is told again. A request past either is not forwarded: the relay
+// answers it with an error naming the limit (a tool error for tools/call,
+// JSON-RPC error -32000 otherwise), as the owner answers one past its own
+// caps. A subscription the owner refuses is forgotten, so only those it
+// took count.
+//
 // Lines to the host are written by a goroutine of their own through a
 // queue of at most 64 MiB (four such lines): a host that stops reading its
 // stdout holds nothing, and once more than that waits for it the relay
@@ -87,6 +97,12 @@ type Config struct {
 	// directory but does not answer on its socket (default
 	// DefaultOwnerWait): past it Serve fails saying so.
 	OwnerWait time.Duration
+	// MaxInflight bounds the host's requests awaiting the owner's answer
+	// (default DefaultMaxInflight); MaxSubscriptions the resources it is
+	// subscribed to (default DefaultMaxSubscriptions). A request past
+	// either is answered with an error naming the limit, not forwarded.
+	// Negative values are refused.
+	MaxInflight, MaxSubscriptions int
 }
 
 // DefaultOwnerWait is Config.OwnerWait's default: an owner starts in
@@ -123,6 +139,9 @@ type relay struct {
 	log     *slog.Logger
 	out     *lineWriter
 	maxLine int // bounds a line of the owner: server.MaxLineBytes
+	// maxInflight and maxSubs bound inflight and subs (Config's
+	// MaxInflight and MaxSubscriptions); fixed before the first line.
+	maxInflight, maxSubs int
 
 	sessions sync.WaitGroup // the sessions of owners this process took over, served on pipes
 
@@ -135,6 +154,7 @@ type relay struct {
 	listens  map[jsonrpc.ID][]byte       // its open subscriptions/listen streams (2026-07-28) by ID
 	unsent   [][]byte                    // host messages the stopped owner never received
 	n        int                         // relay request counter
+	refusing bool                        // the last call of the host was refused over a bound (overLimitLocked)
 }
 
 func newRelay(log *slog.Logger, out io.Writer) *relay {
@@ -143,6 +163,7 @@ func newRelay(log *slog.Logger, out io.Writer) *relay {
 	}
 	log = log.With("component", "relay")
 	return &relay{log: log, out: newLineWriter(log, out), maxLine: server.MaxLineBytes,
+		maxInflight: DefaultMaxInflight, maxSubs: DefaultMaxSubscriptions,
 		subs: map[string]*jsonrpc.Request{}, inflight: map[jsonrpc.ID]string{}, listens: map[jsonrpc.ID][]byte{}}
 }
 
@@ -161,10 +182,18 @@ func newRelay(log *slog.Logger, out io.Writer) *relay {
 // as the process got it) is left to end with the process; Serve does not
 // wait for it.
 func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
-	if cfg.Socket == "" || cfg.TakeOver == nil {
+	switch {
+	case cfg.Socket == "" || cfg.TakeOver == nil:
 		return errors.New("relay: Socket and TakeOver are required")
+	case cfg.MaxInflight < 0:
+		return fmt.Errorf("relay: MaxInflight %d: must not be negative", cfg.MaxInflight)
+	case cfg.MaxSubscriptions < 0:
+		return fmt.Errorf("relay: MaxSubscriptions %d: must not be negative", cfg.MaxSubscriptions)
 	}
-	return newRelay(cfg.Logger, out).run(ctx, cfg, in)
+	r := newRelay(cfg.Logger, out)
+	r.maxInflight = cmp.Or(cfg.MaxInflight, r.maxInflight)
+	r.maxSubs = cmp.Or(cfg.MaxSubscriptions, r.maxSubs)
+	return r.run(ctx, cfg, in)
 }
 
 // run is Serve with the relay made. Once it ends, it stops reading the
@@ -367,7 +396,10 @@ func (r *relay) fromHost(ctx context.Context, conn net.Conn, lines <-chan []byte
 		case <-backendGone:
 			return true
 		case b := <-lines:
-			r.note(b)
+			if refused := r.note(b); refused != nil {
+				_ = r.out.send(refused) // the writer logs a host that does not take it
+				continue
+			}
 			if _, err := conn.Write(append(b, '\n')); err != nil {
 				// The owner is gone and never read it: the next owner gets it.
 				r.mu.Lock()
@@ -395,14 +427,19 @@ func request(b []byte) *jsonrpc.Request {
 	return req
 }
 
-// note records a host message the session depends on.
-func (r *relay) note(b []byte) {
+// note records a host message the session depends on. A request past the
+// relay's bounds (overLimitLocked) is not recorded: note returns the
+// answer the host gets instead, and the caller does not forward it.
+func (r *relay) note(b []byte) *jsonrpc.Response {
 	req := request(b)
 	if req == nil {
-		return
+		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if refused := r.overLimitLocked(req); refused != nil {
+		return refused
+	}
 	if req.IsCall() {
 		r.inflight[req.ID] = req.Method
 	}
@@ -437,6 +474,7 @@ func (r *relay) note(b []byte) {
 			}
 		}
 	}
+	return nil
 }
 
 // ownID reports whether id is one of the relay's own requests.
@@ -460,10 +498,7 @@ func (r *relay) fromOwner(br *bufio.Reader, toOwner io.Writer) {
 					if ownID(resp.ID) {
 						continue
 					}
-					r.mu.Lock()
-					delete(r.inflight, resp.ID)
-					delete(r.listens, resp.ID)
-					r.mu.Unlock()
+					r.answered(resp)
 				}
 			}
 			_ = r.out.line(b) // the writer logs a host that does not take it
@@ -547,16 +582,22 @@ func (r *relay) failInflight() {
 // answerFailed answers the host's request id, a call of method, with the
 // reason it failed.
 func (r *relay) answerFailed(id jsonrpc.ID, method, reason string) {
+	_ = r.out.send(failure(id, method, jsonrpc.CodeInternalError, reason)) // the writer logs a host that does not take it
+}
+
+// failure is the answer to the host's request id, a call of method, that
+// failed for reason: a tool error for tools/call (a tool result the host's
+// model reads), else a JSON-RPC error of code.
+func failure(id jsonrpc.ID, method string, code int64, reason string) *jsonrpc.Response {
 	resp := &jsonrpc.Response{ID: id}
 	if method == "tools/call" {
-		// A tool's failure is a tool result the host's model reads.
 		resp.Result, _ = json.Marshal(map[string]any{
 			"content": []any{map[string]any{"type": "text", "text": reason}}, "isError": true,
 		})
 	} else {
-		resp.Error = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: reason}
+		resp.Error = &jsonrpc.Error{Code: code, Message: reason}
 	}
-	_ = r.out.send(resp) // the writer logs a host that does not take it
+	return resp
 }
 
 // resume opens the host's session on a new owner (and sends it what the
