@@ -81,9 +81,10 @@ type Limits struct {
 	PasswordBackoff, PasswordBackoffMax time.Duration
 	// NameBytes bounds names and IDs in tool and API inputs (task_name,
 	// agent_config.name, task_id, …) and in the protocol's own requests
-	// (boundRequests, visibleTask), TextBytes their free text
-	// (task_intention, content, summary, …), ListItems their lists
+	// (boundRequests, visibleTask), URIs included, TextBytes their free
+	// text (task_intention, content, summary, …), ListItems their lists
 	// (receiver, stages, agents, …). Default 256 bytes, 32 KiB, 64.
+	// NameBytes may not be below MinNameBytes.
 	NameBytes, TextBytes, ListItems int
 	// RunningTasksPerOperator bounds the tasks reporting to one operator
 	// that have not ended; TasksPerMinute the tasks one operator adds with
@@ -116,7 +117,16 @@ const (
 	keyTasksPerMinuteOp = "limits.tasks_per_minute"
 )
 
-// check fills in defaults and refuses negative values.
+// MinNameBytes is the least Limits.NameBytes may be: the longest name the
+// server itself gives out for clients to send back, a trail page's
+// next_uri with every filter (trailNextURI: task, agent and step IDs of 36
+// bytes, the longest kind, a full page, a cursor of 20 digits). URIs are
+// bounded as names (boundRequests): below it the server would refuse its
+// own URIs, and its IDs (36 bytes) below that.
+const MinNameBytes = 198
+
+// check fills in defaults and refuses negative values, and a NameBytes
+// below MinNameBytes.
 func (l *Limits) check() error {
 	ints := []struct {
 		v   *int
@@ -140,6 +150,10 @@ func (l *Limits) check() error {
 		if *f.v == 0 {
 			*f.v = f.def
 		}
+	}
+	if l.NameBytes < MinNameBytes {
+		return fmt.Errorf("server: %s %d: must be at least %d, the longest URI the server gives out for clients to send back "+
+			"(a trail page's next_uri), which it bounds as names; raise it, or leave it out (default 256)", keyNameBytes, l.NameBytes, MinNameBytes)
 	}
 	durs := []struct {
 		v   *time.Duration

@@ -526,7 +526,7 @@ func TestShareOperatorBounded(t *testing.T) {
 // values of /api/trail are refused with 400 naming the field and the key,
 // before the engine sees them (it would echo them whole in a 404).
 func TestMonitorAPIIDsBounded(t *testing.T) {
-	m := newMonitorEnv(t, envOptions{Config: func(c *server.Config) { c.Limits.NameBytes = 64 }})
+	m := newMonitorEnv(t, envOptions{Config: func(c *server.Config) { c.Limits.NameBytes = server.MinNameBytes }})
 	c := m.client()
 	long := strings.Repeat("x", 4096)
 	for _, tc := range []struct {

@@ -147,18 +147,26 @@ func (s *Server) trailPage(reader string, q engine.TrailQuery) (*TrailDocument, 
 	}
 	d := &TrailDocument{TaskID: q.TaskID, Entries: s.visibleEntries(reader, p.Entries), NextCursor: p.NextCursor}
 	if p.NextCursor != "" {
-		v := url.Values{"cursor": {p.NextCursor}}
-		for k, x := range map[string]string{"agent": q.AgentID, "step": q.StepID, "kind": q.Kind} {
-			if x != "" {
-				v.Set(k, x)
-			}
-		}
-		if q.Limit != 0 {
-			v.Set("limit", strconv.Itoa(q.Limit))
-		}
-		d.NextURI = trailURI(q.TaskID) + "?" + v.Encode()
+		d.NextURI = trailNextURI(q, p.NextCursor)
 	}
 	return d, nil
+}
+
+// trailNextURI is the URI of the trail page after cursor, with q's
+// filters and page size: the longest URI the server gives out
+// (MinNameBytes). The page size is the one the page had (at most
+// engine.MaxTrailPage), not a larger one the reader asked for.
+func trailNextURI(q engine.TrailQuery, cursor string) string {
+	v := url.Values{"cursor": {cursor}}
+	for k, x := range map[string]string{"agent": q.AgentID, "step": q.StepID, "kind": q.Kind} {
+		if x != "" {
+			v.Set(k, x)
+		}
+	}
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(min(q.Limit, engine.MaxTrailPage)))
+	}
+	return trailURI(q.TaskID) + "?" + v.Encode()
 }
 
 // stepRecord gathers one step's entries from the trail.

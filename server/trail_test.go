@@ -173,6 +173,35 @@ func TestTrailResources(t *testing.T) {
 	}
 }
 
+// TestTrailNextURIAtTheLeastNameBytes: the server bounds the URIs clients
+// send back as names (limits.name_bytes), and a trail page's next_uri is
+// the longest it gives out. At the least name_bytes a config may set
+// (server.MinNameBytes) a client still follows every next_uri, filters
+// and all.
+func TestTrailNextURIAtTheLeastNameBytes(t *testing.T) {
+	e := newEnvWith(t, envOptions{Config: func(c *server.Config) { c.Limits.NameBytes = server.MinNameBytes }})
+	f := e.startTask()
+	perStep := map[string][]engine.TrailEntry{}
+	for _, x := range e.readTrail(trailURIOf(f.TaskID), engine.MaxTrailPage) {
+		if x.AgentID == f.Alice && x.StepID != "" {
+			perStep[x.StepID] = append(perStep[x.StepID], x)
+		}
+	}
+	var step string
+	for id, xs := range perStep {
+		if len(xs) > 1 && (step == "" || len(xs) > len(perStep[step])) {
+			step = id
+		}
+	}
+	if step == "" {
+		t.Fatal("no step of alice with two trail entries: not the case meant")
+	}
+	got := e.readTrail(trailURIOf(f.TaskID)+"?agent="+f.Alice+"&step="+step, 1)
+	if diff := cmp.Diff(perStep[step], got); diff != "" {
+		t.Errorf("alice's step %s a page at a time, following next_uri (-want +got):\n%s", step, diff)
+	}
+}
+
 // TestTrailVisibility: an operator reads the trail of its own tasks only,
 // and never another operator's actions or private messages.
 func TestTrailVisibility(t *testing.T) {

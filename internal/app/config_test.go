@@ -1,6 +1,7 @@
 package app
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -62,7 +63,9 @@ func TestNATSAuthConfig(t *testing.T) {
 }
 
 // TestLimitsConfig: the limits block of the config file reaches the
-// server's limits; a negative value stops the start with its key named.
+// server's limits; a negative value stops the start with its key named,
+// and so does a name_bytes below the longest URI the server gives out
+// (it would refuse its own URIs), naming the minimum.
 func TestLimitsConfig(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "mas.yaml")
@@ -80,20 +83,25 @@ func TestLimitsConfig(t *testing.T) {
 		t.Errorf("limits (-want +got):\n%s", diff)
 	}
 
-	if err := os.WriteFile(file, []byte("limits:\n  sessions: -1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err = loadConfig([]string{"--config", file, "--memory", "--http", "127.0.0.1:0"}, env(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	inst, err := start(t.Context(), cfg, newLogger(cfg, io.Discard), func() {})
-	if err == nil {
-		inst.close()
-		t.Fatal("start with limits.sessions -1 succeeded")
-	}
-	if !strings.Contains(err.Error(), "limits.sessions -1") {
-		t.Errorf("start: %v, want it to name limits.sessions", err)
+	for _, bad := range []struct{ yaml, want string }{
+		{"sessions: -1", "limits.sessions -1"},
+		{"name_bytes: 100", fmt.Sprintf("limits.name_bytes 100: must be at least %d", server.MinNameBytes)},
+	} {
+		if err := os.WriteFile(file, []byte("limits:\n  "+bad.yaml+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err = loadConfig([]string{"--config", file, "--memory", "--http", "127.0.0.1:0"}, env(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inst, err := start(t.Context(), cfg, newLogger(cfg, io.Discard), func() {})
+		if err == nil {
+			inst.close()
+			t.Fatalf("start with limits %s succeeded", bad.yaml)
+		}
+		if !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("start with limits %s: %v, want it to say %q", bad.yaml, err, bad.want)
+		}
 	}
 }
 
