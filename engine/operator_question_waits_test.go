@@ -11,7 +11,6 @@ import (
 // someone who has been told (ARCHITECTURE.md, Liveness): supervision does
 // not count it quiet, however long the operator is away.
 
-
 // TestSupervisionWaitsForTheOperatorsAnswer: the manager asks the operator
 // a question it waits on before it staffs the task, and the operator is
 // away for an hour. The manager's wait times out (WaitTimeout, 10
