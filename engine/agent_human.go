@@ -165,18 +165,62 @@ func (a *agent) answerLocked(peer, taskID, replyTo string) *PrivateMessage {
 	return &msgs[pick]
 }
 
-// expireQuestionsLocked marks the operator's AskOperator questions still
-// awaiting a reply as expired: after a restart nobody waits for their
-// answers (the asking tool step failed, or runs again and asks anew).
+// answerKey names a question an operator's stored message answers: the
+// operator, and the question's message ID (the answer's reply_to) or its
+// waiting ID (the answer's return_waiting_id, all an answer stored by an
+// older mas-mcp names).
+type answerKey struct{ operator, id string }
+
+// storedAnswers returns the questions the operators' stored messages
+// answer, for the restore to mark replied (settleQuestionsLocked).
+func storedAnswers(img *Image) map[answerKey]bool {
+	operators := map[string]bool{}
+	for _, a := range img.Agents {
+		if a.Kind == KindHuman {
+			operators[a.AgentID] = true
+		}
+	}
+	answers := map[answerKey]bool{}
+	for _, m := range img.Messages {
+		if !operators[m.SenderID] {
+			continue
+		}
+		if m.ReplyTo != "" {
+			answers[answerKey{m.SenderID, m.ReplyTo}] = true
+		}
+		if m.ReturnWaitingID != "" {
+			answers[answerKey{m.SenderID, m.ReturnWaitingID}] = true
+		}
+	}
+	return answers
+}
+
+// settleQuestionsLocked settles, at restore, the operator's questions
+// still awaiting a reply that nobody will reply to or wait for:
+//   - a question a stored message of the operator answers is marked
+//     replied (answered: storedAnswers). The answer is stored before the
+//     operator's document marks the question (humanSend): a crash between
+//     the two writes left the mark out, and the operator would be asked
+//     again, its second answer reaching the asker as a new message;
+//   - an AskOperator question (an approval) is marked expired: only the
+//     dead process waited for its answer (the asking tool step failed, or
+//     runs again and asks anew).
+//
 // Called at restore, before the HumanAgent is registered (which stores it).
-func (a *agent) expireQuestionsLocked() {
+func (a *agent) settleQuestionsLocked(answered map[answerKey]bool) {
 	if a.st.ConversationPool == nil {
 		return
 	}
 	for _, msgs := range a.st.ConversationPool.ConversationPrivates {
 		for i := range msgs {
 			p := &msgs[i]
-			if p.NeedReply && !p.Replied && !p.Expired && p.ReturnWaitingID == confirmWaitID(p.MessageID) {
+			if !p.NeedReply || p.Replied || p.Expired {
+				continue
+			}
+			switch {
+			case answered[answerKey{a.id, p.MessageID}] || (p.ReturnWaitingID != "" && answered[answerKey{a.id, p.ReturnWaitingID}]):
+				p.Replied = true
+			case p.ReturnWaitingID == confirmWaitID(p.MessageID):
 				p.Expired = true
 			}
 		}

@@ -162,6 +162,7 @@ func (s *System) humanSend(humanID string, hm HumanMessage) ([]Message, error) {
 		if answered != nil {
 			answeredID = answered.MessageID
 			m.ReturnWaitingID = answered.ReturnWaitingID
+			m.ReplyTo = answeredID
 		}
 		if hm.Decision != nil {
 			if answered == nil || answered.ReturnWaitingID != confirmWaitID(answered.MessageID) {
@@ -174,7 +175,10 @@ func (s *System) humanSend(humanID string, hm HumanMessage) ([]Message, error) {
 		// Stored before the operator's records change (a message the
 		// store refuses is neither sent nor recorded as sent), without the
 		// operator's lock: the question it answers is held meanwhile, so
-		// the first answer from any channel still wins.
+		// the first answer from any channel still wins. A crash between
+		// this write and the operator's leaves the question unmarked in
+		// the store: the restore marks it replied from the stored answer
+		// (settleQuestionsLocked).
 		if answeredID != "" {
 			if h.answering == nil {
 				h.answering = map[string]bool{}

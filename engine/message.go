@@ -49,6 +49,12 @@ type Message struct {
 	// (the risk gate's AskOperator): approve or deny, a note, and
 	// optionally edited arguments. The text says the same for people.
 	Decision *Decision `json:"decision,omitempty"`
+	// ReplyTo is, on an operator's message that answers a question in its
+	// inbox, that question's message ID: the restore marks the question
+	// replied from it when a crash came between the answer's write and the
+	// operator's document's (a question that did not wait has no waiting ID
+	// for the answer to name).
+	ReplyTo string `json:"reply_to,omitempty"`
 }
 
 // Decision is an operator's approve/deny of a risky tool call.

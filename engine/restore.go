@@ -105,6 +105,7 @@ func (s *System) StartFrom(img *Image) error {
 			}
 		}
 	}
+	answered := storedAnswers(img)
 
 	// Agents: interrupted steps first, then the owners (LLM agents start).
 	rerun, _ := s.cfg.Tool.(Rerunner)
@@ -131,7 +132,7 @@ func (s *System) StartFrom(img *Image) error {
 		a := newAgentOwner(s, st)
 		a.recoverStepsLocked(rerun, stored)
 		if a.kind == KindHuman {
-			a.expireQuestionsLocked()
+			a.settleQuestionsLocked(answered)
 			a.expireStageLocked(func(task, stage string) bool { return endedStages[[2]string{task, stage}] })
 		}
 		restored = append(restored, a)
