@@ -304,6 +304,9 @@ func (e *Executor) confirm(ctx context.Context, in *engine.ExecInput, server str
 	ans, err := e.askApproval(ctx, in, engine.OperatorQuestion{
 		TaskID: in.Step.TaskID, StageID: in.Step.StageID, AgentID: in.Agent.AgentID,
 		Question: question, Timeout: e.cfg.ConfirmTimeout,
+		// The call is made only after the answer: a restart that finds
+		// the question unanswered runs the step again.
+		StepID: in.Step.StepID, BeforeCall: true,
 	})
 	reply := ans.Text
 	if d := ans.Decision; err == nil && d != nil {

@@ -46,8 +46,10 @@ func (e *Executor) ask(ctx context.Context, in *engine.ExecInput, q engine.Opera
 // question's text says how to answer) and, when OperatorElicit is set, as
 // an elicitation to their own MCP client. The first answer from either
 // wins and the other is withdrawn. The wait is bounded by ConfirmTimeout
-// (engine.ErrNoAnswer) and ends with ctx.
-func (e *Executor) askForm(ctx context.Context, in *engine.ExecInput, question, message string, f form) (formAnswer, error) {
+// (engine.ErrNoAnswer) and ends with ctx. beforeCall says that the step's
+// call is made only after the answer (missing arguments; a server's
+// elicitation is asked during the call).
+func (e *Executor) askForm(ctx context.Context, in *engine.ExecInput, question, message string, f form, beforeCall bool) (formAnswer, error) {
 	// Clients that take no server requests get the form with the question.
 	ctx = engine.WithQuestionForm(ctx, engine.QuestionForm{Message: message, Schema: f.schema(), Arguments: true})
 	ctx, cancel := context.WithCancel(ctx)
@@ -63,6 +65,7 @@ func (e *Executor) askForm(ctx context.Context, in *engine.ExecInput, question, 
 		a, err := e.ask(ctx, in, engine.OperatorQuestion{
 			TaskID: in.Step.TaskID, StageID: in.Step.StageID, AgentID: in.Agent.AgentID,
 			Question: question, Timeout: e.cfg.ConfirmTimeout,
+			StepID: in.Step.StepID, BeforeCall: beforeCall,
 		})
 		if err != nil {
 			ch <- result{err: err}
@@ -96,10 +99,13 @@ func (e *Executor) askForm(ctx context.Context, in *engine.ExecInput, question, 
 		}
 		// The other channel is withdrawn before the answer is used: the
 		// inbox's question no longer awaits a reply, the client's form
-		// is cancelled.
+		// is cancelled. A step the engine could not clear of its wait
+		// makes no call, whoever answered.
 		cancel()
 		for ; waiting > 1; waiting-- {
-			<-ch
+			if l := <-ch; errors.Is(l.err, engine.ErrCallNotCleared) {
+				r = l
+			}
 		}
 		return r.a, r.err
 	}
@@ -127,7 +133,7 @@ func (e *Executor) completeArguments(ctx context.Context, in *engine.ExecInput, 
 	}
 	asked := map[string]any{"fields": names}
 	message := fmt.Sprintf("The call of %s.%s needs these arguments: %s", server, ins.ToolName, strings.Join(names, ", "))
-	a, err := e.askForm(ctx, in, question, message, f)
+	a, err := e.askForm(ctx, in, question, message, f, true)
 	switch {
 	case errors.Is(err, engine.ErrNoAnswer):
 		asked["timed_out"] = true
@@ -200,7 +206,11 @@ func (e *Executor) askApproval(ctx context.Context, in *engine.ExecInput, q engi
 		}
 		cancel() // withdraw the other channel's question, and wait for it
 		for ; waiting > 1; waiting-- {
-			<-ch
+			// A step the engine could not clear of its wait makes no
+			// call, whoever answered.
+			if l := <-ch; errors.Is(l.err, engine.ErrCallNotCleared) {
+				r = l
+			}
 		}
 		return r.a, r.err
 	}

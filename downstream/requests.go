@@ -293,7 +293,7 @@ func (e *Executor) elicit(ctx context.Context, server string, call *inflight, p 
 	// Asked as the calling step: its agent shows waiting for the answer.
 	ctx, done := call.asCaller(ctx)
 	defer done()
-	ans, err := e.askForm(ctx, who.in, question, message, f)
+	ans, err := e.askForm(ctx, who.in, question, message, f, false)
 	switch {
 	case errors.Is(err, engine.ErrNoAnswer):
 		e.cfg.Logger.Info("elicitation not answered in time", "server", server, "agent", who.in.Agent.AgentID)

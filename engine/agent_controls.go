@@ -177,6 +177,54 @@ func (a *agent) requestStop(runID, stepID, reason, instruction string) (string, 
 	return running.StepID, nil
 }
 
+// callWaits records on the asking tool step that its call waits for the
+// operator's answer to question messageID, when q says so (BeforeCall),
+// and returns the func that drops the record once the wait is over. Both
+// are stored before Ask goes on: the question is asked, and its answer
+// used, only then. A question of no running tool step of q's agent is
+// not recorded: a restart then takes its call as possibly made.
+func (s *System) callWaits(q OperatorQuestion, messageID string) (settle func() error, err error) {
+	none := func() error { return nil }
+	a, ok := s.agent(q.AgentID)
+	if !q.BeforeCall || q.StepID == "" || !ok || a.kind != KindLLM {
+		return none, nil
+	}
+	// mark sets the record (waits) or drops it.
+	mark := func(waits bool) error {
+		if err := a.mu.lockDurable(); err != nil {
+			return err
+		}
+		defer a.mu.Unlock()
+		var detail string
+		step := a.stepLocked(q.StepID)
+		if step == nil || a.running != q.StepID || step.Type != StepTool || (!waits && step.CallWaitsOn != messageID) {
+			return errNotMarked
+		}
+		step.CallWaitsOn, detail = "", "call_waiting_over"
+		if waits {
+			step.CallWaitsOn, detail = messageID, "call_waiting_on_operator"
+		}
+		a.changedLocked(Event{Kind: EventStepChanged, StepID: step.StepID, TaskID: step.TaskID, StageID: step.StageID, Detail: detail})
+		return a.mu.syncLocked()
+	}
+	switch err := mark(true); {
+	case errors.Is(err, errNotMarked):
+		return none, nil
+	case err != nil:
+		return nil, err
+	}
+	return func() error {
+		if err := mark(false); !errors.Is(err, errNotMarked) {
+			return err
+		}
+		return nil // the step ended meanwhile (its stage or task did)
+	}, nil
+}
+
+// errNotMarked is callWaits' finding that the step is not (or no longer)
+// the agent's running tool step asking the question.
+var errNotMarked = errors.New("not the running tool step asking")
+
 // showOutage shows the agent waiting out an LLM outage in step's call,
 // with the reason.
 func (a *agent) showOutage(step *StepState, since time.Time, reason string) {

@@ -27,7 +27,11 @@ func (a *agent) recoverStepsLocked(rerun Rerunner, stored map[string]bool) {
 		if step.ExecutionState != StateRunning {
 			continue
 		}
-		if step.Type == StepTool && (rerun == nil || !rerun.SafeToRerun(*step)) {
+		// A tool step whose call waited for the operator's answer (the
+		// risk gate's approval, missing arguments: CallWaitsOn) made no
+		// call: it runs again, and asks again (the question the dead
+		// process waited on is expired, settleQuestionsLocked).
+		if step.Type == StepTool && step.CallWaitsOn == "" && (rerun == nil || !rerun.SafeToRerun(*step)) {
 			step.ExecutionState = StateFailed
 			step.FinishedAt = a.sys.now()
 			step.ExecuteResult = map[string]any{"error": fmt.Sprintf(
@@ -37,6 +41,7 @@ func (a *agent) recoverStepsLocked(rerun Rerunner, stored map[string]bool) {
 		// Run it again, next.
 		step.ExecutionState = StateInit
 		step.StartedAt = time.Time{}
+		step.CallWaitsOn = ""
 		again = append(again, step.StepID)
 		a.dropLostWaitsLocked(step.StepID, stored)
 	}

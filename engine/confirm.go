@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -15,6 +16,13 @@ var ErrNoAnswer = errors.New("the operator did not answer")
 // waits for its operator's answer (Ask).
 const WaitingOnOperator = "operator"
 
+// ErrCallNotCleared is Ask's error when the asking step's record that its
+// call waits for the answer (OperatorQuestion.BeforeCall) could not be
+// dropped from the store: the call must not be made, whoever answered
+// (another channel too, an elicitation the question lost to), since a
+// restart would take it as never made and run the step again.
+var ErrCallNotCleared = errors.New("the step's wait for the operator could not be cleared in the store, so the call is not made")
+
 // OperatorQuestion is a question of an agent to its task's operator that
 // blocks the agent's running step until answered (beyond the spec: the
 // downstream risk gate asks approval of risky tool calls this way).
@@ -25,6 +33,15 @@ type OperatorQuestion struct {
 	// NoQuestionTimeout: none, the question waits for its answer or ctx's
 	// end.
 	Timeout time.Duration
+	// StepID names the asking step, and BeforeCall says that it is a
+	// tool step whose call is made only after the answer (the risk gate's
+	// approval, missing arguments; not a server's elicitation, asked
+	// during the call). The step records the question before it is asked
+	// and drops it before the answer is used (callWaits): a restart that
+	// finds it recorded knows the call was not made, and runs the step
+	// again rather than fail it as a call that may have acted.
+	StepID     string
+	BeforeCall bool
 }
 
 // NoQuestionTimeout is the OperatorQuestion.Timeout of a question that
@@ -52,7 +69,7 @@ type Answer struct {
 }
 
 // Ask is AskOperator with the whole answer.
-func (s *System) Ask(ctx context.Context, q OperatorQuestion) (Answer, error) {
+func (s *System) Ask(ctx context.Context, q OperatorQuestion) (ans Answer, err error) {
 	q = scrubbed(s.secrets, q)
 	t, ok := s.task(q.TaskID)
 	if !ok {
@@ -72,6 +89,17 @@ func (s *System) Ask(ctx context.Context, q OperatorQuestion) (Answer, error) {
 	m := s.newMessage("", q.TaskID, q.AgentID, []string{op}, q.Question, q.StageID)
 	m.NeedReply = true
 	m.Waiting = []string{confirmWaitID(m.MessageID)}
+	settle, err := s.callWaits(q, m.MessageID)
+	if err != nil {
+		return Answer{}, err
+	}
+	defer func() {
+		// The call waits no more: it is made only once the step no
+		// longer says so in the store.
+		if werr := settle(); werr != nil {
+			ans, err = Answer{}, fmt.Errorf("%w: %w", ErrCallNotCleared, werr)
+		}
+	}()
 	defer s.noteQuestion(ctx, m.MessageID)()
 	answer := make(chan Message, 1)
 	s.confirmMu.Lock()
@@ -98,7 +126,6 @@ func (s *System) Ask(ctx context.Context, q OperatorQuestion) (Answer, error) {
 		defer timer.Stop()
 		expired = timer.C
 	}
-	var err error
 	select {
 	case a := <-answer:
 		return Answer{Text: a.Message, Decision: a.Decision}, nil

@@ -1,11 +1,18 @@
 package engine
 
 // What becomes of the operator's questions when mas-mcp dies while they
-// are open (kill -9 at any point).
+// are open (kill -9 at any point): an answer stored before the crash
+// settles its question; an approval the operator had not given yet is not
+// turned into a call that may have happened.
 
 import (
+	"context"
+	"fmt"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestAnswerStoredBeforeACrashMarksTheQuestionReplied: the operator
@@ -76,5 +83,162 @@ func TestAnswerStoredBeforeACrashMarksTheQuestionReplied(t *testing.T) {
 					len(open), open[0].Content, open[0].MessageID)
 			}
 		})
+	}
+}
+
+// TestPendingApprovalAtARestartIsNotAMaybeCall: alice's tool step waits
+// for the operator's approval (the risk gate asks before it calls,
+// System.Ask with BeforeCall) when mas-mcp dies. The call was never made:
+// after the restart the step runs again and asks again, rather than fail
+// as a call that "may or may not have taken effect", and the operator
+// finds the question in its inbox. A question asked during the call (a
+// server's elicitation) or an approval already given (the call under
+// way) leaves the call possibly made: that step still fails so.
+func TestPendingApprovalAtARestartIsNotAMaybeCall(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// beforeCall: the call is made only after the answer; approve:
+		// the operator approves before the crash, and the call is under
+		// way when it comes.
+		beforeCall, approve bool
+	}{
+		{name: "approval pending", beforeCall: true},
+		{name: "question asked during the call"},
+		{name: "approved, call under way", beforeCall: true, approve: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := NewMemoryStore()
+			asked := make(chan string, 4)
+			calling := make(chan struct{}, 4)
+			var cfg Config
+			b := newTestbed(t, func(c *Config) {
+				c.Store = store
+				c.Tools = toolCatalog{"deploy": "deploys things"}
+				c.Tool = ExecutorFunc(func(ctx context.Context, in *ExecInput) *Output {
+					asked <- in.Step.StepID
+					// The risk gate: ask first, call only once approved.
+					a, err := in.Operator.Ask(ctx, OperatorQuestion{TaskID: in.Step.TaskID, StageID: in.Step.StageID, AgentID: in.Agent.AgentID,
+						Question: "Approval needed: alice wants to call deploy.run", Timeout: time.Hour,
+						StepID: in.Step.StepID, BeforeCall: tc.beforeCall})
+					if err != nil {
+						return &Output{Err: fmt.Errorf("not called: %w", err)}
+					}
+					// The call, under way until the process dies.
+					calling <- struct{}{}
+					<-ctx.Done()
+					return &Output{Result: map[string]any{"approved": a.Text}}
+				})
+				cfg = *c
+			})
+			alice, err := b.sys.CreateAgent(AgentConfig{Template: "researcher", Name: "alice", Tools: []string{"deploy"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := b.newTask("ship", alice)
+			ids := b.inject(alice, id, NoRelative, false, StepSpec{StepIntention: "deploy", Type: StepTool, Executor: "deploy", TextContent: "run"})
+			<-asked
+			b.waitFor("the approval question in the operator's inbox", func() bool { return len(awaitingIn(b, id)) == 1 })
+			first := awaitingIn(b, id)[0]
+			if tc.approve {
+				if err := b.sys.AnswerApproval(b.op(), first.MessageID, Decision{Approve: true}); err != nil {
+					t.Fatal(err)
+				}
+				<-calling
+			}
+
+			// mas-mcp dies while the operator is away (or the call runs).
+			img := b.crashImage(store)
+			nb := restartFrom(t, cfg, img, b.sc)
+			nb.waitFor("alice's tool step to end or ask again", func() bool {
+				st, ok := nb.step(alice, ids[0])
+				return !ok || (st.ExecutionState != StateRunning && st.ExecutionState != StateInit) ||
+					slices.ContainsFunc(awaitingIn(nb, id), func(e InboxEntry) bool { return e.MessageID != first.MessageID })
+			})
+			st, _ := nb.step(alice, ids[0])
+			errText, _ := st.ExecuteResult["error"].(string)
+			open := awaitingIn(nb, id)
+			if !tc.beforeCall || tc.approve {
+				if st.ExecutionState != StateFailed || !strings.Contains(errText, "may or may not have taken effect") || len(open) > 0 {
+					t.Errorf("after a restart alice's step, whose call may have been made, is %s with %q, and %d question(s) of the task await the operator; "+
+						"want it failed as a call that may have acted, and no question", st.ExecutionState, errText, len(open))
+				}
+				return
+			}
+			// The step runs again and asks again.
+			if len(open) != 1 || st.ExecutionState != StateRunning {
+				t.Fatalf("after a restart alice's step, which never called the tool, is %s with %q, and %d question(s) of the task await the operator; "+
+					"want the step running again, asking the operator again", st.ExecutionState, errText, len(open))
+			}
+			if <-asked != ids[0] {
+				t.Errorf("the executor asked again for another step than alice's")
+			}
+			if open[0].MessageID == first.MessageID || !open[0].Approval {
+				t.Errorf("the question awaiting the operator is %s (approval %v); want a new approval question, the first (%s) expired",
+					open[0].MessageID, open[0].Approval, first.MessageID)
+			}
+			if st.CallWaitsOn != open[0].MessageID {
+				t.Errorf("alice's step records that its call waits on %q; want the question asked again, %s", st.CallWaitsOn, open[0].MessageID)
+			}
+		})
+	}
+}
+
+// TestApprovalIsUsedOnlyOnceItsWaitIsCleared: the operator approves alice's
+// call, but the store refuses the write that drops her step's record that
+// its call waits (CallWaitsOn). The call is not made: a crash now would
+// leave the record, and the restart would take the call as never made and
+// make it again. The step fails saying so.
+func TestApprovalIsUsedOnlyOnceItsWaitIsCleared(t *testing.T) {
+	var refusing atomic.Bool
+	var stepID atomic.Value
+	stepID.Store("")
+	store := &refuseAgentStore{MemoryStore: NewMemoryStore(), refuse: func(a *AgentState) bool {
+		if !refusing.Load() {
+			return false
+		}
+		for _, s := range a.AgentStep.StepList {
+			if s.StepID == stepID.Load() && s.ExecutionState == StateRunning && s.CallWaitsOn == "" {
+				return true
+			}
+		}
+		return false
+	}}
+	asked := make(chan struct{}, 1)
+	var called atomic.Bool
+	b := newTestbed(t, func(c *Config) {
+		c.Store = store
+		c.Tools = toolCatalog{"deploy": "deploys things"}
+		c.Tool = ExecutorFunc(func(ctx context.Context, in *ExecInput) *Output {
+			asked <- struct{}{}
+			if _, err := in.Operator.Ask(ctx, OperatorQuestion{TaskID: in.Step.TaskID, StageID: in.Step.StageID, AgentID: in.Agent.AgentID,
+				Question: "Approval needed: alice wants to call deploy.run", Timeout: time.Hour, StepID: in.Step.StepID, BeforeCall: true}); err != nil {
+				return &Output{Err: fmt.Errorf("not called: %w", err)}
+			}
+			called.Store(true)
+			return &Output{Result: map[string]any{"deployed": true}}
+		})
+	})
+	alice, err := b.sys.CreateAgent(AgentConfig{Template: "researcher", Name: "alice", Tools: []string{"deploy"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := b.newTask("ship", alice)
+	ids := b.inject(alice, id, NoRelative, false, StepSpec{StepIntention: "deploy", Type: StepTool, Executor: "deploy", TextContent: "run"})
+	stepID.Store(ids[0])
+	<-asked
+	b.waitFor("the approval question in the operator's inbox", func() bool { return len(awaitingIn(b, id)) == 1 })
+	if st, _ := b.step(alice, ids[0]); st.CallWaitsOn != awaitingIn(b, id)[0].MessageID {
+		t.Errorf("while the approval is asked, alice's step records that its call waits on %q; want the question, %s", st.CallWaitsOn, awaitingIn(b, id)[0].MessageID)
+	}
+	refusing.Store(true)
+	if err := b.sys.AnswerApproval(b.op(), awaitingIn(b, id)[0].MessageID, Decision{Approve: true}); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor("alice's tool step to end", func() bool { return b.stepDone(alice, ids[0]) })
+	st, _ := b.step(alice, ids[0])
+	errText, _ := st.ExecuteResult["error"].(string)
+	if called.Load() || st.ExecutionState != StateFailed || !strings.Contains(errText, "could not be cleared") {
+		t.Errorf("approved with the step's wait not cleared in the store: called %v, step %s with %q; want no call, the step failed saying why",
+			called.Load(), st.ExecutionState, errText)
 	}
 }

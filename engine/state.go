@@ -183,6 +183,13 @@ type StepState struct {
 	// the sender is blocked on (spec §6.2.1, §9.1.2).
 	ReplyTo         string `json:"reply_to,omitempty"`
 	ReturnWaitingID string `json:"return_waiting_id,omitempty"`
+	// CallWaitsOn is, while a running tool step's call waits for the
+	// operator's answer to a question (OperatorQuestion.BeforeCall: the
+	// risk gate's approval, missing arguments), that question's message ID.
+	// Stored before the question is asked and dropped, stored, before its
+	// answer is used: a restart that finds it set knows the call was not
+	// made.
+	CallWaitsOn string `json:"call_waits_on,omitempty"`
 	// Usage is what the step's LLM calls cost.
 	Usage      Usage     `json:"usage"`
 	CreatedAt  time.Time `json:"created_at"`
