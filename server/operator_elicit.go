@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -13,7 +14,9 @@ import (
 // server requests). It fails at once when there is none. The executor
 // (downstream.Pool.SetOperatorElicit) sends approval questions, downstream
 // servers' elicitations and missing-argument forms this way besides the
-// inbox; the first answer wins.
+// inbox; the first answer wins. A session that is being asked the same
+// question already (tasks/result puts a task's questions to its caller:
+// tasks_ask.go) is passed over: one client is not asked twice at once.
 func (s *Server) ElicitOperator(ctx context.Context, taskID string, p *mcp.ElicitParams) (*mcp.ElicitResult, error) {
 	t, ok := s.sys.Task(taskID)
 	if !ok {
@@ -23,18 +26,24 @@ func (s *Server) ElicitOperator(ctx context.Context, taskID string, p *mcp.Elici
 	if op == "" {
 		op = s.sys.OperatorID()
 	}
-	var pick *mcp.ServerSession
+	var picks []*mcp.ServerSession
 	for ss := range s.mcp.Sessions() {
-		ip := ss.InitializeParams()
-		if ip == nil || ip.Capabilities == nil || ip.Capabilities.Elicitation == nil || ip.ProtocolVersion >= statelessFrom {
+		if !takesForms(ss) {
 			continue
 		}
 		if who, ok := s.sessionOperator(ss); ok && who == op {
-			pick = ss
+			picks = append(picks, ss)
 		}
 	}
-	if pick == nil {
+	if len(picks) == 0 {
 		return nil, fmt.Errorf("operator %s has no MCP client that takes elicitation", op)
 	}
-	return pick.Elicit(ctx, p)
+	for _, ss := range slices.Backward(picks) {
+		key := askKey{ss, taskID, p.Message}
+		if s.asks.claim(key) {
+			defer s.asks.release(key)
+			return ss.Elicit(ctx, p)
+		}
+	}
+	return nil, fmt.Errorf("operator %s's MCP clients that take elicitation are being asked this question already (tasks/result)", op)
 }

@@ -66,15 +66,21 @@ func (s *Server) inputRequests(qs []engine.InboxEntry) (_ mcp.InputRequestMap, m
 	}
 	out := mcp.InputRequestMap{}
 	for _, q := range qs {
-		p := &mcp.ElicitParams{Mode: "form", Message: q.Content, RequestedSchema: replyForm}
-		if f, ok := s.sys.QuestionForm(q.MessageID); ok {
-			p.Message, p.RequestedSchema = f.Message, f.Schema
-		} else if q.Approval {
-			p.RequestedSchema = approvalForm
-		}
-		out[q.MessageID] = p
+		out[q.MessageID] = s.questionForm(q)
 	}
 	return out, more
+}
+
+// questionForm is the elicitation form of the question q: its own (the
+// executor's forms, engine.QuestionForm), else an approval's or a reply's.
+func (s *Server) questionForm(q engine.InboxEntry) *mcp.ElicitParams {
+	p := &mcp.ElicitParams{Mode: "form", Message: q.Content, RequestedSchema: replyForm}
+	if f, ok := s.sys.QuestionForm(q.MessageID); ok {
+		p.Message, p.RequestedSchema = f.Message, f.Schema
+	} else if q.Approval {
+		p.RequestedSchema = approvalForm
+	}
+	return p
 }
 
 // answerQuestions answers op's questions (of the task taskID, "": any)

@@ -71,6 +71,7 @@ type Server struct {
 	listCursors        *listCursors // resources/list cursors (visibility.go)
 	lists              *listViews   // which sessions a resources/list_changed is for (listviews.go)
 	quota              *taskQuota
+	asks               sessionAsks // questions being put to sessions (tasks_ask.go)
 
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -29,7 +29,9 @@ import (
 //     answer of the operator who asks: taskStatus) / completed / failed /
 //     cancelled.
 //   - tasks/result waits until the task ends and answers add_task's result:
-//     the task's summary (isError when it failed or was cancelled).
+//     the task's summary (isError when it failed or was cancelled). While
+//     it waits, the caller's questions of the task go to its session as
+//     elicitation requests tagged with the task (tasks_ask.go).
 //   - tasks/list lists the operator's tasks; tasks/cancel cancels one.
 //
 // go-sdk v1.8.0 has no tasks: the tasks/* methods are custom methods
@@ -330,23 +332,36 @@ func (s *Server) endedByOperator(t engine.TaskState) bool {
 }
 
 // taskResult waits until the task ends and answers add_task's final
-// result: the summary.
+// result: the summary. Meanwhile the caller's questions of the task are
+// put to its session (tasks_ask.go).
 func (s *Server) taskResult(ctx context.Context, ss *mcp.ServerSession, p *taskIDParams) (*mcp.CallToolResult, error) {
 	t, err := s.visibleTask(ctx, ss, p.TaskID)
 	if err != nil {
 		return nil, err
 	}
-	if !ended(t) {
-		op, _ := s.callerOperator(ctx, ss)
-		release, err := s.holdLong(ctx, op, "tasks/result")
-		if err != nil {
-			return nil, &jsonrpc.Error{Code: codeOverLimit, Message: err.Error()}
-		}
-		defer release()
+	if ended(t) {
+		return s.taskCallResult(t), nil
 	}
+	op, _ := s.callerOperator(ctx, ss)
+	release, err := s.holdLong(ctx, op, "tasks/result")
+	if err != nil {
+		return nil, &jsonrpc.Error{Code: codeOverLimit, Message: err.Error()}
+	}
+	defer release()
 	sub := s.sys.Subscribe(64)
 	defer sub.Close()
-	for !ended(t) {
+	asker := s.newTaskAsker(ctx, ss, op, t.TaskID)
+	defer asker.stop()
+	for {
+		// Read after subscribing: a change since is an event.
+		t, _ = s.sys.Task(p.TaskID)
+		if ended(t) {
+			break
+		}
+		if asker != nil {
+			_, open := s.taskStatus(t, op)
+			asker.ask(open)
+		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -358,7 +373,6 @@ func (s *Server) taskResult(ctx context.Context, ss *mcp.ServerSession, p *taskI
 			}
 		case <-time.After(5 * time.Second): // events may be dropped
 		}
-		t, _ = s.sys.Task(p.TaskID)
 	}
 	return s.taskCallResult(t), nil
 }

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -73,5 +74,46 @@ func TestInteropTasks(t *testing.T) {
 	}
 	if after.Status != "completed" || !strings.Contains(after.Result, scripted.TaskSummary) || after.Related["taskId"] != got.Completed {
 		t.Errorf("after the restart: %+v; want completed with the summary, related to %s", after, got.Completed)
+	}
+}
+
+// TestInteropTasksInputRequired: the TypeScript SDK's tasks client follows
+// a task-augmented add_task to input_required (alice asks the operator)
+// and then, as SEP-1686 asks, calls tasks/result: mas-mcp sends alice's
+// question on that call as an elicitation request tagged with the task,
+// the client's elicitation handler answers it, alice reads the answer and
+// the task runs to its end, which tasks/result answers.
+func TestInteropTasksInputRequired(t *testing.T) {
+	in := needInterop(t)
+	team, llm := fakeTeam(t)
+	env := cleanEnv(append(llmEnv(llm.BaseURL()), "MAS_DATA_DIR="+t.TempDir())...)
+	srv := in.startHTTP(t, env)
+
+	run := in.runNode(t, in.node, env, "tasks.mjs", "ask", srv.base+"/mcp", interopAnswer)
+	if run.err != nil {
+		t.Fatalf("tasks.mjs ask: %v\n%s", run.err, lastLines(run.stderr, 30))
+	}
+	var got struct {
+		Task, Result string
+		IsError      bool `json:"is_error"`
+		Statuses     []string
+		Asked        []struct{ Message, Related string }
+	}
+	line := strings.TrimSpace(lastLines(run.stdout, 1))
+	if err := json.Unmarshal([]byte(line), &got); err != nil {
+		t.Fatalf("tasks.mjs output %q: %v", run.stdout, err)
+	}
+	t.Logf("tasks.mjs ask in %s: %s", run.took.Round(time.Millisecond), line)
+	if len(got.Statuses) == 0 || got.Statuses[len(got.Statuses)-1] != "input_required" {
+		t.Errorf("statuses %v: want the stream to reach input_required (then tasks/result)", got.Statuses)
+	}
+	if len(got.Asked) != 1 || got.Asked[0].Message != scripted.OperatorQuestion || got.Asked[0].Related != got.Task {
+		t.Errorf("elicitations %+v: want alice's question once, related to task %s", got.Asked, got.Task)
+	}
+	if got.IsError || !strings.Contains(got.Result, scripted.TaskSummary) {
+		t.Errorf("tasks/result %q (isError %v): want the completed task's summary %q", got.Result, got.IsError, scripted.TaskSummary)
+	}
+	if answers := team.OperatorAnswers(); !slices.ContainsFunc(answers, func(s string) bool { return strings.Contains(s, interopAnswer) }) {
+		t.Errorf("alice read %q, want the answer given by elicitation %q", answers, interopAnswer)
 	}
 }
