@@ -42,6 +42,11 @@ const (
 	holdDaily = "daily"
 )
 
+// HeldForDaily is TaskBudget.HeldFor of a task held for its operator's
+// daily budget: it waits on the operator's one daily question
+// (DailyQuestion), which may be asked in another of their tasks.
+const HeldForDaily = holdDaily
+
 // BudgetConfig sets the MAS's budgets. Zero values mean no limit.
 type BudgetConfig struct {
 	// TaskTokens is a new task's token budget (the total tokens of all its
@@ -210,6 +215,45 @@ type budgetQuestions struct {
 	// question however many tasks reach it, or are added past it.
 	daily  sync.Mutex
 	asking map[string]string // operator -> task of its daily question; guarded by daily
+	// asked maps each task whose budget question is being asked to the
+	// question's message ID; guarded by mu.
+	asked map[string]string
+}
+
+// setAsked records the message of the task's budget question.
+func (q *budgetQuestions) setAsked(taskID, messageID string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.asked == nil {
+		q.asked = map[string]string{}
+	}
+	q.asked[taskID] = messageID
+}
+
+// forgetAsked forgets the task's budget question messageID, unless a
+// question asked since (askBudget asks anew) took its place.
+func (q *budgetQuestions) forgetAsked(taskID, messageID string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.asked[taskID] == messageID {
+		delete(q.asked, taskID)
+	}
+}
+
+// DailyQuestion returns the question that asks the operator op about
+// their daily budget, while it is asked: the task it is asked in and its
+// message ID. Every task the daily budget holds waits on its answer.
+func (s *System) DailyQuestion(op string) (taskID, messageID string, ok bool) {
+	s.budgets.daily.Lock()
+	taskID = s.budgets.asking[op]
+	s.budgets.daily.Unlock()
+	if taskID == "" {
+		return "", "", false
+	}
+	s.budgets.mu.Lock()
+	messageID = s.budgets.asked[taskID]
+	s.budgets.mu.Unlock()
+	return taskID, messageID, messageID != ""
 }
 
 func (q *budgetQuestions) set(taskID string, cancel context.CancelFunc) {
@@ -650,7 +694,13 @@ func (s *System) budgetQuestion(ctx context.Context, t *task) {
 		// The question does not time out: the hold waits for its answer
 		// however long the operator is away. It ends with the answer, the
 		// hold's release (set_budget) or the task's end (ctx).
-		ans, err := s.Ask(ctx, OperatorQuestion{TaskID: st.TaskID, StageID: NoRelative, AgentID: st.TaskManager, Question: q, Timeout: NoQuestionTimeout})
+		var asked string
+		posted := withPosted(ctx, func(messageID string) {
+			asked = messageID
+			s.budgets.setAsked(st.TaskID, messageID)
+		})
+		ans, err := s.Ask(posted, OperatorQuestion{TaskID: st.TaskID, StageID: NoRelative, AgentID: st.TaskManager, Question: q, Timeout: NoQuestionTimeout})
+		s.budgets.forgetAsked(st.TaskID, asked)
 		if err != nil {
 			return
 		}

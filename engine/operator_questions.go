@@ -26,10 +26,22 @@ func WithQuestionForm(ctx context.Context, f QuestionForm) context.Context {
 	return context.WithValue(ctx, questionFormKey{}, f)
 }
 
+type postedKey struct{}
+
+// withPosted returns ctx carrying f, which Ask calls with its question's
+// message ID before posting it (the budget's questions keep theirs).
+func withPosted(ctx context.Context, f func(messageID string)) context.Context {
+	return context.WithValue(ctx, postedKey{}, f)
+}
+
 // noteQuestion records the form ctx carries (if any) for the question
-// messageID until the returned func is called: Ask calls it before posting
-// the question, so a reader who sees the question sees its form too.
+// messageID until the returned func is called, and hands messageID to
+// withPosted's func (if any): Ask calls it before posting the question, so
+// a reader who sees the question sees its form too.
 func (s *System) noteQuestion(ctx context.Context, messageID string) (forget func()) {
+	if posted, ok := ctx.Value(postedKey{}).(func(string)); ok {
+		posted(messageID)
+	}
 	f, ok := ctx.Value(questionFormKey{}).(QuestionForm)
 	if !ok {
 		return func() {}

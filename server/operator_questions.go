@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -50,6 +51,31 @@ func (s *Server) openQuestions(op, taskID string) []engine.InboxEntry {
 		}
 	}
 	return out
+}
+
+// taskQuestions returns op's questions awaiting a reply of the task t, as
+// get_inbox orders them: those asked in it and, while op's daily budget
+// holds it, the daily budget question, which may be asked in another of
+// op's tasks (every task the hold pauses waits on that one answer).
+func (s *Server) taskQuestions(op string, t engine.TaskState) []engine.InboxEntry {
+	daily := s.dailyQuestionOf(op, t)
+	var out []engine.InboxEntry
+	for _, e := range s.openQuestions(op, "") {
+		if e.TaskID == t.TaskID || (daily != "" && e.MessageID == daily) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// dailyQuestionOf is the message ID of the question about op's daily
+// budget while that budget holds the task t ("": it does not).
+func (s *Server) dailyQuestionOf(op string, t engine.TaskState) string {
+	if t.Budget.HeldFor != engine.HeldForDaily || cmp.Or(t.Operator, s.sys.OperatorID()) != op {
+		return ""
+	}
+	_, id, _ := s.sys.DailyQuestion(op)
+	return id
 }
 
 // moreInputsMeta is the _meta key of a result whose inputRequests were
@@ -119,18 +145,26 @@ func (s *Server) answerQuestions(op, taskID string, responses mcp.InputResponseM
 }
 
 // answerQuestion answers op's question messageID (of the task taskID, ""
-// any) with an elicitation's result: an approval or a form through
-// AnswerApproval, a plain question with a reply to its sender. A result
-// whose action is cancel (the form was dismissed) leaves the question
-// open.
+// any: asked in it, or the daily budget question that holds it,
+// taskQuestions) with an elicitation's result: an approval or a form
+// through AnswerApproval, a plain question with a reply to its sender. A
+// result whose action is cancel (the form was dismissed) leaves the
+// question open.
 func (s *Server) answerQuestion(op, taskID, messageID string, r *mcp.ElicitResult) error {
 	in, err := s.sys.Inbox(op)
 	if err != nil {
 		return err
 	}
+	ofTask := func(e engine.InboxEntry) bool {
+		if taskID == "" || e.TaskID == taskID {
+			return true
+		}
+		t, ok := s.sys.Task(taskID)
+		return ok && s.dailyQuestionOf(op, t) == e.MessageID
+	}
 	var q *engine.InboxEntry
 	for i := range in {
-		if in[i].MessageID == messageID && (taskID == "" || in[i].TaskID == taskID) {
+		if in[i].MessageID == messageID && ofTask(in[i]) {
 			q = &in[i]
 			break
 		}

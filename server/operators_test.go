@@ -65,7 +65,14 @@ func newOperatorsWith(t *testing.T, version string, adjust func(*server.Config))
 // operators, ann and bea, each bound to its bearer token.
 func newTwoOperatorEnv(t *testing.T) (e *env, ann, bea, url string) {
 	t.Helper()
-	e = newEnvWith(t, envOptions{Config: func(c *server.Config) {
+	return newTwoOperatorEnvWith(t, nil)
+}
+
+// newTwoOperatorEnvWith is newTwoOperatorEnv with stack adjusting the
+// stack's options (nil: none).
+func newTwoOperatorEnvWith(t *testing.T, stack func(*teststack.Options)) (e *env, ann, bea, url string) {
+	t.Helper()
+	e = newEnvWith(t, envOptions{Stack: stack, Config: func(c *server.Config) {
 		var err error
 		if ann, err = c.System.AddOperator("ann"); err != nil {
 			t.Fatal(err)

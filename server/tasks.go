@@ -271,8 +271,10 @@ func (s *Server) mcpTaskOf(t engine.TaskState, viewer string) mcpTask {
 // with viewer's questions of the task that await an answer. The status is
 // the viewer's: input_required while an agent of the task waits on a
 // question to viewer (which only the operators among a message's sender
-// and receivers see: engine.MessageVisible), working otherwise — also
-// while it waits on another operator's, which the status must not reveal.
+// and receivers see: engine.MessageVisible) or while viewer's daily
+// budget holds it (its question may be asked in another task:
+// taskQuestions), working otherwise — also while it waits on another
+// operator's, which the status must not reveal.
 func (s *Server) taskStatus(t engine.TaskState, viewer string) (_ mcpTask, open []engine.InboxEntry) {
 	out := mcpTask{TaskID: t.TaskID, PollInterval: taskPollMS, CreatedAt: t.CreatedAt.UTC().Format(time.RFC3339Nano),
 		LastUpdatedAt: t.CreatedAt.UTC().Format(time.RFC3339Nano)}
@@ -280,7 +282,7 @@ func (s *Server) taskStatus(t engine.TaskState, viewer string) (_ mcpTask, open 
 		out.LastUpdatedAt = t.UpdatedAt.UTC().Format(time.RFC3339Nano)
 	}
 	if !ended(t) {
-		open = s.openQuestions(viewer, t.TaskID)
+		open = s.taskQuestions(viewer, t)
 	}
 	switch {
 	case t.ExecutionState == engine.StateFinished:
@@ -290,7 +292,7 @@ func (s *Server) taskStatus(t engine.TaskState, viewer string) (_ mcpTask, open 
 	case t.ExecutionState == engine.StateFailed:
 		out.Status, out.StatusMessage = taskFailed, t.TaskSummary
 	case len(open) > 0:
-		out.Status, out.StatusMessage = taskInputRequired, awaitingMessage(len(open))+" (get_inbox)"
+		out.Status, out.StatusMessage = taskInputRequired, awaitingMessage(len(open))+" (get_inbox)"+pausedNote(t)
 	default:
 		out.Status, out.StatusMessage = taskWorking, pausedMessage(t)
 	}
@@ -317,6 +319,15 @@ func pausedMessage(t engine.TaskState) string {
 		return "paused: its step gave up waiting for the LLM endpoint, which does not answer; it resumes by itself when the endpoint answers again (resume_task resumes it sooner)"
 	}
 	return "paused by an operator (pause_task): no new step starts until resume_task"
+}
+
+// pausedNote says, after an input_required status message, why the task
+// is paused too ("": it is not).
+func pausedNote(t engine.TaskState) string {
+	if m := pausedMessage(t); m != "" {
+		return "; the task is " + m
+	}
+	return ""
 }
 
 // awaitingMessage is the status message of a task with n questions

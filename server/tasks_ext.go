@@ -183,6 +183,7 @@ func (s *Server) extTaskOf(t engine.TaskState, op string) *extTask {
 		if out.InputRequests, out.more = s.inputRequests(open); out.more > 0 {
 			out.StatusMessage += fmt.Sprintf(": %d in inputRequests, %d more once these are answered", len(out.InputRequests), out.more)
 		}
+		out.StatusMessage += pausedNote(t)
 	}
 	return out
 }

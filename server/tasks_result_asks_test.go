@@ -49,18 +49,21 @@ type taskResultCall struct {
 	done chan struct{}
 }
 
-// startTaskResult calls tasks/result of taskID on a goroutine; the call is
-// cancelled (and waited for) at the test's end.
-func startTaskResult(t *testing.T, cs *mcp.ClientSession, taskID string) *taskResultCall {
+// startTaskResult calls tasks/result of taskID on a goroutine. At the
+// test's end the call is cancelled and waited for, and the server closed:
+// the client's cancellation may be lost as its session closes, and the
+// session's DELETE would wait for the call the server still serves.
+func (e *env) startTaskResult(cs *mcp.ClientSession, taskID string) *taskResultCall {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &taskResultCall{done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
 		c.res, c.err = mcp.CallCustomMethod[*sepTaskParams, *mcp.CallToolResult](ctx, cs, "tasks/result", &sepTaskParams{TaskID: taskID})
 	}()
-	t.Cleanup(func() {
+	e.t.Cleanup(func() {
 		cancel()
 		<-c.done
+		_ = e.srv.Close()
 	})
 	return c
 }
@@ -95,7 +98,7 @@ func TestTasksResultAsksTheCallerTheTasksQuestions(t *testing.T) {
 	if err != nil || got.Status != "input_required" {
 		t.Fatalf("tasks/get: %+v, %v; want input_required (alice waits on the operator)", got, err)
 	}
-	call := startTaskResult(t, cs, f.TaskID)
+	call := e.startTaskResult(cs, f.TaskID)
 
 	// Generous guards for a hang: the question is open now, and the task
 	// runs to its end once it is answered.
@@ -150,7 +153,7 @@ func TestTasksResultWithdrawsAQuestionAnsweredElsewhere(t *testing.T) {
 		withdrawn <- struct{}{}
 		return nil, ctx.Err()
 	})
-	call := startTaskResult(t, cs, f.TaskID)
+	call := e.startTaskResult(cs, f.TaskID)
 	guard := time.NewTimer(20 * time.Second)
 	defer guard.Stop()
 	select {
