@@ -165,6 +165,21 @@ func (s *System) showAsking(ctx context.Context, q *OperatorQuestion, messageID 
 // this process waited for their answers).
 func confirmWaitID(messageID string) string { return derivedID(messageID, "confirm") }
 
+// askAnswers reports, of the image's messages, those that answer an
+// AskOperator question: their return_waiting_id is the question's
+// confirmWaitID (an answer stored by an older mas-mcp may lack reply_to).
+// The asker never takes them as messages (answered), so a restart must
+// not deliver them to it as new ones.
+func askAnswers(img *Image) func(Message) bool {
+	waits := map[string]bool{}
+	for _, m := range img.Messages {
+		if w := confirmWaitID(m.MessageID); slices.Contains(m.Waiting, w) {
+			waits[w] = true
+		}
+	}
+	return func(m Message) bool { return m.ReturnWaitingID != "" && waits[m.ReturnWaitingID] }
+}
+
 // answered hands a reply to the AskOperator call waiting on its waiting ID,
 // and reports whether there was one.
 func (s *System) answered(m Message) bool {

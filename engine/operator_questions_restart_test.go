@@ -242,3 +242,44 @@ func TestApprovalIsUsedOnlyOnceItsWaitIsCleared(t *testing.T) {
 			called.Load(), st.ExecutionState, errText)
 	}
 }
+
+// TestAnsweredApprovalIsNotRedeliveredAfterARestart: the operator answers
+// an approval question (System.Ask); the answer goes to the waiting call,
+// not to the asking agent's steps. A restart after that does not hand it
+// to the asker as a new message: no process_message step (an LLM call) of
+// an answer its call took already, after this restart or the next.
+func TestAnsweredApprovalIsNotRedeliveredAfterARestart(t *testing.T) {
+	st := NewMemoryStore()
+	var cfg Config
+	b := newTestbed(t, func(c *Config) { c.Store = st; cfg = *c })
+	op := b.op()
+	q, done := askApproval(t, b)
+	alice := q.SenderID
+	if err := b.sys.AnswerApproval(op, q.MessageID, Decision{Approve: true, Note: "go ahead"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-done; got.Decision == nil || !got.Decision.Approve {
+		t.Fatalf("the asking call got %+v, want the approval", got)
+	}
+	b.settle()
+	answerSteps := func(b *testbed) []StepState {
+		return b.steps(alice, func(s StepState) bool {
+			return s.Executor == SkillProcessMessage && strings.Contains(fmt.Sprint(s.TextContent, s.StepIntention), "go ahead")
+		})
+	}
+	if n := len(answerSteps(b)); n != 0 {
+		t.Fatalf("setup: alice has %d process_message steps of the answer before the restart, want none", n)
+	}
+	img := b.crashImage(st)
+	for restart := 1; restart <= 2; restart++ {
+		st = NewMemoryStore()
+		cfg.Store = st
+		b = startFrom(t, cfg, img, b.sc)
+		b.settle()
+		for _, s := range answerSteps(b) {
+			t.Errorf("restart %d: alice has a process_message step (%s) of the operator's answer to her approval question, which her call took before the crash: %q",
+				restart, s.ExecutionState, s.TextContent)
+		}
+		img = b.crashImage(st)
+	}
+}

@@ -28,7 +28,8 @@ type Rerunner interface {
 //     if it runs again, does not wait for that reply anew; an operator
 //     who waited is sent the notice of it if the store lacks it;
 //   - messages a receiver has not taken yet are delivered again (receivers
-//     take each message once, by its ID);
+//     take each message once, by its ID), but for the answers to
+//     AskOperator questions, which went to the waiting calls (askAnswers);
 //   - instructions and notices a task's stored state implies, lost by a
 //     crash between the task's write and theirs, are sent again, and the
 //     waits in an ended task released; no step of an ended task runs
@@ -171,7 +172,14 @@ func (s *System) StartFrom(img *Image) error {
 	}
 	taken := map[string]func(Message) bool{}
 	redelivered := 0
+	asks := askAnswers(img)
 	for _, m := range img.Messages {
+		if asks(m) {
+			// An answer to an AskOperator question went to the waiting
+			// call (answered), never to the asker's steps; only the dead
+			// process waited for it.
+			continue
+		}
 		for _, r := range m.Receiver {
 			a, ok := s.agent(r)
 			if !ok {
