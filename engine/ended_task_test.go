@@ -8,6 +8,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,23 +16,53 @@ import (
 	"time"
 )
 
-// heldFinishStore is a MemoryStore whose write of a finish_task
-// instruction to an agent waits until release is closed (a slow store;
-// fake time inside a synctest bubble).
-type heldFinishStore struct {
+// heldStore is a MemoryStore whose write of a message hold matches (an
+// instruction) waits until release is closed (a slow store; fake time
+// inside a synctest bubble).
+type heldStore struct {
 	*MemoryStore
+	hold    func(*Message) bool
 	release <-chan struct{}
 	limit   time.Duration
 }
 
-func (h *heldFinishStore) PutMessage(ctx context.Context, m *Message) error {
-	if m.Instruction != nil && m.Instruction.FinishTask != nil {
+func (h *heldStore) PutMessage(ctx context.Context, m *Message) error {
+	if h.hold(m) {
 		select {
 		case <-h.release:
 		case <-time.After(h.limit):
 		}
 	}
 	return h.MemoryStore.PutMessage(ctx, m)
+}
+
+// runsOf scripts the steps whose texts are given to record, when in
+// matches them, that they ran (closing ran at the first) and to run until
+// cancelled; calls returns what was recorded. The restarted MAS runs the
+// same executors (Config.Skills): the script's handlers are replaced.
+func runsOf(sc *script, in func(*StepState) bool, texts ...string) (ran <-chan struct{}, calls func() []string) {
+	started := make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	var got []string
+	record := func(ctx context.Context, x *ExecInput) *Output {
+		if in(&x.Step) {
+			mu.Lock()
+			got = append(got, x.Step.Executor+":"+x.Step.TextContent)
+			mu.Unlock()
+			once.Do(func() { close(started) })
+			<-ctx.Done()
+		}
+		return &Output{}
+	}
+	for _, text := range texts {
+		sc.onText(text, record)
+	}
+	return started, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
 }
 
 // kill -9 right after cancel_task: the task's document says it failed,
@@ -49,10 +80,7 @@ func TestNoStepOfACancelledTaskRunsAfterARestart(t *testing.T) {
 		b, store, cfg := frozenBed(t, nil)
 		alice := b.newAgent("alice")
 		task := b.newTask("to cancel", alice)
-		b.sc.onText("long work", func(ctx context.Context, _ *ExecInput) *Output {
-			<-ctx.Done()
-			return &Output{}
-		})
+		longWork(b)
 		b.inject(alice, task, NoRelative, false, spec(SkillThink, "long work"), spec(SkillThink, "more work"))
 		synctest.Wait()
 		if id, run := b.sys.mustAgent(t, alice).runningStep(); id == "" || run != task {
@@ -77,40 +105,30 @@ func TestNoStepOfACancelledTaskRunsAfterARestart(t *testing.T) {
 			t.Fatalf("image: task %q, alice's steps of it %d; want the task failed and her steps still there", imgTask.ExecutionState, queued)
 		}
 
-		ran := make(chan struct{})
-		var once sync.Once
-		// The restarted MAS runs the same executors (Config.Skills): the
-		// script's handlers are replaced.
-		sc := b.sc
-		var mu sync.Mutex
-		var calls []string
-		record := func(ctx context.Context, in *ExecInput) *Output {
-			if in.Step.TaskID == task {
-				mu.Lock()
-				calls = append(calls, in.Step.Executor+":"+in.Step.TextContent)
-				mu.Unlock()
-				once.Do(func() { close(ran) })
-				<-ctx.Done()
-			}
-			return &Output{}
-		}
-		sc.onText("long work", record)
-		sc.onText("more work", record)
-		cfg.Store = &heldFinishStore{MemoryStore: NewMemoryStore(), release: ran, limit: time.Hour}
-		b2 := startFrom(t, cfg, img, sc)
+		ran, calls := runsOf(b.sc, func(s *StepState) bool { return s.TaskID == task }, "long work", "more work")
+		cfg.Store = &heldStore{MemoryStore: NewMemoryStore(), release: ran, limit: time.Hour,
+			hold: func(m *Message) bool { return m.Instruction != nil && m.Instruction.FinishTask != nil }}
+		b2 := startFrom(t, cfg, img, b.sc)
 		synctest.Wait()
 
 		if st := b2.task(task); st.ExecutionState != StateFailed {
 			t.Fatalf("after the restart the task is %q, want failed", st.ExecutionState)
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if len(calls) > 0 {
-			t.Errorf("after the restart, alice ran %v of task %s, which was cancelled before the crash", calls, task)
+		if c := calls(); len(c) > 0 {
+			t.Errorf("after the restart, alice ran %v of task %s, which was cancelled before the crash", c, task)
 		}
 		if left := b2.steps(alice, func(s StepState) bool { return s.TaskID == task }); len(left) != 0 {
 			t.Errorf("alice still has %d steps of the cancelled task", len(left))
 		}
+	})
+}
+
+// longWork scripts the steps whose text is "long work" to run until
+// cancelled.
+func longWork(b *testbed) {
+	b.sc.onText("long work", func(ctx context.Context, _ *ExecInput) *Output {
+		<-ctx.Done()
+		return &Output{}
 	})
 }
 
@@ -346,17 +364,23 @@ func TestAWaitInACancelledTaskEndsAfterARestart(t *testing.T) {
 		if a := b.agent(alice); len(a.StepLock) != 1 {
 			t.Fatalf("alice's step lock %v, want her wait on the operator\n%s", a.StepLock, b.dump())
 		}
-		img := crashAfterCancel(t, b, store, task)
-		for _, a := range img.Agents {
-			if a.AgentID == alice && len(a.StepLock) != 1 {
-				t.Fatalf("image: alice's step lock %v; want her wait still there", a.StepLock)
-			}
-		}
-
-		b2 := restartFrom(t, cfg, img, b.sc)
-		synctest.Wait()
-		if a := b2.agent(alice); len(a.StepLock) != 0 || len(a.Waits) != 0 {
-			t.Errorf("after the restart alice still waits in the cancelled task: step lock %v, waits %+v (working state %q)", a.StepLock, a.Waits, a.WorkingState)
-		}
+		waitEndsAfterRestart(t, cfg, b, crashAfterCancel(t, b, store, task), alice, "the cancelled task")
 	})
+}
+
+// waitEndsAfterRestart checks that alice's one wait is in img, and that
+// the MAS restarted from it leaves her waiting on nothing (in where: the
+// ended task or stage her wait was in).
+func waitEndsAfterRestart(t *testing.T, cfg Config, b *testbed, img *Image, alice, where string) {
+	t.Helper()
+	for _, a := range img.Agents {
+		if a.AgentID == alice && len(a.StepLock) != 1 {
+			t.Fatalf("image: alice's step lock %v; want her wait still there", a.StepLock)
+		}
+	}
+	b2 := restartFrom(t, cfg, img, b.sc)
+	synctest.Wait()
+	if a := b2.agent(alice); len(a.StepLock) != 0 || len(a.Waits) != 0 {
+		t.Errorf("after the restart alice still waits in %s: step lock %v, waits %+v (working state %q)", where, a.StepLock, a.Waits, a.WorkingState)
+	}
 }

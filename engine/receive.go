@@ -252,14 +252,24 @@ func (a *agent) dropTaskLocked(id string) {
 // and stay in the record. a.mu must be held.
 func (a *agent) endingStepLocked(ref StageRef) func(*StepState) bool {
 	none := func(*StepState) bool { return false }
-	if ref.EndedBy == "" || a.running != ref.EndedBy {
+	if ref.EndedBy == "" {
 		return none
 	}
-	run := a.stepLocked(a.running)
+	run := a.stepLocked(ref.EndedBy)
 	if run == nil {
 		return none
 	}
 	since := run.StartedAt
+	if a.running != ref.EndedBy {
+		if run.ExecutionState != StateInit || !run.StartedAt.IsZero() {
+			return none
+		}
+		// A restore, before the loops run (StartFrom): the step that
+		// ended the stage was found running and runs again
+		// (recoverStepsLocked). It stays, and so do the steps queued
+		// since it was made.
+		since = run.CreatedAt
+	}
 	return func(s *StepState) bool {
 		return s.StepID == ref.EndedBy || (s.ExecutionState == StateInit && !s.CreatedAt.Before(since))
 	}

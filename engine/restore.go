@@ -33,7 +33,9 @@ type Rerunner interface {
 //   - instructions and notices a task's stored state implies, lost by a
 //     crash between the task's write and theirs, are sent again, and the
 //     waits in an ended task released; no step of an ended task runs
-//     meanwhile (popLocked), nor is a message of it taken (receive);
+//     meanwhile (popLocked), nor is a message of it taken (receive); an
+//     ended stage's finish_stage instructions go before any loop runs,
+//     and the waits in it are released then (stageEnded's release);
 //   - the tasks' conversations are rebuilt from the stored messages;
 //   - an operator's questions of a stage that ended no longer await a
 //     reply (stageEnded expires them; a crash may have come before);
@@ -157,11 +159,8 @@ func (s *System) StartFrom(img *Image) error {
 		a.rejoinWaits()
 	}
 	s.releaseLostReplies(restored, stored)
-	if err := s.runLoops(restored); err != nil {
-		return fmt.Errorf("engine: restore: %w", err)
-	}
 
-	// Messages some receiver has not taken: deliver them to it now. Each
+	// Messages some receiver has not taken: deliver them to it. Each
 	// message's position and each agent's received set are looked up, not
 	// searched: the restore is linear in the messages.
 	pos := make(map[string]int, len(img.Messages))
@@ -173,44 +172,60 @@ func (s *System) StartFrom(img *Image) error {
 	taken := map[string]func(Message) bool{}
 	redelivered := 0
 	asks := askAnswers(img)
-	for _, m := range img.Messages {
-		if asks(m) {
-			// An answer to an AskOperator question went to the waiting
-			// call (answered), never to the asker's steps; only the dead
-			// process waited for it.
-			continue
-		}
-		for _, r := range m.Receiver {
-			a, ok := s.agent(r)
-			if !ok {
+	redeliver := func(only func(Message) bool) {
+		for _, m := range img.Messages {
+			if !only(m) || asks(m) {
+				// An answer to an AskOperator question went to the
+				// waiting call (answered), never to the asker's steps;
+				// only the dead process waited for it.
 				continue
 			}
-			took, ok := taken[r]
-			if !ok {
-				took = a.takenBefore(pos)
-				taken[r] = took
-			}
-			if took(m) {
-				continue
-			}
-			if a.receive(m) {
-				redelivered++
-			}
-		}
-	}
-	// Instructions and notices a stored task implies but the store lacks:
-	// a crash came between the task's write and theirs. Delivered now,
-	// with the IDs they had, they are taken once.
-	var missing []Message
-	for _, ts := range img.Tasks {
-		if t, ok := s.task(ts.TaskID); ok {
-			for _, m := range t.implied() {
-				if !stored[m.MessageID] {
-					missing = append(missing, m)
+			for _, r := range m.Receiver {
+				a, ok := s.agent(r)
+				if !ok {
+					continue
+				}
+				took, ok := taken[r]
+				if !ok {
+					took = a.takenBefore(pos)
+					taken[r] = took
+				}
+				if took(m) {
+					continue
+				}
+				if a.receive(m) {
+					redelivered++
 				}
 			}
 		}
 	}
+	// Instructions and notices a stored task implies but the store lacks:
+	// a crash came between the task's write and theirs. Delivered with
+	// the IDs they had, they are taken once.
+	var implied []Message
+	for _, ts := range img.Tasks {
+		if t, ok := s.task(ts.TaskID); ok {
+			for _, m := range t.implied() {
+				if !stored[m.MessageID] {
+					implied = append(implied, m)
+				}
+			}
+		}
+	}
+	// The ends of stages first, before any loop runs: a crash between the
+	// write of a stage's end and its agents' kept their steps of it and
+	// their waits in it. Their finish_stage instructions (stored or not)
+	// drop the steps, as they did before the crash, and the waits are
+	// released, as the stage's end released them (stageEnded): no step of
+	// an ended stage runs after a restart, and nobody waits in one.
+	redeliver(isFinishStage)
+	early, missing := splitFunc(implied, isFinishStage)
+	s.deliver(early...)
+	s.releaseWaits(func(w Wait) bool { return endedStages[[2]string{w.TaskID, w.StageID}] })
+	if err := s.runLoops(restored); err != nil {
+		return fmt.Errorf("engine: restore: %w", err)
+	}
+	redeliver(func(m Message) bool { return !isFinishStage(m) })
 	s.deliver(missing...)
 	// Waits in ended tasks that a crash kept (it came before the waiters'
 	// documents were written without them): released as the task's end
@@ -220,8 +235,25 @@ func (s *System) StartFrom(img *Image) error {
 	s.resumeReleased()
 	s.rewatchOutage()
 	s.log.Info("mas restored", "tasks", len(img.Tasks), "agents", len(img.Agents),
-		"messages", len(img.Messages), "redelivered", redelivered, "recreated", len(missing), "base_task", s.baseTaskID)
+		"messages", len(img.Messages), "redelivered", redelivered, "recreated", len(implied), "base_task", s.baseTaskID)
 	return nil
+}
+
+// isFinishStage reports whether m is a finish_stage instruction.
+func isFinishStage(m Message) bool {
+	return m.Instruction != nil && m.Instruction.FinishStage != nil
+}
+
+// splitFunc splits ms into those in matches and the others, each in order.
+func splitFunc(ms []Message, in func(Message) bool) (yes, no []Message) {
+	for _, m := range ms {
+		if in(m) {
+			yes = append(yes, m)
+		} else {
+			no = append(no, m)
+		}
+	}
+	return yes, no
 }
 
 // replayReports gives the reports an agent stored with its steps' ends to
