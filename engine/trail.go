@@ -53,8 +53,9 @@ type TrailReader interface {
 
 // TrailEntry is one record of the trail.
 type TrailEntry struct {
-	// Seq is the entry's position, set by the trail (increasing).
-	Seq uint64 `json:"seq"`
+	// Seq is the entry's position, set by the trail (increasing), across
+	// every task: the server does not show it (server/trail_cursors.go).
+	Seq uint64 `json:"seq,omitempty"`
 	// ID, when set, makes the entry idempotent: an entry appended again
 	// with the same ID (a message re-sent after a restart) is kept once.
 	ID      string    `json:"id,omitempty"`

@@ -1,7 +1,10 @@
 package server_test
 
 import (
+	"context"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -114,4 +117,100 @@ func TestPrivateMessageIDsHidden(t *testing.T) {
 	if evs := eventsOf(bea); len(evs) > 0 {
 		t.Errorf("bea's wait_for_updates shows events of ann's private message %s: %v", id, evs)
 	}
+}
+
+// TestTrailNumbersIgnoreOtherOperators: what ann is shown of a trail —
+// the entries' numbers and the cursors — does not depend on what bea's
+// work wrote to the trail meanwhile. Bea writes entries (her own actions
+// in the base task, which ann may not see, and entries of another task)
+// between two of ann's reads: the trail's one counter across every task
+// made the gap between ann's entries tell how many. Ann still pages
+// through every entry of her own, in order, and bea cannot continue from
+// ann's cursor.
+func TestTrailNumbersIgnoreOtherOperators(t *testing.T) {
+	o := newOperators(t, "2025-11-25")
+	sys, tr := o.stack.Sys, o.stack.Trail
+	base := sys.BaseTaskID()
+	ctx := context.Background()
+	action := func(op, mark string) engine.TrailEntry {
+		return engine.TrailEntry{Kind: engine.TrailKindOperatorAction, TaskID: base, AgentID: op, StepID: mark, Skill: "send_message",
+			Action: &engine.TrailAction{Action: "send_message", Input: engine.Body(mark)}}
+	}
+	for _, m := range []string{"ann-1", "ann-2", "ann-3"} {
+		tr.Append(ctx, action(o.ann, m))
+	}
+	uri := "mas://tasks/" + base + "/trail?agent=" + o.ann + "&limit=2"
+	var first server.TrailDocument
+	o.annPeer.read(uri, &first)
+	if len(first.Entries) != 2 || first.NextCursor == "" {
+		t.Fatalf("ann's first page: %d entries, next cursor %q; want 2 and a cursor", len(first.Entries), first.NextCursor)
+	}
+	// Bea works: her own actions in the base task, entries of another task.
+	for i := range 7 {
+		tr.Append(ctx, action(o.bea, fmt.Sprint("bea-", i)))
+		tr.Append(ctx, engine.TrailEntry{Kind: engine.TrailKindMessage, TaskID: "bea-task", AgentID: o.bea, StepID: fmt.Sprint("bea-task-", i)})
+	}
+	for _, m := range []string{"ann-4", "ann-5"} {
+		tr.Append(ctx, action(o.ann, m))
+	}
+	var second server.TrailDocument
+	o.annPeer.read(first.NextURI, &second)
+	if len(second.Entries) != 2 || second.NextCursor == "" {
+		t.Fatalf("ann's second page: %d entries, next cursor %q; want 2 and a cursor", len(second.Entries), second.NextCursor)
+	}
+	var third server.TrailDocument
+	o.annPeer.read(second.NextURI, &third)
+
+	// Every entry of ann's, in order, once.
+	var got []string
+	shown := slices.Concat(first.Entries, second.Entries, third.Entries)
+	for _, x := range shown {
+		got = append(got, x.StepID)
+	}
+	if want := []string{"ann-1", "ann-2", "ann-3", "ann-4", "ann-5"}; !slices.Equal(got, want) {
+		t.Errorf("ann pages through %v, want %v", got, want)
+	}
+	// The numbers shown: the gap between ann-3 and ann-4 (bea wrote 14
+	// entries between them) is the gap between ann-1 and ann-2 (nothing).
+	if len(shown) == 5 {
+		if g12, g34 := shown[1].Seq-shown[0].Seq, shown[3].Seq-shown[2].Seq; g12 != g34 {
+			t.Errorf("ann's entries are numbered %d, %d, %d, %d, %d: the gap after ann-3 (%d, not %d) counts bea's entries",
+				shown[0].Seq, shown[1].Seq, shown[2].Seq, shown[3].Seq, shown[4].Seq, g34, g12)
+		}
+	}
+	// The cursors: none is a number of the trail's (the global position).
+	for _, c := range []string{first.NextCursor, second.NextCursor} {
+		if _, err := strconv.ParseUint(c, 10, 64); err == nil {
+			t.Errorf("ann's cursor %q is the trail's global position", c)
+		}
+		if len(c) != len(first.NextCursor) {
+			t.Errorf("ann's cursors %q and %q differ in length", first.NextCursor, c)
+		}
+	}
+	// Reading the same page again gives the same cursor: bea's work did
+	// not move it.
+	var again server.TrailDocument
+	o.annPeer.read(uri, &again)
+	if again.NextCursor != first.NextCursor {
+		t.Errorf("ann's first page's cursor was %q, is %q after bea's work", first.NextCursor, again.NextCursor)
+	}
+	// A cursor is ann's: bea may read the base task, not with ann's cursor;
+	// a made-up one is refused with the documented error.
+	for _, c := range []struct {
+		p      *peer
+		cursor string
+	}{{o.beaPC, first.NextCursor}, {o.annPeer, "3"}, {o.annPeer, flipLast(first.NextCursor)}} {
+		msg := c.p.callErr("get_trail", map[string]any{"task_id": base, "agent": o.ann, "cursor": c.cursor})
+		if !strings.Contains(msg, "is not a cursor this trail returned") {
+			t.Errorf("get_trail with cursor %q: %q, want the bad cursor's error", c.cursor, msg)
+		}
+	}
+}
+
+// flipLast changes a cursor's last character.
+func flipLast(c string) string {
+	if strings.HasSuffix(c, "A") {
+		return c[:len(c)-1] + "B"
+	}
+	return c[:len(c)-1] + "A"
 }

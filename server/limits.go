@@ -120,10 +120,10 @@ const (
 // MinNameBytes is the least Limits.NameBytes may be: the longest name the
 // server itself gives out for clients to send back, a trail page's
 // next_uri with every filter (trailNextURI: task, agent and step IDs of 36
-// bytes, the longest kind, a full page, a cursor of 20 digits). URIs are
-// bounded as names (boundRequests): below it the server would refuse its
-// own URIs, and its IDs (36 bytes) below that.
-const MinNameBytes = 198
+// bytes, the longest kind, a full page, a sealed cursor of 22 bytes:
+// trailCursors). URIs are bounded as names (boundRequests): below it the
+// server would refuse its own URIs, and its IDs (36 bytes) below that.
+const MinNameBytes = 200
 
 // check fills in defaults and refuses negative values, and a NameBytes
 // below MinNameBytes.

@@ -46,8 +46,15 @@ func TestBindThrottleBounded(t *testing.T) {
 func TestNameBytesFitsTheServersURIs(t *testing.T) {
 	id := "00000000-0000-0000-0000-000000000000" // every ID the engine makes is a UUID
 	kind := slices.MaxFunc(engine.TrailKinds, func(a, b string) int { return cmp.Compare(len(a), len(b)) })
-	longest := trailNextURI(engine.TrailQuery{TaskID: id, AgentID: id, StepID: id, Kind: kind, Limit: math.MaxInt},
-		engine.TrailCursor(math.MaxUint64))
+	tc, err := newTrailCursors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cursor, err := tc.seal(engine.TrailCursor(math.MaxUint64), id, id) // the cursors the server gives out (trail_cursors.go)
+	if err != nil {
+		t.Fatal(err)
+	}
+	longest := trailNextURI(engine.TrailQuery{TaskID: id, AgentID: id, StepID: id, Kind: kind, Limit: math.MaxInt}, cursor)
 	if len(longest) != MinNameBytes {
 		t.Errorf("the longest URI the server gives out, %s, is %d bytes; MinNameBytes is %d", longest, len(longest), MinNameBytes)
 	}

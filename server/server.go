@@ -68,8 +68,9 @@ type Server struct {
 	eventCaps, sseCaps *streamCaps
 	longCaps           *streamCaps // long-lived requests: listen streams, long polls, tasks/result waits
 	subs               sessionSubs
-	listCursors        *listCursors // resources/list cursors (visibility.go)
-	lists              *listViews   // which sessions a resources/list_changed is for (listviews.go)
+	listCursors        *listCursors  // resources/list cursors (visibility.go)
+	trailCursors       *trailCursors // the trail's cursors (trail_cursors.go)
+	lists              *listViews    // which sessions a resources/list_changed is for (listviews.go)
 	quota              *taskQuota
 	asks               sessionAsks // questions being put to sessions (tasks_ask.go)
 
@@ -139,6 +140,9 @@ func New(cfg Config) (*Server, error) {
 	s.subs.max = l.SubscriptionsPerSession
 	var err error
 	if s.listCursors, err = newListCursors(); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	if s.trailCursors, err = newTrailCursors(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.quota = newTaskQuota(l, s.sys)

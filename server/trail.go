@@ -139,15 +139,28 @@ func (s *Server) trailPage(reader string, q engine.TrailQuery) (*TrailDocument, 
 	if err != nil {
 		return nil, err
 	}
+	// Cursors go out sealed and entries without the store's seq: both
+	// count every task's entries (trail_cursors.go).
+	if q.Cursor != "" {
+		if q.Cursor, err = s.trailCursors.open(q.Cursor, reader, q.TaskID); err != nil {
+			return nil, err
+		}
+	}
 	ctx, cancel := s.trailCtx()
 	defer cancel()
 	p, err := r.ReadTrail(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	d := &TrailDocument{TaskID: q.TaskID, Entries: s.visibleEntries(reader, p.Entries), NextCursor: p.NextCursor}
+	d := &TrailDocument{TaskID: q.TaskID, Entries: s.visibleEntries(reader, p.Entries)}
+	for i := range d.Entries {
+		d.Entries[i].Seq = 0
+	}
 	if p.NextCursor != "" {
-		d.NextURI = trailNextURI(q, p.NextCursor)
+		if d.NextCursor, err = s.trailCursors.seal(p.NextCursor, reader, q.TaskID); err != nil {
+			return nil, err
+		}
+		d.NextURI = trailNextURI(q, d.NextCursor)
 	}
 	return d, nil
 }
@@ -217,6 +230,9 @@ func (s *Server) stepRecord(reader, taskID, stepID string) (*StepRecord, error) 
 		if all[i].Message == nil && !slices.ContainsFunc(rec.Entries, func(e engine.TrailEntry) bool { return e.Seq == all[i].Seq }) {
 			stepHidden = true
 		}
+	}
+	for i := range rec.Entries {
+		rec.Entries[i].Seq = 0 // the store's, across tasks (trail_cursors.go)
 	}
 	if a, ok := s.sys.AgentFor(reader, agentID); ok && !stepHidden {
 		for i := range a.AgentStep.StepList {

@@ -240,7 +240,7 @@ func TestTrailVisibility(t *testing.T) {
 	}
 	for _, x := range beaSees {
 		if x.AgentID == o.ann || (x.Message != nil && (x.Message.SenderID == o.ann || slices.Contains(x.Message.Receiver, o.ann))) {
-			t.Errorf("bea sees ann's %s entry %d", x.Kind, x.Seq)
+			t.Errorf("bea sees ann's %s entry (step %s)", x.Kind, x.StepID)
 		}
 	}
 }

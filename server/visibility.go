@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
 	"encoding/base64"
@@ -94,11 +93,7 @@ func (s *Server) filterLists(next mcp.MethodHandler) mcp.MethodHandler {
 type listCursors struct{ aead cipher.AEAD }
 
 func newListCursors() (*listCursors, error) {
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		return nil, err
-	}
-	block, err := aes.NewCipher(key)
+	block, err := newProcessCipher()
 	if err != nil {
 		return nil, err
 	}

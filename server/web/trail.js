@@ -57,7 +57,7 @@ export function stepTrail(taskId, s, rerender) {
     "div",
     { class: "trail", "data-step-id": s.step_id },
     calls.map((e, i) => {
-      const key = `${s.step_id}/${e.seq}`;
+      const key = `${s.step_id}/${i}`; // the server shows no seq (trail_cursors.go)
       if (e.kind === "llm_call") {
         const l = e.llm;
         const head = `LLM call${l.round > 1 ? " (repair round)" : ""} · ${l.model || "default model"} · ${tokens(l.prompt_tokens)} + ${tokens(l.completion_tokens)} tok` +
