@@ -47,7 +47,10 @@ type Trail interface {
 type TrailReader interface {
 	// ReadTrail returns the page of entries after q.Cursor matching q's
 	// filters, with every body's text filled in. Everything appended
-	// before the call is readable by it.
+	// before the call is readable by it. A page's NextCursor is
+	// TrailCursor of its last entry's Seq, and TrailCursor(e.Seq) of any
+	// entry e it returned continues after e (the server ends its pages
+	// at the last entry a reader may see).
 	ReadTrail(ctx context.Context, q TrailQuery) (TrailPage, error)
 }
 

@@ -199,7 +199,7 @@ func TestTrailNumbersIgnoreOtherOperators(t *testing.T) {
 	for _, c := range []struct {
 		p      *peer
 		cursor string
-	}{{o.beaPC, first.NextCursor}, {o.annPeer, "3"}, {o.annPeer, flipLast(first.NextCursor)}} {
+	}{{o.beaPC, first.NextCursor}, {o.annPeer, "3"}, {o.annPeer, flipFirst(first.NextCursor)}, {o.annPeer, first.NextCursor[:len(first.NextCursor)-1] + lastBitsSet(first.NextCursor)}} {
 		msg := c.p.callErr("get_trail", map[string]any{"task_id": base, "agent": o.ann, "cursor": c.cursor})
 		if !strings.Contains(msg, "is not a cursor this trail returned") {
 			t.Errorf("get_trail with cursor %q: %q, want the bad cursor's error", c.cursor, msg)
@@ -207,10 +207,70 @@ func TestTrailNumbersIgnoreOtherOperators(t *testing.T) {
 	}
 }
 
-// flipLast changes a cursor's last character.
-func flipLast(c string) string {
-	if strings.HasSuffix(c, "A") {
-		return c[:len(c)-1] + "B"
+// flipFirst changes a cursor's first character (every bit of it is the
+// cursor's, unlike the last one's).
+func flipFirst(c string) string {
+	if strings.HasPrefix(c, "A") {
+		return "B" + c[1:]
 	}
-	return c[:len(c)-1] + "A"
+	return "A" + c[1:]
+}
+
+// TestTrailPagesIgnoreOtherOperators: a page of the trail holds as many
+// entries as the reader may see, up to the limit, and next_cursor is
+// given only when another one of them follows: a page short by the
+// entries left out, or an empty last page, told how many entries (or that
+// some) of other operators lay in between.
+func TestTrailPagesIgnoreOtherOperators(t *testing.T) {
+	o := newOperators(t, "2025-11-25")
+	sys, tr := o.stack.Sys, o.stack.Trail
+	base := sys.BaseTaskID()
+	ctx := context.Background()
+	action := func(op, mark string) {
+		tr.Append(ctx, engine.TrailEntry{Kind: engine.TrailKindOperatorAction, TaskID: base, AgentID: op, StepID: mark, Skill: "send_message",
+			Action: &engine.TrailAction{Action: "send_message", Input: engine.Body(mark)}})
+	}
+	action(o.ann, "ann-1")
+	action(o.ann, "ann-2")
+	action(o.ann, "ann-3")
+	for i := range 3 {
+		action(o.bea, fmt.Sprint("bea-", i))
+	}
+	action(o.ann, "ann-4")
+	action(o.bea, "bea-last")
+
+	uri := "mas://tasks/" + base + "/trail?kind=" + engine.TrailKindOperatorAction + "&limit=2"
+	var marks, pages []string
+	for range 100 {
+		var doc server.TrailDocument
+		o.annPeer.read(uri, &doc)
+		var page []string
+		for _, x := range doc.Entries {
+			page = append(page, x.StepID)
+			if strings.HasPrefix(x.StepID, "ann-") {
+				marks = append(marks, x.StepID)
+			}
+		}
+		pages = append(pages, fmt.Sprint(page))
+		if doc.NextCursor == "" {
+			if len(doc.Entries) == 0 && len(pages) > 1 {
+				t.Errorf("ann's last page is empty (pages %v): the cursor before it told that entries she may not see follow", pages)
+			}
+			break
+		}
+		if len(doc.Entries) != 2 {
+			t.Errorf("ann's page %d holds %d entries, not the limit 2, and a next cursor (pages %v): it tells how many she may not see", len(pages), len(doc.Entries), pages)
+		}
+		uri = doc.NextURI
+	}
+	if want := []string{"ann-1", "ann-2", "ann-3", "ann-4"}; !slices.Equal(marks, want) {
+		t.Errorf("ann pages through %v (pages %v), want %v", marks, pages, want)
+	}
+}
+
+// lastBitsSet is a cursor's last character with the bits that carry no
+// data set: the same bytes to a lax decoder, not the cursor given.
+func lastBitsSet(c string) string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	return string(alphabet[strings.IndexByte(alphabet, c[len(c)-1])|0xf])
 }

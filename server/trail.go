@@ -146,21 +146,43 @@ func (s *Server) trailPage(reader string, q engine.TrailQuery) (*TrailDocument, 
 			return nil, err
 		}
 	}
-	ctx, cancel := s.trailCtx()
-	defer cancel()
-	p, err := r.ReadTrail(ctx, q)
+	_, limit, err := q.Check()
 	if err != nil {
 		return nil, err
 	}
-	d := &TrailDocument{TaskID: q.TaskID, Entries: s.visibleEntries(reader, p.Entries)}
-	for i := range d.Entries {
-		d.Entries[i].Seq = 0
+	ctx, cancel := s.trailCtx()
+	defer cancel()
+	// The page is filled with entries reader may see, and continues only
+	// when one more follows: a page short by the entries left out, or an
+	// empty last one, would tell how many of others' (or that some) lie
+	// in between. The store is read on, page after page, past them.
+	d := &TrailDocument{TaskID: q.TaskID, Entries: []engine.TrailEntry{}}
+	sq, more := q, false
+	for !more {
+		p, err := r.ReadTrail(ctx, sq)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range s.visibleEntries(reader, p.Entries) {
+			if len(d.Entries) == limit {
+				more = true
+				break
+			}
+			d.Entries = append(d.Entries, e)
+		}
+		if p.NextCursor == "" {
+			break
+		}
+		sq.Cursor = p.NextCursor
 	}
-	if p.NextCursor != "" {
-		if d.NextCursor, err = s.trailCursors.seal(p.NextCursor, reader, q.TaskID); err != nil {
+	if more {
+		if d.NextCursor, err = s.trailCursors.seal(engine.TrailCursor(d.Entries[limit-1].Seq), reader, q.TaskID); err != nil {
 			return nil, err
 		}
 		d.NextURI = trailNextURI(q, d.NextCursor)
+	}
+	for i := range d.Entries {
+		d.Entries[i].Seq = 0
 	}
 	return d, nil
 }

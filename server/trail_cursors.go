@@ -85,7 +85,9 @@ func (c *trailCursors) seal(cursor, reader, task string) (string, error) {
 // open turns a cursor seal gave reader for task back into the store's; any
 // other is refused with the store's error for a bad cursor.
 func (c *trailCursors) open(cursor, reader, task string) (string, error) {
-	b, err := base64.RawURLEncoding.DecodeString(cursor)
+	// Strict: the unused low bits of the last character must be zero, so
+	// a position has one cursor only.
+	b, err := base64.RawURLEncoding.Strict().DecodeString(cursor)
 	if err == nil && len(b) == 16 {
 		c.block.Decrypt(b, b)
 		if subtle.ConstantTimeCompare(b[8:], trailCursorTag(reader, task)) == 1 {
