@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/mas-mcp/mas-mcp/llm"
@@ -118,7 +117,7 @@ func (w *outageWait) next(ctx context.Context, err error) error {
 			w.obs.OutageBegan(w.first, err.Error())
 		}
 	}
-	wait := min(backoff(w.tries), w.window-waited)
+	wait := min(llm.Backoff(w.tries, outageBackoff, outageBackoffMax), w.window-waited)
 	w.c.log.LogAttrs(ctx, slog.LevelInfo, "mcp server unreachable: trying again", slog.Int("attempt", w.tries),
 		slog.Duration("wait", wait), slog.Duration("waited", waited), slog.String("err", err.Error()))
 	if serr := w.p.sleep(ctx, wait); serr != nil {
@@ -143,33 +142,5 @@ func (w *outageWait) end(how llm.OutageEnd) {
 	}
 	if w.obs != nil {
 		w.obs.OutageEnded(how)
-	}
-}
-
-// backoff is the wait before attempt n+1 to reach a server: a second,
-// doubling, capped at 30 s, with "equal jitter" (a draw from the upper
-// half) so that calls waiting together do not hammer the server in
-// lockstep.
-func backoff(n int) time.Duration {
-	d := outageBackoffMax
-	if n >= 1 && n < 16 {
-		d = min(outageBackoff<<(n-1), outageBackoffMax)
-	}
-	half := d / 2
-	return half + rand.N(d-half+1)
-}
-
-// sleepCtx waits for d or until ctx is done, whichever comes first.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }

@@ -82,16 +82,7 @@ func newFlaky(t *testing.T, gateway int) *flakyServer {
 
 // close stops the server and its gateway for good.
 func (f *flakyServer) close() {
-	f.mu.Lock()
-	hs := f.hs
-	f.hs, f.current = nil, nil
-	f.mu.Unlock()
-	if hs != nil {
-		_ = hs.Close()
-	}
-	f.mu.Lock()
-	f.stop()
-	f.mu.Unlock()
+	f.shut(true)
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 }
 
@@ -137,11 +128,15 @@ func (f *flakyServer) stop() {
 
 // down stops the server: its connections drop, and (without a gateway)
 // nothing listens at its address any more.
-func (f *flakyServer) down() {
+func (f *flakyServer) down() { f.shut(false) }
+
+// shut stops the current incarnation and closes what serves it: the
+// gateway too when gatewayToo, else only a server listening without one.
+func (f *flakyServer) shut(gatewayToo bool) {
 	f.mu.Lock()
 	f.current = nil
 	var hs *http.Server
-	if f.gateway == 0 {
+	if gatewayToo || f.gateway == 0 {
 		hs, f.hs = f.hs, nil
 	}
 	f.mu.Unlock()

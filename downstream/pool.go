@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mas-mcp/mas-mcp/internal/telemetry"
+	"github.com/mas-mcp/mas-mcp/llm"
 )
 
 // Pool holds one client session per configured server, shared by every
@@ -74,7 +75,7 @@ func NewPool(cfg *Config, log *slog.Logger) *Pool {
 	if cfg == nil {
 		cfg = &Config{Servers: map[string]ServerConfig{}}
 	}
-	p := &Pool{cfg: cfg, log: log, conns: map[string]*conn{}, sleep: sleepCtx, now: time.Now}
+	p := &Pool{cfg: cfg, log: log, conns: map[string]*conn{}, sleep: llm.Sleep, now: time.Now}
 	for name, sc := range cfg.Servers {
 		p.conns[name] = &conn{name: name, sc: sc, log: log.With("mcp_server", name), scrub: newScrubber(sc), pool: p}
 	}

@@ -108,6 +108,23 @@ func (b *testbed) inboxOf(op, prefix string) []string {
 	return out
 }
 
+// waitingForFiles has alice's tool step of a task wait for the server
+// "files", which cannot be reached, until its operator has been told once
+// that it is down. Inside a synctest bubble.
+func waitingForFiles(t *testing.T) (d *downServers, b *testbed, alice, task, id string) {
+	t.Helper()
+	d = newDownServers("files")
+	b = toolBed(t, d, "files")
+	alice = b.toolAgent("alice", "files")
+	task = b.newTask("t", alice)
+	id = b.toolStep(alice, task, "files", "call")
+	synctest.Wait()
+	if got := b.inboxOf(b.op(), toolDown); len(got) != 1 {
+		t.Fatalf("the operator's down notices: %q; want one\n%s", got, b.dump())
+	}
+	return d, b, alice, task, id
+}
+
 const (
 	toolDown     = "[MCP server unavailable]"
 	toolBack     = "[MCP server available]"
@@ -203,15 +220,7 @@ func TestToolServerOutageShowsWaitingAndTellsOnce(t *testing.T) {
 // once, and not that the server is back.
 func TestToolServerOutageGiveUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := newDownServers("files")
-		b := toolBed(t, d, "files")
-		alice := b.toolAgent("alice", "files")
-		task := b.newTask("t", alice)
-		id := b.toolStep(alice, task, "files", "call")
-		synctest.Wait()
-		if got := b.inboxOf(b.op(), toolDown); len(got) != 1 {
-			t.Fatalf("the operator's down notices: %q; want one\n%s", got, b.dump())
-		}
+		d, b, alice, task, id := waitingForFiles(t)
 		close(d.gaveUp["files"])
 		synctest.Wait()
 		st, _ := b.step(alice, id)
@@ -240,15 +249,7 @@ func TestToolServerOutageGiveUp(t *testing.T) {
 // later call of it succeeds.
 func TestToolServerOutageLeftByCancel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := newDownServers("files")
-		b := toolBed(t, d, "files")
-		alice := b.toolAgent("alice", "files")
-		task := b.newTask("t", alice)
-		id := b.toolStep(alice, task, "files", "call")
-		synctest.Wait()
-		if got := b.inboxOf(b.op(), toolDown); len(got) != 1 {
-			t.Fatalf("the operator's down notices: %q; want one\n%s", got, b.dump())
-		}
+		_, b, alice, task, id := waitingForFiles(t)
 		if err := b.sys.CancelStep(b.op(), alice, id, "no time"); err != nil {
 			t.Fatal(err)
 		}

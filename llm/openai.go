@@ -169,7 +169,7 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 		maxWait:    cmp.Or(cfg.MaxRetryWait, DefaultMaxRetryWait),
 		log:        log,
 		sem:        make(chan struct{}, cmp.Or(cfg.Concurrency, DefaultConcurrency)),
-		sleep:      sleepCtx,
+		sleep:      Sleep,
 		now:        time.Now,
 	}
 	if o.maxRetries < 0 {
@@ -256,7 +256,7 @@ func (o *OpenAI) complete(ctx context.Context, req *Request) (*Response, error) 
 			outage.begin(f.detail)
 		}
 
-		wait := backoff(attempt, o.maxWait)
+		wait := Backoff(attempt, baseBackoff, o.maxWait)
 		if f.hasRetry {
 			wait = min(f.retryAfter, o.maxWait)
 		}

@@ -124,13 +124,18 @@ func durationOf(n float64, unit time.Duration) time.Duration {
 	return time.Duration(1<<63 - 1)
 }
 
-// backoff returns the wait before retry n (1-based): exponential from
-// baseBackoff, capped at limit, with "equal jitter" (a uniform draw from the
-// upper half) so that agents throttled together do not retry in lockstep.
-func backoff(n int, limit time.Duration) time.Duration {
+// Backoff returns the wait before retry n (1-based): exponential from
+// base, capped at limit, with "equal jitter" (a uniform draw from the upper
+// half) so that callers failing together (agents throttled at once, calls
+// waiting for one tool server) do not retry in lockstep.
+func Backoff(n int, base, limit time.Duration) time.Duration {
 	d := limit
-	if n >= 1 && n < 32 {
-		d = min(baseBackoff<<(n-1), limit)
+	if n >= 1 {
+		d = base
+		for i := 1; i < n && d < limit; i++ {
+			d *= 2
+		}
+		d = min(d, limit)
 	}
 	if d <= 0 {
 		return 0
@@ -139,8 +144,8 @@ func backoff(n int, limit time.Duration) time.Duration {
 	return half + rand.N(d-half+1)
 }
 
-// sleepCtx waits for d or until ctx is done, whichever comes first.
-func sleepCtx(ctx context.Context, d time.Duration) error {
+// Sleep waits for d or until ctx is done, whichever comes first.
+func Sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}

@@ -20,7 +20,7 @@ type span struct{ lo, hi time.Duration }
 
 func exactly(d time.Duration) span { return span{d, d} }
 
-// backoffSpan is the range backoff(n, limit) may return.
+// backoffSpan is the range Backoff(n, baseBackoff, limit) may return.
 func backoffSpan(n int, limit time.Duration) span {
 	d := min(baseBackoff<<(n-1), limit)
 	return span{d / 2, d}
@@ -258,7 +258,7 @@ func TestCancelWhileBackingOff(t *testing.T) {
 	o.sleep = func(ctx context.Context, d time.Duration) error {
 		asked = d
 		time.AfterFunc(time.Millisecond, cancel)
-		return sleepCtx(ctx, d)
+		return Sleep(ctx, d)
 	}
 	start := time.Now()
 	resp, err := o.Complete(ctx, userRequest("hi"))
@@ -441,24 +441,24 @@ func TestBackoff(t *testing.T) {
 	}
 	for _, tt := range tests {
 		for range 50 {
-			if d := backoff(tt.n, limit); d < tt.want.lo || d > tt.want.hi {
-				t.Fatalf("backoff(%d) = %v, want within [%v, %v]", tt.n, d, tt.want.lo, tt.want.hi)
+			if d := Backoff(tt.n, baseBackoff, limit); d < tt.want.lo || d > tt.want.hi {
+				t.Fatalf("Backoff(%d) = %v, want within [%v, %v]", tt.n, d, tt.want.lo, tt.want.hi)
 			}
 		}
 	}
 }
 
 func TestSleepCtx(t *testing.T) {
-	if err := sleepCtx(t.Context(), time.Millisecond); err != nil {
-		t.Errorf("sleepCtx: %v", err)
+	if err := Sleep(t.Context(), time.Millisecond); err != nil {
+		t.Errorf("Sleep: %v", err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	start := time.Now()
-	if err := sleepCtx(ctx, time.Hour); !errors.Is(err, context.Canceled) {
-		t.Errorf("sleepCtx on a cancelled context = %v, want context.Canceled", err)
+	if err := Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Errorf("Sleep on a cancelled context = %v, want context.Canceled", err)
 	}
 	if d := time.Since(start); d > time.Second {
-		t.Errorf("sleepCtx on a cancelled context took %v", d)
+		t.Errorf("Sleep on a cancelled context took %v", d)
 	}
 }
