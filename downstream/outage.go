@@ -63,7 +63,6 @@ type outageWatch struct{ obs llm.OutageObserver }
 
 // outageWait is one call's wait for its server (Pool.do).
 type outageWait struct {
-	p      *Pool
 	c      *conn
 	obs    llm.OutageObserver // nil: nobody is told
 	window time.Duration      // <= 0: the call does not wait
@@ -75,7 +74,7 @@ type outageWait struct {
 
 // outageWait returns the wait of a call of c made with ctx.
 func (p *Pool) outageWait(ctx context.Context, c *conn) *outageWait {
-	w := &outageWait{p: p, c: c}
+	w := &outageWait{c: c}
 	if watch, ok := ctx.Value(outageKey{}).(outageWatch); ok {
 		w.obs, w.window = watch.obs, c.sc.outageWindow()
 	}
@@ -99,7 +98,7 @@ func (w *outageWait) next(ctx context.Context, err error) error {
 	case w.window <= 0:
 		return err
 	}
-	now := w.p.now()
+	now := w.c.pool.now()
 	if w.first.IsZero() {
 		w.first = now
 	}
@@ -120,7 +119,7 @@ func (w *outageWait) next(ctx context.Context, err error) error {
 	wait := min(llm.Backoff(w.tries, outageBackoff, outageBackoffMax), w.window-waited)
 	w.c.log.LogAttrs(ctx, slog.LevelInfo, "mcp server unreachable: trying again", slog.Int("attempt", w.tries),
 		slog.Duration("wait", wait), slog.Duration("waited", waited), slog.String("err", err.Error()))
-	if serr := w.p.sleep(ctx, wait); serr != nil {
+	if serr := w.c.pool.sleep(ctx, wait); serr != nil {
 		w.end(llm.OutageLeft)
 		return fmt.Errorf("stopped waiting for mcp server %q: %w (it could not be reached: %v)", w.c.name, serr, err)
 	}
@@ -138,7 +137,7 @@ func (w *outageWait) end(how llm.OutageEnd) {
 	}
 	w.waiting = false
 	if how == llm.OutageRecovered {
-		w.c.log.Info("mcp server reachable again", "waited", w.p.now().Sub(w.first).Round(time.Millisecond))
+		w.c.log.Info("mcp server reachable again", "waited", w.c.pool.now().Sub(w.first).Round(time.Millisecond))
 	}
 	if w.obs != nil {
 		w.obs.OutageEnded(how)

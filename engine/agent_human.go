@@ -214,7 +214,7 @@ func (a *agent) settleQuestionsLocked(answered map[answerKey]bool) {
 	for _, msgs := range a.st.ConversationPool.ConversationPrivates {
 		for i := range msgs {
 			p := &msgs[i]
-			if !p.NeedReply || p.Replied || p.Expired {
+			if !p.awaitsReply() {
 				continue
 			}
 			switch {
@@ -242,7 +242,7 @@ func (a *agent) expireStageLocked(ended func(taskID, stageID string) bool) bool 
 	for peer, msgs := range a.st.ConversationPool.ConversationPrivates {
 		for i := range msgs {
 			p := &msgs[i]
-			if p.SenderID == peer && p.NeedReply && !p.Replied && !p.Expired && p.StageRelative != NoRelative &&
+			if p.SenderID == peer && p.awaitsReply() && p.StageRelative != NoRelative &&
 				p.ReturnWaitingID != confirmWaitID(p.MessageID) && ended(p.TaskID, p.StageRelative) {
 				p.Expired = true
 				expired = true

@@ -123,7 +123,6 @@ func (s *System) createAgent(cfg AgentConfig, origin string) (string, error) {
 	return a.id, nil
 }
 
-// newAgentState is a new agent's state, empty but for who it is.
 // checkAgentTexts refuses an agent whose name, role and profile would
 // take more than a quarter of its document's bound (MaxDocumentBytes):
 // they are never shortened, and the rest is for its persistent memory
@@ -150,6 +149,7 @@ func (s *System) checkAgentTexts(cfg AgentConfig) error {
 		fields[longest].name, fields[longest].size, total, room, s.cfg.MaxDocumentBytes, s.cfg.MaxDocumentBytes>>10)
 }
 
+// newAgentState is a new agent's state, empty but for who it is.
 func (s *System) newAgentState(kind, name, role, profile string, skills, tools []string) AgentState {
 	now := s.now()
 	id := newID()

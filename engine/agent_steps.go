@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"time"
 )
 
 // stepOpts carries what a new step inherits beyond its spec.
@@ -179,16 +180,7 @@ func (a *agent) finishStepLocked(id, state string, result map[string]any, report
 		return nil, false
 	}
 	now := a.sys.now()
-	s.ExecutionState = state
-	s.FinishedAt = now
-	merged := map[string]any{}
-	for k, v := range s.ExecuteResult {
-		merged[k] = v
-	}
-	for k, v := range result {
-		merged[k] = v
-	}
-	s.ExecuteResult, _ = a.sys.clipValue(jsonShaped(merged), a.sys.cfg.MaxTextChars).(map[string]any)
+	a.sys.endStep(s, state, now, result)
 	a.outboxLocked(report, s)
 	a.changedLocked(Event{Kind: EventStepChanged, StepID: id, TaskID: s.TaskID, StageID: s.StageID, Detail: state})
 	if err := a.mu.syncLocked(); err != nil {
@@ -236,16 +228,20 @@ func (a *agent) finishStepLocked(id, state string, result map[string]any, report
 // be held.
 func (a *agent) trailDroppedLocked(step *StepState, state string, result map[string]any, usage Usage) {
 	st := step.clone()
-	st.ExecutionState = state
-	st.FinishedAt = a.sys.now()
-	merged := maps.Clone(st.ExecuteResult)
-	if merged == nil {
-		merged = map[string]any{}
-	}
-	maps.Copy(merged, result)
-	st.ExecuteResult, _ = a.sys.clipValue(jsonShaped(merged), a.sys.cfg.MaxTextChars).(map[string]any)
+	a.sys.endStep(&st, state, a.sys.now(), result)
 	st.Usage.Add(usage)
 	a.sys.trailStep(&st)
+}
+
+// endStep ends s in state at now: result merged over what its result held,
+// clipped to MaxTextChars.
+func (s *System) endStep(st *StepState, state string, now time.Time, result map[string]any) {
+	st.ExecutionState = state
+	st.FinishedAt = now
+	merged := make(map[string]any, len(st.ExecuteResult)+len(result))
+	maps.Copy(merged, st.ExecuteResult)
+	maps.Copy(merged, result)
+	st.ExecuteResult, _ = s.clipValue(jsonShaped(merged), s.cfg.MaxTextChars).(map[string]any)
 }
 
 // outboxLocked puts the report made from a step as it ends with the
@@ -283,7 +279,7 @@ func (a *agent) pruneBaseLocked() {
 	done := 0
 	for i := range a.st.AgentStep.StepList {
 		s := &a.st.AgentStep.StepList[i]
-		if s.TaskID == a.sys.baseTaskID && (s.ExecutionState == StateFinished || s.ExecutionState == StateFailed) {
+		if s.TaskID == a.sys.baseTaskID && stateEnded(s.ExecutionState) {
 			done++
 		}
 	}
@@ -294,7 +290,7 @@ func (a *agent) pruneBaseLocked() {
 	excess := done - baseHistory
 	dropped := map[string]bool{}
 	a.removeStepsLocked(func(s *StepState) bool {
-		if excess > 0 && s.TaskID == a.sys.baseTaskID && (s.ExecutionState == StateFinished || s.ExecutionState == StateFailed) {
+		if excess > 0 && s.TaskID == a.sys.baseTaskID && stateEnded(s.ExecutionState) {
 			excess--
 			dropped[s.StepID] = true
 			return true

@@ -189,7 +189,7 @@ type pendingSize struct {
 // held.
 func (a *agent) stepSizeLocked(i int) int {
 	st := &a.st.AgentStep.StepList[i]
-	if st.ExecutionState == StateFinished || st.ExecutionState == StateFailed {
+	if stateEnded(st.ExecutionState) {
 		return a.endedLocked(i).size
 	}
 	if p, ok := a.pending[st.StepID]; ok && p.intention == len(st.StepIntention) && p.text == len(st.TextContent) && st.ExecuteResult == nil {

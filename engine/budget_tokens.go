@@ -681,7 +681,7 @@ func (s *System) budgetQuestion(ctx context.Context, t *task) {
 		st := t.st
 		b := st.Budget
 		t.mu.Unlock()
-		if b.Held == "" || st.ExecutionState == StateFinished || st.ExecutionState == StateFailed {
+		if b.Held == "" || stateEnded(st.ExecutionState) {
 			return
 		}
 		op := cmp.Or(st.Operator, s.operatorID)
@@ -1014,7 +1014,7 @@ func (s *System) reaskBudgets() {
 func (s *System) resumeReleased() {
 	for _, t := range s.allTasks() {
 		st := t.brief()
-		ended := st.ExecutionState == StateFinished || st.ExecutionState == StateFailed
+		ended := stateEnded(st.ExecutionState)
 		if !st.Paused || st.PausedFor != PausedBudget || st.Budget.Held != "" || ended {
 			continue
 		}

@@ -173,6 +173,9 @@ func confirmWaitID(messageID string) string { return derivedID(messageID, "confi
 func askAnswers(img *Image) func(Message) bool {
 	waits := map[string]bool{}
 	for _, m := range img.Messages {
+		if len(m.Waiting) == 0 {
+			continue // most: no ID to derive
+		}
 		if w := confirmWaitID(m.MessageID); slices.Contains(m.Waiting, w) {
 			waits[w] = true
 		}

@@ -106,7 +106,7 @@ func (s *System) holdOutage(a *agent, step *StepState, out *Output) bool {
 	switch {
 	case st.Base:
 		s.holdBase(out.Err)
-	case st.ExecutionState == StateFinished || st.ExecutionState == StateFailed:
+	case stateEnded(st.ExecutionState):
 		return false
 	default:
 		// The notice is told with the pause: a resume coming at once
@@ -519,7 +519,7 @@ func (s *System) refusal(a *agent, step *StepState, failure error) {
 	}
 	st := t.brief()
 	stages := t.stageCount()
-	if st.Base || st.TaskManager != a.id || stages > 0 || st.ExecutionState == StateFinished || st.ExecutionState == StateFailed {
+	if st.Base || st.TaskManager != a.id || stages > 0 || stateEnded(st.ExecutionState) {
 		return
 	}
 	if err := s.failTask(t, failure.Error()); err != nil && !errors.Is(err, ErrEnded) {

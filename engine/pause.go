@@ -134,7 +134,7 @@ func (s *System) pauseAgents(actorID string, human bool, ids []string, pause boo
 		}
 		for _, t := range s.allTasks() {
 			ts := t.brief()
-			if ts.Base || ts.ExecutionState == StateFinished || ts.ExecutionState == StateFailed {
+			if ts.Base || stateEnded(ts.ExecutionState) {
 				continue
 			}
 			if !t.inGroup(a.id) {

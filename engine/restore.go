@@ -80,7 +80,7 @@ func (s *System) StartFrom(img *Image) error {
 			st.CommunicationQueue = []Message{}
 		}
 		switch {
-		case st.ExecutionState == StateFinished || st.ExecutionState == StateFailed:
+		case stateEnded(st.ExecutionState):
 			// Ended: its agents start no step of it, whether the crash
 			// lost its finish_task instructions (sent again below) or
 			// not; a pause an older document kept holds nobody.
@@ -103,7 +103,7 @@ func (s *System) StartFrom(img *Image) error {
 	endedStages := map[[2]string]bool{}
 	for _, ts := range img.Tasks {
 		for _, sg := range ts.StageList {
-			if sg.ExecutionState == StateFinished || sg.ExecutionState == StateFailed {
+			if stateEnded(sg.ExecutionState) {
 				endedStages[[2]string{ts.TaskID, sg.StageID}] = true
 			}
 		}

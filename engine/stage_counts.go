@@ -112,7 +112,7 @@ func (s *System) endedStages(keys []stageKey) map[stageKey]bool {
 		t.mu.peek(func(ts *TaskState) {
 			for _, k := range of {
 				i := slices.IndexFunc(ts.StageList, func(st StageState) bool { return st.StageID == k.stage })
-				if i >= 0 && (ts.StageList[i].ExecutionState == StateFinished || ts.StageList[i].ExecutionState == StateFailed) {
+				if i >= 0 && stateEnded(ts.StageList[i].ExecutionState) {
 					ended[k] = true
 				}
 			}

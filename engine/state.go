@@ -508,9 +508,11 @@ func (s *StageState) clone() StageState {
 
 // ended reports whether the step finished or failed: its maps are then
 // never changed in place, only replaced (bounds.go).
-func (s *StepState) ended() bool {
-	return s.ExecutionState == StateFinished || s.ExecutionState == StateFailed
-}
+func (s *StepState) ended() bool { return stateEnded(s.ExecutionState) }
+
+// stateEnded reports whether an execution state (of a task, a stage or a
+// step) is an end: finished or failed.
+func stateEnded(state string) bool { return state == StateFinished || state == StateFailed }
 
 func (s *StepState) clone() StepState {
 	c := *s

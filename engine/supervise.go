@@ -126,7 +126,7 @@ func (sv *supervisor) fire(taskID string) {
 		return
 	}
 	st := t.snapshot()
-	if st.ExecutionState == StateFinished || st.ExecutionState == StateFailed {
+	if stateEnded(st.ExecutionState) {
 		sv.forget(taskID)
 		return
 	}

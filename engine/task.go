@@ -139,7 +139,7 @@ func (t *task) snapshot() TaskState {
 
 // ended reports whether the task is finished or failed. mu must be held.
 func (t *task) endedLocked() bool {
-	return t.st.ExecutionState == StateFinished || t.st.ExecutionState == StateFailed
+	return stateEnded(t.st.ExecutionState)
 }
 
 func (t *task) stageLocked(id string) (*StageState, int) {

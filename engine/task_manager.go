@@ -469,17 +469,19 @@ func (s *System) retryStage(t *task, actorID string, human bool, ti TaskInstruct
 // more (expireStageLocked).
 func (s *System) stageEnded(taskID, stageID string) {
 	s.releaseWaits(func(w Wait) bool { return w.TaskID == taskID && w.StageID == stageID })
-	for _, a := range s.allAgents() {
-		if a.kind == KindHuman {
-			a.mu.Lock()
-			if a.expireStageLocked(func(task, stage string) bool { return task == taskID && stage == stageID }) {
-				a.changedLocked(Event{TaskID: taskID, StageID: stageID, Detail: "expired"})
-				// Whoever ended the stage cannot be told that the
-				// operator's document was refused: kept (owner.go).
-				a.mu.keepLocked()
-			}
-			a.mu.Unlock()
+	for _, id := range s.operators() {
+		a, ok := s.agent(id)
+		if !ok {
+			continue
 		}
+		a.mu.Lock()
+		if a.expireStageLocked(func(task, stage string) bool { return task == taskID && stage == stageID }) {
+			a.changedLocked(Event{TaskID: taskID, StageID: stageID, Detail: "expired"})
+			// Whoever ended the stage cannot be told that the
+			// operator's document was refused: kept (owner.go).
+			a.mu.keepLocked()
+		}
+		a.mu.Unlock()
 	}
 }
 
