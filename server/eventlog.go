@@ -155,13 +155,6 @@ func (l *eventLogs) add(ev engine.Event, dropped uint64, visible func(op string)
 	l.changed = make(chan struct{})
 }
 
-// check says whether cursor (not 0) is one op was given by this process.
-func (l *eventLogs) check(op string, cursor uint64) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.checkLocked(op, l.logLocked(op), cursor)
-}
-
 func (l *eventLogs) checkLocked(op string, o *opLog, cursor uint64) error {
 	if cursor < l.base || cursor > o.head {
 		return fmt.Errorf("cursor %d: not a cursor this server gave operator %s (cursors do not survive a restart); pass 0 to start from now", cursor, op)
@@ -170,10 +163,12 @@ func (l *eventLogs) checkLocked(op string, o *opLog, cursor uint64) error {
 }
 
 // since returns op's events after cursor (0: now) that match the filters,
-// its newest number, and whether events after cursor were lost (dropped
-// from the log, or before the loop read them); changed is closed when the
-// log next gains an event.
-func (l *eventLogs) since(op string, cursor uint64, taskID, agentID string) (evs []engine.Event, latest uint64, lost bool, changed <-chan struct{}, err error) {
+// at most limit of them (0: all), the number to go on from (its newest, or
+// the last event returned when more matched), and whether events after
+// cursor were lost (dropped from the log, or before the loop read them);
+// changed is closed when the log next gains an event. A cursor this
+// process did not give op is refused (checkLocked).
+func (l *eventLogs) since(op string, cursor uint64, taskID, agentID string, limit int) (evs []engine.Event, latest uint64, lost bool, changed <-chan struct{}, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	o := l.logLocked(op)
@@ -193,12 +188,17 @@ func (l *eventLogs) since(op string, cursor uint64, taskID, agentID string) (evs
 		}
 		return 0
 	})
+	latest = o.head
 	for _, ev := range o.events[i:] {
 		if (taskID == "" || ev.TaskID == taskID) && (agentID == "" || ev.AgentID == agentID) {
+			if limit > 0 && len(evs) == limit {
+				latest = evs[limit-1].Seq // more matched: go on after the last one returned
+				break
+			}
 			evs = append(evs, ev)
 		}
 	}
-	return evs, o.head, lost, o.changed, nil
+	return evs, latest, lost, o.changed, nil
 }
 
 // handledUpTo returns the newest engine event handled, and a channel

@@ -346,11 +346,11 @@ func (s *Server) limitLongRequests(next http.Handler) http.Handler {
 	})
 }
 
-// codeOverLimit is the JSON-RPC error of a request refused over a cap
+// CodeOverLimit is the JSON-RPC error of a request refused over a cap
 // within a session (tasks/result; a tool's refusal is a tool error), where
 // no HTTP status can say it: a server error of JSON-RPC's implementation-
-// defined range.
-const codeOverLimit = -32000
+// defined range. The stdio relay refuses over its own bounds with it too.
+const CodeOverLimit = -32000
 
 // longCounted marks the context of a request limitLongRequests holds a
 // place for: the stateless handler serves it within that context, so the
@@ -670,13 +670,20 @@ func (c *sessionSubs) operator(ss *mcp.ServerSession) (op string, ok bool) {
 	return "", false
 }
 
-// forgetClosedLocked drops the sessions the SDK no longer lists. mu must
-// be held.
-func (c *sessionSubs) forgetClosedLocked(s *Server) {
+// openSessions is the set of sessions the SDK lists now: what records of
+// sessions are swept against, since the SDK tells no one of a closed one.
+func (s *Server) openSessions() map[*mcp.ServerSession]bool {
 	open := map[*mcp.ServerSession]bool{}
 	for ss := range s.mcp.Sessions() {
 		open[ss] = true
 	}
+	return open
+}
+
+// forgetClosedLocked drops the sessions the SDK no longer lists. mu must
+// be held.
+func (c *sessionSubs) forgetClosedLocked(s *Server) {
+	open := s.openSessions()
 	for ss, sub := range c.bySess {
 		if !open[ss] {
 			for uri := range sub.uris {

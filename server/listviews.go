@@ -85,10 +85,7 @@ func (v *listViews) begin(s *Server, ss *mcp.ServerSession, op string) {
 	if len(v.sessions) >= v.sweepAt {
 		// Sessions the SDK closed are forgotten once their number
 		// doubles, as sessionSubs does: the SDK tells no one.
-		open := map[*mcp.ServerSession]bool{}
-		for ss := range s.mcp.Sessions() {
-			open[ss] = true
-		}
+		open := s.openSessions()
 		for ss := range v.sessions {
 			if !open[ss] {
 				delete(v.sessions, ss)

@@ -319,7 +319,9 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
 	ping := time.NewTicker(15 * time.Second)
 	defer ping.Stop()
 	for {
-		evs, latest, lost, changed, err := s.updates.logs.since(op, cursor, "", "")
+		// At most eventsPerWrite events a send: what comes meanwhile
+		// waits for the next one.
+		evs, latest, lost, changed, err := s.updates.logs.since(op, cursor, "", "", eventsPerWrite)
 		if err != nil { // not for a cursor of its own log
 			return
 		}
@@ -327,13 +329,7 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) {
 			if !live() {
 				return
 			}
-			// Send what is logged now together, then flush once (what
-			// comes meanwhile waits for the next send: one send's bound
-			// covers at most eventsPerWrite events).
-			if len(evs) > eventsPerWrite {
-				evs = evs[:eventsPerWrite]
-				latest = evs[len(evs)-1].Seq
-			}
+			// Send what is logged now together, then flush once.
 			if !send(func() {
 				if lost {
 					fmt.Fprint(w, "event: resync\ndata: {}\n\n")

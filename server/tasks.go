@@ -356,7 +356,7 @@ func (s *Server) taskResult(ctx context.Context, ss *mcp.ServerSession, p *taskI
 	op, _ := s.callerOperator(ctx, ss)
 	release, err := s.holdLong(ctx, op, "tasks/result")
 	if err != nil {
-		return nil, &jsonrpc.Error{Code: codeOverLimit, Message: err.Error()}
+		return nil, &jsonrpc.Error{Code: CodeOverLimit, Message: err.Error()}
 	}
 	defer release()
 	sub := s.sys.Subscribe(64)
@@ -370,8 +370,7 @@ func (s *Server) taskResult(ctx context.Context, ss *mcp.ServerSession, p *taskI
 			break
 		}
 		if asker != nil {
-			_, open := s.taskStatus(t, op)
-			asker.ask(open)
+			asker.ask(s.taskQuestions(op, t))
 		}
 		select {
 		case <-ctx.Done():

@@ -176,9 +176,7 @@ func (s *Server) trailPage(reader string, q engine.TrailQuery) (*TrailDocument, 
 		sq.Cursor = p.NextCursor
 	}
 	if more {
-		if d.NextCursor, err = s.trailCursors.seal(engine.TrailCursor(d.Entries[limit-1].Seq), reader, q.TaskID); err != nil {
-			return nil, err
-		}
+		d.NextCursor = s.trailCursors.seal(d.Entries[limit-1].Seq, reader, q.TaskID)
 		d.NextURI = trailNextURI(q, d.NextCursor)
 	}
 	for i := range d.Entries {

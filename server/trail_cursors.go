@@ -68,18 +68,14 @@ func trailCursorTag(reader, task string) []byte {
 	return sum[:8]
 }
 
-// seal turns the store's cursor (engine.TrailCursor: a position) into
-// the reader's.
-func (c *trailCursors) seal(cursor, reader, task string) (string, error) {
-	pos, err := strconv.ParseUint(cursor, 10, 64)
-	if err != nil {
-		return "", fmt.Errorf("trail: the store's cursor %q is not a position", cursor)
-	}
+// seal turns a position in the store's trail (what engine.TrailCursor
+// gives the store) into the reader's cursor.
+func (c *trailCursors) seal(pos uint64, reader, task string) string {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], pos)
 	copy(b[8:], trailCursorTag(reader, task))
 	c.block.Encrypt(b[:], b[:])
-	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 // open turns a cursor seal gave reader for task back into the store's; any

@@ -426,11 +426,6 @@ func (s *Server) waitForUpdates(ctx context.Context, req *mcp.CallToolRequest, i
 	if res, err := s.questionsInline(req, op, in.TaskID); err != nil || res != nil {
 		return res, WaitOut{}, err
 	}
-	if in.Cursor != 0 {
-		if err := s.updates.logs.check(op, in.Cursor); err != nil {
-			return nil, WaitOut{}, err
-		}
-	}
 	if in.TimeoutSeconds == 0 {
 		in.TimeoutSeconds = 30
 	}
@@ -460,15 +455,11 @@ func (s *Server) waitForUpdates(ctx context.Context, req *mcp.CallToolRequest, i
 		}
 	}()
 	for {
-		evs, latest, lost, changed, err := s.updates.logs.since(op, cursor, in.TaskID, in.AgentID)
+		evs, latest, lost, changed, err := s.updates.logs.since(op, cursor, in.TaskID, in.AgentID, in.MaxEvents)
 		if err != nil {
 			return nil, WaitOut{}, err
 		}
 		if len(evs) > 0 || lost {
-			if len(evs) > in.MaxEvents {
-				evs = evs[:in.MaxEvents]
-				latest = evs[len(evs)-1].Seq
-			}
 			out := WaitOut{Cursor: latest, Events: evs, Lost: lost}
 			return textResult("%d event(s); next cursor %d.\n%s", len(evs), out.Cursor, jsonText(evs)), out, nil
 		}

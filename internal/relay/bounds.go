@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/mas-mcp/mas-mcp/server"
 )
 
 // The bounds on what the relay keeps of the host's session (see the
@@ -22,11 +24,6 @@ const DefaultMaxInflight = 1024
 // default), whose refusals the relay forgets (answered); it bounds what the
 // relay keeps for an owner configured to take more.
 const DefaultMaxSubscriptions = 10000
-
-// codeOverLimit is the JSON-RPC error of a host's request refused over one
-// of the relay's bounds: the owner's own (server's codeOverLimit), a server
-// error of JSON-RPC's implementation-defined range.
-const codeOverLimit = -32000
 
 // overLimitLocked returns the answer to a host's request that would pass
 // one of the relay's bounds: a call when maxInflight calls of the host
@@ -63,7 +60,7 @@ func (r *relay) overLimitLocked(req *jsonrpc.Request) *jsonrpc.Response {
 		r.log.Warn("refusing the host's requests over a limit of the relay (logged once until one fits again)", "id", req.ID.Raw(), "method", req.Method,
 			"inflight", len(r.inflight), "max_inflight", r.maxInflight, "subscriptions", len(r.subs), "max_subscriptions", r.maxSubs)
 	}
-	return failure(req.ID, req.Method, codeOverLimit, msg)
+	return failure(req.ID, req.Method, server.CodeOverLimit, msg)
 }
 
 // answered forgets a host's request the owner answered, and the

@@ -14,6 +14,8 @@ import (
 	"testing/synctest"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/mas-mcp/mas-mcp/server"
 )
 
 // TestRelayBoundsTheHostsRequests: past Config.MaxInflight requests of
@@ -85,8 +87,8 @@ func TestRelayBoundsTheHostsRequests(t *testing.T) {
 		if res, _ := answered["3"]["result"].(map[string]any); res == nil || res["isError"] != true || !strings.Contains(fmt.Sprint(res["content"]), fmt.Sprintf("limit (%d)", limit)) {
 			t.Errorf("tools/call 3, past the limit, answered %v; want a tool error naming the limit %d", answered["3"], limit)
 		}
-		if e, _ := answered["4"]["error"].(map[string]any); e == nil || e["code"] != float64(codeOverLimit) || !strings.Contains(fmt.Sprint(e["message"]), fmt.Sprintf("limit (%d)", limit)) {
-			t.Errorf("ping 4, past the limit, answered %v; want JSON-RPC error %d naming the limit %d", answered["4"], codeOverLimit, limit)
+		if e, _ := answered["4"]["error"].(map[string]any); e == nil || e["code"] != float64(server.CodeOverLimit) || !strings.Contains(fmt.Sprint(e["message"]), fmt.Sprintf("limit (%d)", limit)) {
+			t.Errorf("ping 4, past the limit, answered %v; want JSON-RPC error %d naming the limit %d", answered["4"], server.CodeOverLimit, limit)
 		}
 		if answered["1"]["result"] == nil {
 			t.Errorf("the owner's answer to 1 was not relayed: %v", answered["1"])
@@ -118,8 +120,8 @@ func TestRelayBoundsSubscriptions(t *testing.T) {
 	}
 	resp := sub(3, "mas://catalog")
 	var e *jsonrpc.Error
-	if resp == nil || !errors.As(resp.Error, &e) || e.Code != codeOverLimit || !strings.Contains(e.Message, "limit (2)") {
-		t.Fatalf("a third subscription answered %+v, want JSON-RPC error %d naming the limit 2", resp, codeOverLimit)
+	if resp == nil || !errors.As(resp.Error, &e) || e.Code != server.CodeOverLimit || !strings.Contains(e.Message, "limit (2)") {
+		t.Fatalf("a third subscription answered %+v, want JSON-RPC error %d naming the limit 2", resp, server.CodeOverLimit)
 	}
 	if r.subs["mas://catalog"] != nil || r.inflight[mustID(t, 3.0)] != "" {
 		t.Errorf("the refused subscription was recorded: subscriptions %v, in flight %v", r.subs, r.inflight)
