@@ -486,6 +486,11 @@ func operatorAction[T any](s *System, actorID, taskID, action string, input any)
 		if !ok || a.kind != KindHuman {
 			return res, err
 		}
+		// What an operator did, and how it ended, is in the debug log
+		// too: a trail may be off, and a reply that "did nothing" is
+		// found there (the input is not: it may hold what an operator
+		// typed).
+		s.log.Debug("operator action", "operator", actorID, "action", action, "task", taskID, "err", err)
 		if taskID == "" {
 			// add_task: the task is the one it created.
 			if r, ok := any(res).(TaskInstructionResult); ok && r.AddTask != nil {

@@ -147,7 +147,7 @@ func TestBrowserMCPApp(t *testing.T) {
 	checkNoKey(t, map[string]string{"mcpapp.mjs's output": stdout.String() + stderr.String()})
 	if err != nil {
 		t.Fatalf("mcpapp.mjs failed (%v) after %s:\n%s\nmas-mcp:\n%s", err, time.Since(start).Round(time.Millisecond),
-			lastLines(stderr.String(), 40), lastLines(srv.Stderr.String(), 30))
+			lastLines(stderr.String(), 40), lastLines(srv.Stderr.String(), 60))
 	}
 	out := strings.TrimSpace(stdout.String())
 	last := out[strings.LastIndex(out, "\n")+1:]

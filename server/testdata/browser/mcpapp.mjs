@@ -129,7 +129,13 @@ try {
   // 3. The operator answers inside the view.
   await question.locator("textarea").fill(opts.answer);
   await question.locator("button.reply").click();
-  await question.waitFor({ state: "detached", timeout: 15000 }).catch(() => fail("the question stayed open after the reply was sent"));
+  await question.waitFor({ state: "detached", timeout: 15000 }).catch(async () => {
+    // What the view said (its status line: the reply's outcome, "Write an
+    // answer first." when the box was empty) and what is left in the box.
+    const said = await view.locator("#status").textContent().catch((e) => `(unreadable: ${e.message})`);
+    const box = await question.locator("textarea").inputValue().catch((e) => `(unreadable: ${e.message})`);
+    fail(`the question stayed open after the reply was sent: the view says "${said}", "${await view.locator("#live").textContent()}"; its reply box holds "${box}"`);
+  });
   report.answered_ms = Date.now() - t0;
   log("answered from the view");
 
