@@ -197,12 +197,12 @@ func (s *System) callWaits(q OperatorQuestion, messageID string) (settle func() 
 		defer a.mu.Unlock()
 		var detail string
 		step := a.stepLocked(q.StepID)
-		if step == nil || a.running != q.StepID || step.Type != StepTool || (!waits && step.CallWaitsOn != messageID) {
+		if step == nil || a.running != q.StepID || step.Type != StepTool || (!waits && a.st.CallWaitsOn != messageID) {
 			return errNotMarked
 		}
-		step.CallWaitsOn, detail = "", "call_waiting_over"
+		a.st.CallWaitsOn, detail = "", "call_waiting_over"
 		if waits {
-			step.CallWaitsOn, detail = messageID, "call_waiting_on_operator"
+			a.st.CallWaitsOn, detail = messageID, "call_waiting_on_operator"
 		}
 		a.changedLocked(Event{Kind: EventStepChanged, StepID: step.StepID, TaskID: step.TaskID, StageID: step.StageID, Detail: detail})
 		return a.mu.syncLocked()

@@ -31,7 +31,7 @@ func (a *agent) recoverStepsLocked(rerun Rerunner, stored map[string]bool) {
 		// risk gate's approval, missing arguments: CallWaitsOn) made no
 		// call: it runs again, and asks again (the question the dead
 		// process waited on is expired, settleQuestionsLocked).
-		if step.Type == StepTool && step.CallWaitsOn == "" && (rerun == nil || !rerun.SafeToRerun(*step)) {
+		if step.Type == StepTool && a.st.CallWaitsOn == "" && (rerun == nil || !rerun.SafeToRerun(*step)) {
 			step.ExecutionState = StateFailed
 			step.FinishedAt = a.sys.now()
 			step.ExecuteResult = map[string]any{"error": fmt.Sprintf(
@@ -41,10 +41,10 @@ func (a *agent) recoverStepsLocked(rerun Rerunner, stored map[string]bool) {
 		// Run it again, next.
 		step.ExecutionState = StateInit
 		step.StartedAt = time.Time{}
-		step.CallWaitsOn = ""
 		again = append(again, step.StepID)
 		a.dropLostWaitsLocked(step.StepID, stored)
 	}
+	a.st.CallWaitsOn = ""
 	if len(again) > 0 {
 		rest := slices.DeleteFunc(a.st.AgentStep.TodoList, func(id string) bool { return slices.Contains(again, id) })
 		a.st.AgentStep.TodoList = append(again, rest...)

@@ -176,8 +176,8 @@ func TestPendingApprovalAtARestartIsNotAMaybeCall(t *testing.T) {
 				t.Errorf("the question awaiting the operator is %s (approval %v); want a new approval question, the first (%s) expired",
 					open[0].MessageID, open[0].Approval, first.MessageID)
 			}
-			if st.CallWaitsOn != open[0].MessageID {
-				t.Errorf("alice's step records that its call waits on %q; want the question asked again, %s", st.CallWaitsOn, open[0].MessageID)
+			if on := nb.agent(alice).CallWaitsOn; on != open[0].MessageID {
+				t.Errorf("alice records that her step's call waits on %q; want the question asked again, %s", on, open[0].MessageID)
 			}
 		})
 	}
@@ -197,7 +197,7 @@ func TestApprovalIsUsedOnlyOnceItsWaitIsCleared(t *testing.T) {
 			return false
 		}
 		for _, s := range a.AgentStep.StepList {
-			if s.StepID == stepID.Load() && s.ExecutionState == StateRunning && s.CallWaitsOn == "" {
+			if s.StepID == stepID.Load() && s.ExecutionState == StateRunning && a.CallWaitsOn == "" {
 				return true
 			}
 		}
@@ -208,15 +208,7 @@ func TestApprovalIsUsedOnlyOnceItsWaitIsCleared(t *testing.T) {
 	b := newTestbed(t, func(c *Config) {
 		c.Store = store
 		c.Tools = toolCatalog{"deploy": "deploys things"}
-		c.Tool = ExecutorFunc(func(ctx context.Context, in *ExecInput) *Output {
-			asked <- struct{}{}
-			if _, err := in.Operator.Ask(ctx, OperatorQuestion{TaskID: in.Step.TaskID, StageID: in.Step.StageID, AgentID: in.Agent.AgentID,
-				Question: "Approval needed: alice wants to call deploy.run", Timeout: time.Hour, StepID: in.Step.StepID, BeforeCall: true}); err != nil {
-				return &Output{Err: fmt.Errorf("not called: %w", err)}
-			}
-			called.Store(true)
-			return &Output{Result: map[string]any{"deployed": true}}
-		})
+		c.Tool = deployAfterApproval(asked, &called)
 	})
 	alice, err := b.sys.CreateAgent(AgentConfig{Template: "researcher", Name: "alice", Tools: []string{"deploy"}})
 	if err != nil {
@@ -227,8 +219,8 @@ func TestApprovalIsUsedOnlyOnceItsWaitIsCleared(t *testing.T) {
 	stepID.Store(ids[0])
 	<-asked
 	b.waitFor("the approval question in the operator's inbox", func() bool { return len(awaitingIn(b, id)) == 1 })
-	if st, _ := b.step(alice, ids[0]); st.CallWaitsOn != awaitingIn(b, id)[0].MessageID {
-		t.Errorf("while the approval is asked, alice's step records that its call waits on %q; want the question, %s", st.CallWaitsOn, awaitingIn(b, id)[0].MessageID)
+	if on := b.agent(alice).CallWaitsOn; on != awaitingIn(b, id)[0].MessageID {
+		t.Errorf("while the approval is asked, alice records that her step's call waits on %q; want the question, %s", on, awaitingIn(b, id)[0].MessageID)
 	}
 	refusing.Store(true)
 	if err := b.sys.AnswerApproval(b.op(), awaitingIn(b, id)[0].MessageID, Decision{Approve: true}); err != nil {
@@ -282,4 +274,52 @@ func TestAnsweredApprovalIsNotRedeliveredAfterARestart(t *testing.T) {
 		}
 		img = b.crashImage(st)
 	}
+}
+
+// TestCallWaitsOnIsTheAskedOperatorsToRead: while alice's tool call waits
+// for the operator's approval, the agent records the question it waits on
+// (CallWaitsOn): the asked operator reads it, operator bea, who shares
+// the task but was not asked, does not (the question is private to the
+// asked operator, as what alice shows she waits for).
+func TestCallWaitsOnIsTheAskedOperatorsToRead(t *testing.T) {
+	asked := make(chan struct{}, 1)
+	b := newTestbed(t, func(c *Config) {
+		c.Tools = toolCatalog{"deploy": "deploys things"}
+		c.Tool = deployAfterApproval(asked, new(atomic.Bool))
+	})
+	alice, err := b.sys.CreateAgent(AgentConfig{Template: "researcher", Name: "alice", Tools: []string{"deploy"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := b.newTask("ship", alice)
+	bea := b.operator("bea")
+	if _, err := b.sys.ShareTask(b.op(), id, bea); err != nil {
+		t.Fatal(err)
+	}
+	b.inject(alice, id, NoRelative, false, StepSpec{StepIntention: "deploy", Type: StepTool, Executor: "deploy", TextContent: "run"})
+	<-asked
+	b.waitFor("the approval question in the operator's inbox", func() bool { return len(awaitingIn(b, id)) == 1 })
+	q := awaitingIn(b, id)[0]
+	b.waitFor("alice to record the question her call waits on", func() bool { return b.agent(alice).CallWaitsOn == q.MessageID })
+	if mine, _ := b.sys.AgentFor(b.op(), alice); mine.CallWaitsOn != q.MessageID {
+		t.Errorf("the asked operator reads alice's call waiting on %q, want %s", mine.CallWaitsOn, q.MessageID)
+	}
+	if other, _ := b.sys.AgentFor(bea, alice); other.CallWaitsOn != "" {
+		t.Errorf("operator bea, who shares the task but was not asked, reads alice's call waiting on question %s", other.CallWaitsOn)
+	}
+}
+
+// deployAfterApproval is a tool executor that, for each call, says so on
+// asked, asks the operator's approval before the call (BeforeCall) and,
+// approved, makes it (called).
+func deployAfterApproval(asked chan<- struct{}, called *atomic.Bool) Executor {
+	return ExecutorFunc(func(ctx context.Context, in *ExecInput) *Output {
+		asked <- struct{}{}
+		if _, err := in.Operator.Ask(ctx, OperatorQuestion{TaskID: in.Step.TaskID, StageID: in.Step.StageID, AgentID: in.Agent.AgentID,
+			Question: "Approval needed: alice wants to call deploy.run", Timeout: time.Hour, StepID: in.Step.StepID, BeforeCall: true}); err != nil {
+			return &Output{Err: fmt.Errorf("not called: %w", err)}
+		}
+		called.Store(true)
+		return &Output{Result: map[string]any{"deployed": true}}
+	})
 }

@@ -183,13 +183,6 @@ type StepState struct {
 	// the sender is blocked on (spec §6.2.1, §9.1.2).
 	ReplyTo         string `json:"reply_to,omitempty"`
 	ReturnWaitingID string `json:"return_waiting_id,omitempty"`
-	// CallWaitsOn is, while a running tool step's call waits for the
-	// operator's answer to a question (OperatorQuestion.BeforeCall: the
-	// risk gate's approval, missing arguments), that question's message ID.
-	// Stored before the question is asked and dropped, stored, before its
-	// answer is used: a restart that finds it set knows the call was not
-	// made.
-	CallWaitsOn string `json:"call_waits_on,omitempty"`
 	// Usage is what the step's LLM calls cost.
 	Usage      Usage     `json:"usage"`
 	CreatedAt  time.Time `json:"created_at"`
@@ -271,6 +264,16 @@ type AgentState struct {
 	// (recoverStepsLocked).
 	WaitingOn string `json:"waiting_on,omitempty"`
 	WaitingIn string `json:"waiting_in,omitempty"`
+	// CallWaitsOn is, while the running tool step's call waits for the
+	// operator's answer to a question (OperatorQuestion.BeforeCall: the
+	// risk gate's approval, missing arguments), that question's message ID.
+	// Stored before the question is asked and dropped, stored, before its
+	// answer is used: a restart that finds it set knows the running step
+	// made no call. On the agent, not the step (one step runs at a time):
+	// every copy of a step is made of StepState, which one more string
+	// took past a size class of Go's allocator (352 bytes), and the
+	// planned steps' tail with it.
+	CallWaitsOn string `json:"call_waits_on,omitempty"`
 	// OwedOutageNotice is, on an operator's document, the message ID of
 	// the notice it is owed that the LLM endpoint answers again: it was
 	// told of an outage a call of its tasks waited out when the process

@@ -286,6 +286,14 @@ func (s *System) filterAgent(viewerID string, st *AgentState, hidden []string) {
 	if st.WaitingIn != "" && (!seen(st.WaitingIn) || st.WaitingOn == WaitingOnOperator && viewerID != s.operatorOf(st.WaitingIn)) {
 		st.WaitingFor, st.WaitingOn, st.WaitingIn = "", "", ""
 	}
+	// So does the question a tool call waits on (CallWaitsOn), asked of
+	// the running step's task's operator.
+	if st.CallWaitsOn != "" {
+		i := slices.IndexFunc(st.AgentStep.StepList, func(p StepState) bool { return p.ExecutionState == StateRunning })
+		if i < 0 || !seen(st.AgentStep.StepList[i].TaskID) || viewerID != s.operatorOf(st.AgentStep.StepList[i].TaskID) {
+			st.CallWaitsOn = ""
+		}
+	}
 	// The IDs of the messages delivered to the agent are the engine's
 	// bookkeeping (a message delivered again is taken once), and among
 	// them are other operators' private messages.

@@ -286,7 +286,7 @@ func sameWaiting(a, b *engine.StepState) bool {
 		a.StepID == b.StepID && a.StepIntention == b.StepIntention && a.Type == b.Type &&
 		a.Executor == b.Executor && a.ExecutionState == b.ExecutionState &&
 		a.TextContent == b.TextContent && a.TargetStepID == b.TargetStepID &&
-		a.ReplyTo == b.ReplyTo && a.ReturnWaitingID == b.ReturnWaitingID && a.CallWaitsOn == b.CallWaitsOn &&
+		a.ReplyTo == b.ReplyTo && a.ReturnWaitingID == b.ReturnWaitingID &&
 		a.Usage == b.Usage && a.CreatedAt.Equal(b.CreatedAt) &&
 		a.StartedAt.Equal(b.StartedAt) && a.FinishedAt.Equal(b.FinishedAt) &&
 		a.InstructionContent == nil && b.InstructionContent == nil &&
