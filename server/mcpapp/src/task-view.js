@@ -149,11 +149,19 @@ function render(v) {
 
 function renderQuestions(v) {
   const qs = v.questions || [];
-  // Keep what the operator is typing: the boxes of questions still open
-  // are reused, not rebuilt.
+  // Keep what the operator is typing, where the focus is and a click under
+  // way: the elements of questions still open are reused, not rebuilt, and
+  // left in the document (moved only when the order changes). Chromium
+  // drops the click of a button whose element left the document between
+  // mousedown and mouseup, even if it was put straight back (as
+  // replaceChildren does): the reply was never sent.
   const box = $("questions");
   const old = new Map([...box.querySelectorAll(".question")].map((el) => [el.dataset.messageId, el]));
-  box.replaceChildren(...qs.map((q) => old.get(q.message_id) || question(q)));
+  const want = qs.map((q) => old.get(q.message_id) || question(q));
+  for (const el of old.values()) if (!want.includes(el)) el.remove();
+  want.forEach((el, i) => {
+    if (box.children[i] !== el) box.insertBefore(el, box.children[i] || null);
+  });
 }
 
 function question(q) {

@@ -50,7 +50,15 @@ window.host = {
     await bridge.sendToolInput({ arguments: args });
     await bridge.sendToolResult(result);
     window.host.client = client;
+    window.host.bridge = bridge;
     return { uri, mimeType: content.mimeType, meta: def._meta || null, result: result.structuredContent };
+  },
+
+  /** show calls show_task for a task and hands the view the result, as a host does when the model shows the task again. */
+  async show(taskID) {
+    const result = await window.host.client.callTool({ name: "show_task", arguments: { task_id: taskID } });
+    if (result.isError) throw new Error(`show_task: ${JSON.stringify(result.content)}`);
+    await window.host.bridge.sendToolResult(result);
   },
 };
 document.getElementById("ready").textContent = "host ready";

@@ -109,6 +109,9 @@ try {
     };
     note();
     new MutationObserver(note).observe(document.getElementById("view"), { childList: true, subtree: true });
+    // Every render sets the title: __renders counts them.
+    window.__renders = 0;
+    new MutationObserver(() => window.__renders++).observe(document.getElementById("title"), { childList: true });
   });
   // The Go test holds the fake LLM back until now: every step of the task
   // is made while the view is up.
@@ -126,9 +129,20 @@ try {
   log(`progress followed live: ${samples.join(" → ")}`);
   if (opts["question-shot"]) await page.screenshot({ path: opts["question-shot"], fullPage: true });
 
-  // 3. The operator answers inside the view.
+  // 3. The operator answers inside the view, with a click the view
+  // re-renders under, as when an update of the task lands between the
+  // mouse going down on "Send reply" and coming up: here the host hands
+  // the view show_task's result in between. Chromium drops the click when
+  // the pressed element leaves the document meanwhile, even if it is put
+  // straight back, so the view must leave an open question's element in
+  // place.
   await question.locator("textarea").fill(opts.answer);
-  await question.locator("button.reply").click();
+  await question.locator("button.reply").hover();
+  await page.mouse.down();
+  const renders = await frame.evaluate(() => window.__renders);
+  await page.evaluate((id) => window.host.show(id), taskID);
+  await frame.waitForFunction((n) => window.__renders > n, renders, { timeout: 15000 }).catch(() => fail("the view did not render the task the host showed it"));
+  await page.mouse.up();
   await question.waitFor({ state: "detached", timeout: 15000 }).catch(async () => {
     // What the view said (its status line: the reply's outcome, "Write an
     // answer first." when the box was empty) and what is left in the box.
