@@ -512,7 +512,7 @@ func (a *agent) ensureSummaryLocked(taskID, stageID, reason string) {
 			return
 		}
 	}
-	a.addStepsLocked(taskID, stageID, []StepSpec{a.sys.summarySpec(reason)}, false, "")
+	a.followStepsLocked(taskID, stageID, []StepSpec{a.sys.summarySpec(reason)}, false, "")
 }
 
 // stepLocked finds a step by ID.

@@ -12,7 +12,7 @@ func (a *agent) applyPlanLocked(step *StepState, out *Output, result map[string]
 	add := func(specs []StepSpec, next bool, kind string) {
 		kept, rej := a.sys.checkPlan(&a.st, step.Executor, specs)
 		rejected = append(rejected, rej...)
-		a.addStepsLocked(step.TaskID, step.StageID, kept, next, step.StepID+"/"+kind)
+		a.followStepsLocked(step.TaskID, step.StageID, kept, next, step.StepID+"/"+kind)
 	}
 	if out.AddSteps != nil {
 		add(out.AddSteps, false, "plan")
@@ -25,13 +25,13 @@ func (a *agent) applyPlanLocked(step *StepState, out *Output, result map[string]
 		// same send_message again (still answering the same message).
 		dec := StepSpec{StepIntention: sp.StepIntention, Type: StepSkill, Executor: SkillDecision, TextContent: sp.TextContent}
 		again := StepSpec{StepIntention: step.StepIntention, Type: StepSkill, Executor: SkillSendMessage, TextContent: step.TextContent}
-		a.addStepsLocked(step.TaskID, step.StageID, []StepSpec{dec, again}, true, step.StepID+"/more_info",
+		a.followStepsLocked(step.TaskID, step.StageID, []StepSpec{dec, again}, true, step.StepID+"/more_info",
 			stepOpts{}, stepOpts{replyTo: step.ReplyTo, returnWaitingID: step.ReturnWaitingID})
 	}
 	if sp := out.ReactAction; sp != nil {
 		// spec §3.8, §10.2: a decision step reacts to the message.
 		dec := StepSpec{StepIntention: sp.StepIntention, Type: StepSkill, Executor: SkillDecision, TextContent: sp.TextContent}
-		a.addStepsLocked(step.TaskID, step.StageID, []StepSpec{dec}, true, step.StepID+"/react")
+		a.followStepsLocked(step.TaskID, step.StageID, []StepSpec{dec}, true, step.StepID+"/react")
 	}
 	if len(rejected) > 0 {
 		result["rejected_steps"] = rejected
@@ -158,7 +158,7 @@ func (a *agent) guardStage(step *StepState, failure error) {
 		a.ensureSummaryLocked(step.TaskID, step.StageID, reason)
 		return
 	}
-	a.addStepsLocked(step.TaskID, step.StageID, []StepSpec{a.sys.reflectionSpec(reason)}, false, "")
+	a.followStepsLocked(step.TaskID, step.StageID, []StepSpec{a.sys.reflectionSpec(reason)}, false, "")
 }
 
 // stageStartedLocked reports whether the agent took the start_stage

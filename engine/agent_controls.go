@@ -89,7 +89,7 @@ func (a *agent) stoppedLocked(step *StepState, r *stopRequest, out *Output) *Out
 	} else if r.instruction != "" {
 		data := map[string]any{"Reason": r.reason, "Instruction": r.instruction}
 		a.freshInputLocked(step.TaskID, step.StageID) // the operator's, as a message is
-		a.addStepsLocked(step.TaskID, step.StageID, []StepSpec{{
+		a.followStepsLocked(step.TaskID, step.StageID, []StepSpec{{
 			StepIntention: a.sys.text("interrupt_intention", data),
 			Type:          StepSkill,
 			Executor:      SkillProcessMessage,

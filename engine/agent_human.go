@@ -281,15 +281,15 @@ func (a *agent) markRepliedLocked(peer, id string) {
 }
 
 // recordSentLocked records an operator's message to r, stored already: in
-// the conversation with r, and as a finished send_message step. a.mu must
-// be held.
-func (a *agent) recordSentLocked(r, stage string, m *Message) {
+// the conversation with r, and as a finished send_message step (over: its
+// stage is over, stageOver). a.mu must be held.
+func (a *agent) recordSentLocked(r, stage string, over bool, m *Message) {
 	pool := a.st.ConversationPool
 	pool.ConversationPrivates[r] = append(pool.ConversationPrivates[r], PrivateMessage{
 		SenderID: a.id, Content: m.Message, StageRelative: stage, Timestamp: m.Timestamp,
 		NeedReply: m.NeedReply, Waiting: m.Waiting != nil, TaskID: m.TaskID, MessageID: m.MessageID,
 	})
-	a.recordDoneLocked(m.TaskID, stage, StepSpec{
+	a.recordDoneLocked(m.TaskID, stage, over, StepSpec{
 		StepIntention: "Message to " + r,
 		Type:          StepSkill,
 		Executor:      SkillSendMessage,
@@ -298,10 +298,15 @@ func (a *agent) recordSentLocked(r, stage string, m *Message) {
 }
 
 // recordDoneLocked adds a step the operator has done already: a record,
-// not a to-do. It returns the step's ID ("" when none was added). a.mu
-// must be held.
-func (a *agent) recordDoneLocked(taskID, stageID string, spec StepSpec, result map[string]any) string {
-	ids := a.addStepsLocked(taskID, stageID, []StepSpec{spec}, false, "")
+// not a to-do, kept in working memory under its stage unless the stage is
+// over (stageOver). It returns the step's ID ("" when none was added).
+// a.mu must be held.
+func (a *agent) recordDoneLocked(taskID, stageID string, over bool, spec StepSpec, result map[string]any) string {
+	add := a.addStepsLocked
+	if over {
+		add = a.followStepsLocked
+	}
+	ids := add(taskID, stageID, []StepSpec{spec}, false, "")
 	if len(ids) == 0 {
 		return ""
 	}
@@ -310,11 +315,12 @@ func (a *agent) recordDoneLocked(taskID, stageID string, spec StepSpec, result m
 	return ids[0]
 }
 
-// recordDone is recordDoneLocked with the agent's lock taken.
+// recordDone is recordDoneLocked with the agent's lock taken, for a stage
+// that is not over (the base task's).
 func (a *agent) recordDone(taskID, stageID string, spec StepSpec, result map[string]any) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.recordDoneLocked(taskID, stageID, spec, result)
+	return a.recordDoneLocked(taskID, stageID, false, spec, result)
 }
 
 // inbox is the messages other agents sent to the operator, those awaiting

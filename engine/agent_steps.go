@@ -23,13 +23,30 @@ func plannedStepID(origin string, i int) string {
 // addStepsLocked creates steps from specs in (taskID, stageID) and either
 // appends them (add_step, spec §5.7, §6.3.1) or inserts them, in order,
 // before the next pending step (add_next_step, spec §5.8, §6.3.2). Each is
-// recorded in working memory. An instruction_generation step is linked to
+// recorded in working memory, its stage opened there if need be (see
+// followStepsLocked for steps that must not reopen a stage). An
+// instruction_generation step is linked to
 // the first tool step after it in the same list.
 //
 // origin (the step or message that plans them; "" for none) makes the step
 // IDs derived: steps an origin adds again after a restart already exist and
 // are not added twice.
 func (a *agent) addStepsLocked(taskID, stageID string, specs []StepSpec, next bool, origin string, opts ...stepOpts) []string {
+	return a.queueStepsLocked(true, taskID, stageID, specs, next, origin, opts...)
+}
+
+// followStepsLocked is addStepsLocked for steps that follow from what the
+// agent has in a stage already (a step's plan, a wait's end, a guard's
+// reflection or summary, an interrupt's instruction) or from a message in
+// a stage that is over: they are recorded in working memory only under a
+// stage it holds (recordStepsLocked), never reopening one that ended.
+func (a *agent) followStepsLocked(taskID, stageID string, specs []StepSpec, next bool, origin string, opts ...stepOpts) []string {
+	return a.queueStepsLocked(false, taskID, stageID, specs, next, origin, opts...)
+}
+
+// queueStepsLocked is addStepsLocked (open: the stage is opened in working
+// memory if need be) and followStepsLocked (not).
+func (a *agent) queueStepsLocked(open bool, taskID, stageID string, specs []StepSpec, next bool, origin string, opts ...stepOpts) []string {
 	if len(specs) == 0 {
 		return nil
 	}
@@ -90,7 +107,11 @@ func (a *agent) addStepsLocked(taskID, stageID string, specs []StepSpec, next bo
 	whole := a.indexWholeLocked()
 	as.StepList = slices.Insert(as.StepList, at, steps...)
 	a.reindexFromLocked(whole, at, nil) // the steps from at on are new or moved
-	a.rememberLocked(taskID, stageID, ids...)
+	if open {
+		a.rememberLocked(taskID, stageID, ids...)
+	} else {
+		a.recordStepsLocked(taskID, stageID, ids)
+	}
 	for i := range steps {
 		a.changedLocked(Event{Kind: EventStepChanged, StepID: ids[i], TaskID: taskID, StageID: stageID, Detail: StateInit})
 	}
@@ -120,6 +141,37 @@ func (a *agent) rememberLocked(taskID, stageID string, stepIDs ...string) {
 	}
 	stages[stageID] = append(list, stepIDs...)
 	wm[taskID] = stages
+}
+
+// recordStepsLocked records new steps in working memory, in their stage
+// when working memory holds it (or they belong to no stage). A stage it
+// does not hold is not put back: it has ended for the agent (finish_stage
+// dropped it). Only what starts work in a stage opens it there
+// (rememberLocked, addStepsLocked): its start_stage instruction, an
+// update_working_memory, a message in it while it runs (receive), an
+// operator's step there. Otherwise a message taken in an ended stage
+// (stage_relative names any stage of the task), and the steps its
+// processing plans, would grow working memory again with stages that
+// are over, bounded only by the agent document's size bound.
+func (a *agent) recordStepsLocked(taskID, stageID string, ids []string) {
+	if stageID != "" && stageID != NoRelative {
+		if _, open := a.st.WorkingMemory[taskID][stageID]; !open {
+			return
+		}
+	}
+	a.rememberLocked(taskID, stageID, ids...)
+}
+
+// holdsStage reports whether the agent's working memory holds the stage
+// of the task (a message outside stages, NoRelative, always counts).
+func (a *agent) holdsStage(taskID, stageID string) bool {
+	if stageID == "" || stageID == NoRelative {
+		return true
+	}
+	a.mu.lockToRead()
+	defer a.mu.unlockRead()
+	_, open := a.st.WorkingMemory[taskID][stageID]
+	return open
 }
 
 // forgetStageLocked drops a stage from the agent's working memory (a

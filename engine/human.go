@@ -142,6 +142,9 @@ func (s *System) humanSend(humanID string, hm HumanMessage) ([]Message, error) {
 	if err := t.checkStageRelative(stage); err != nil {
 		return nil, err
 	}
+	// The operator's working memory keeps its messages' steps under
+	// their stage, but not under one that is over (recordStepsLocked).
+	over := stage != NoRelative && s.stageOver(hm.TaskID, stage)
 	if hm.ReplyTo != "" && !h.hasPrivate(hm.ReplyTo) {
 		return nil, errf(ErrNotFound, "reply_to %q: no such message in the operator's conversations", hm.ReplyTo)
 	}
@@ -205,7 +208,7 @@ func (s *System) humanSend(humanID string, hm HumanMessage) ([]Message, error) {
 		if answeredID != "" {
 			h.markRepliedLocked(r, answeredID)
 		}
-		h.recordSentLocked(r, stage, &m)
+		h.recordSentLocked(r, stage, over, &m)
 		// The message is stored and is delivered next: the operator's
 		// record of it is kept through a refused write, not withdrawn
 		// (owner.go), as a receiver keeps a message it took.

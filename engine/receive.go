@@ -31,6 +31,16 @@ func (a *agent) receive(m Message) bool {
 		ended = a.endedCounts(stageKey{m.TaskID, m.StageRelative})
 	}
 
+	// A message in a stage the agent's working memory does not hold
+	// opens it there while the stage runs (a peer's message may come
+	// before the stage's start_stage instruction); one in a stage that is
+	// over is taken all the same, but leaves working memory as it is
+	// (recordStepsLocked). Asked before taking our own mutex.
+	var opening, over bool
+	if m.Instruction == nil && !a.holdsStage(m.TaskID, m.StageRelative) {
+		opening, over = true, a.sys.stageOver(m.TaskID, m.StageRelative)
+	}
+
 	a.mu.Lock()
 	if a.lateLocked(m) {
 		a.mu.Unlock()
@@ -53,6 +63,9 @@ func (a *agent) receive(m Message) bool {
 			a.changedLocked(Event{TaskID: w.TaskID, Detail: "step_lock_released"})
 		}
 	}
+	if opening && !over {
+		a.rememberLocked(m.TaskID, m.StageRelative)
+	}
 	var lost []lostReply
 	switch {
 	case m.Instruction != nil:
@@ -62,7 +75,7 @@ func (a *agent) receive(m Message) bool {
 		// sender waits it runs next.
 		waitID := m.waitingIDFor(a.id)
 		data["Waiting"] = waitID != ""
-		a.addStepsLocked(m.TaskID, m.StageRelative, []StepSpec{{
+		a.followStepsLocked(m.TaskID, m.StageRelative, []StepSpec{{
 			StepIntention: a.sys.text("reply_intention", data),
 			Type:          StepSkill,
 			Executor:      SkillSendMessage,
@@ -71,7 +84,7 @@ func (a *agent) receive(m Message) bool {
 	default:
 		// spec §6.2.2: a process_message step digests it; a reply to a
 		// wait of ours is digested next (spec §9.1.3).
-		a.addStepsLocked(m.TaskID, m.StageRelative, []StepSpec{{
+		a.followStepsLocked(m.TaskID, m.StageRelative, []StepSpec{{
 			StepIntention: a.sys.text("process_intention", data),
 			Type:          StepSkill,
 			Executor:      SkillProcessMessage,
@@ -87,6 +100,17 @@ func (a *agent) receive(m Message) bool {
 	a.mu.keepLocked()
 	a.mu.Unlock()
 	a.sys.releaseLost(a, lost...)
+	if opening && !over && a.sys.stageOver(m.TaskID, m.StageRelative) {
+		// The stage ended since it was asked: its finish_stage
+		// instruction, sent once its end is stored, may have been taken
+		// before the stage was opened above, and nothing else would
+		// close it.
+		a.mu.Lock()
+		a.forgetStageLocked(m.TaskID, m.StageRelative)
+		a.changedLocked(Event{TaskID: m.TaskID, StageID: m.StageRelative, Detail: "stage_over"})
+		a.mu.keepLocked()
+		a.mu.Unlock()
+	}
 	return true
 }
 
@@ -225,7 +249,7 @@ func (a *agent) instructionLocked(m Message, ts *TaskState) (lost []lostReply) {
 		a.changedLocked(Event{TaskID: ref.TaskID, StageID: ref.StageID, Detail: "update_working_memory"})
 	case in.AddToolDecision != nil:
 		td := in.AddToolDecision
-		a.addStepsLocked(td.TaskID, td.StageID, []StepSpec{{
+		a.followStepsLocked(td.TaskID, td.StageID, []StepSpec{{
 			StepIntention: td.StepIntention,
 			Type:          StepSkill,
 			Executor:      SkillToolDecision,

@@ -121,6 +121,15 @@ func (s *System) endedStages(keys []stageKey) map[stageKey]bool {
 	return ended
 }
 
+// stageOver reports whether a stage of a task is over for working memory
+// (recordStepsLocked): the task has ended or the MAS does not know it, or
+// the stage has ended (endedStages). It asks the task, so the caller holds
+// no lock; what it finds over stays over.
+func (s *System) stageOver(taskID, stageID string) bool {
+	k := stageKey{taskID, stageID}
+	return s.endedStages([]stageKey{k})[k]
+}
+
 // shedCountsLocked makes room for one more count at MaxStageCounts with
 // ended (endedCounts): the counts of ended stages and tasks that no step
 // or wait of the agent is in go, all of them (the next few messages find

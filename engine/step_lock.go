@@ -242,7 +242,7 @@ func (a *agent) expireWaits() {
 			who = append(who, w.For)
 		}
 		data := map[string]any{"ReceiverIDs": strings.Join(who, ", "), "Timeout": a.sys.cfg.WaitTimeout.String()}
-		a.addStepsLocked(ws[0].TaskID, ws[0].StageID, []StepSpec{{
+		a.followStepsLocked(ws[0].TaskID, ws[0].StageID, []StepSpec{{
 			StepIntention: a.sys.text("wait_timeout_intention", data),
 			Type:          StepSkill,
 			Executor:      SkillProcessMessage,
@@ -441,7 +441,7 @@ func (a *agent) replyLost(l lostReply, replier string) bool {
 	rw, released := a.releaseWaitLocked(l.waitingID)
 	if released && rw.WaitingID != "" {
 		data := map[string]any{"ReceiverIDs": replier, "Reason": l.reason}
-		a.addStepsLocked(rw.TaskID, rw.StageID, []StepSpec{{
+		a.followStepsLocked(rw.TaskID, rw.StageID, []StepSpec{{
 			StepIntention: a.sys.text("reply_lost_intention", data),
 			Type:          StepSkill,
 			Executor:      SkillProcessMessage,
