@@ -138,3 +138,60 @@ func TestRelayBoundsSubscriptions(t *testing.T) {
 		t.Errorf("a subscription below the limit again refused: %v", resp.Error)
 	}
 }
+
+// TestRelayBoundsTheBytesItKeeps: the counts bound how many requests and
+// subscriptions the relay keeps, not their size, and a host's IDs,
+// methods, subscriptions/listen requests (kept whole, to send a new owner
+// again) and subscriptions can be lines of up to 16 MiB each. Past
+// MaxKeptBytes a call is not forwarded: it is answered with JSON-RPC error
+// -32000 naming the limit in bytes, and nothing of it is kept. An answer
+// makes room again, and the count of kept bytes matches what is kept.
+func TestRelayBoundsTheBytesItKeeps(t *testing.T) {
+	r := newRelay(nil, io.Discard)
+	if r.maxKept != DefaultMaxKeptBytes {
+		t.Errorf("the relay keeps at most %d bytes, want the default %d", r.maxKept, DefaultMaxKeptBytes)
+	}
+	const limit = 2000
+	r.maxKept = limit
+	pad := strings.Repeat("x", 500)
+	listen := func(id int) *jsonrpc.Response {
+		return r.note([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"subscriptions/listen","params":{"notifications":{"resourcesListChanged":true},"pad":%q}}`, id, pad)))
+	}
+	overLimit := func(what string, resp *jsonrpc.Response) {
+		t.Helper()
+		var e *jsonrpc.Error
+		if resp == nil || !errors.As(resp.Error, &e) || e.Code != server.CodeOverLimit || !strings.Contains(e.Message, fmt.Sprintf("limit (%d bytes)", limit)) {
+			t.Errorf("%s past %d bytes kept answered %+v, want JSON-RPC error %d naming the limit of %d bytes", what, limit, resp, server.CodeOverLimit, limit)
+		}
+	}
+	for id := 1; id <= 3; id++ {
+		if resp := listen(id); resp != nil {
+			t.Fatalf("subscriptions/listen %d (about 600 bytes of %d) refused: %v", id, limit, resp.Error)
+		}
+	}
+	overLimit("a fourth subscriptions/listen", listen(4))
+	overLimit("a call with an ID of 1,000 bytes", r.note([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%q,"method":"ping"}`, strings.Repeat("i", 1000)))))
+	overLimit("a subscription with 1,000 bytes of params", r.note([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":6,"method":"resources/subscribe","params":{"uri":"mas://tasks","pad":%q}}`, strings.Repeat("p", 1000)))))
+	if _, ok := r.listens[mustID(t, 4.0)]; ok || len(r.inflight) != 3 || len(r.subs) != 0 {
+		t.Errorf("refused requests were kept: in flight %v, %d listens, subscriptions %v", r.inflight, len(r.listens), r.subs)
+	}
+	// Small calls still fit.
+	if resp := r.note([]byte(`{"jsonrpc":"2.0","id":7,"method":"ping"}`)); resp != nil {
+		t.Errorf("a ping below the limit refused: %v", resp.Error)
+	}
+	// The owner answers listen 1: its bytes are free again.
+	r.fromOwner(bufio.NewReader(strings.NewReader(`{"jsonrpc":"2.0","id":1,"result":{}}`+"\n")), io.Discard)
+	if resp := listen(8); resp != nil {
+		t.Errorf("subscriptions/listen 8, after an answer made room, refused: %v", resp.Error)
+	}
+	r.mu.Lock()
+	kept, counted := r.kept, r.keptBytesLocked()
+	r.mu.Unlock()
+	if kept != counted || kept > limit {
+		t.Errorf("the relay counts %d bytes kept, %d by its maps, limit %d", kept, counted, limit)
+	}
+	cfg := Config{Socket: "unused", TakeOver: func(context.Context) (Owner, error) { return nil, errors.New("unused") }, MaxKeptBytes: -1}
+	if err := Serve(context.Background(), cfg, strings.NewReader(""), io.Discard); err == nil || !strings.Contains(err.Error(), "MaxKeptBytes -1: must not be negative") {
+		t.Errorf("Serve with MaxKeptBytes -1: %v, want it refused naming the field", err)
+	}
+}

@@ -27,7 +27,10 @@
 // Config.MaxInflight of its requests awaiting answers (default
 // DefaultMaxInflight, 1,024) and Config.MaxSubscriptions resources it is
 // subscribed to (default DefaultMaxSubscriptions, 10,000), which a new
-// owner is told again. A request past either is not forwarded: the relay
+// owner is told again, and Config.MaxKeptBytes of them all (default
+// DefaultMaxKeptBytes, 64 MiB: their IDs and methods, subscriptions/listen
+// requests, kept whole, and subscriptions, each of which may be a line of
+// 16 MiB). A request past any is not forwarded: the relay
 // answers it with an error naming the limit (a tool error for tools/call,
 // JSON-RPC error -32000 otherwise), as the owner answers one past its own
 // caps. A subscription the owner refuses is forgotten, so only those it
@@ -103,6 +106,13 @@ type Config struct {
 	// either is answered with an error naming the limit, not forwarded.
 	// Negative values are refused.
 	MaxInflight, MaxSubscriptions int
+	// MaxKeptBytes bounds the bytes the relay keeps of those requests and
+	// subscriptions (default DefaultMaxKeptBytes): the IDs and methods of
+	// the requests awaiting answers, subscriptions/listen requests whole
+	// (a new owner is sent them again), resources/subscribe requests. A
+	// request that would pass it is answered with an error naming the
+	// limit, not forwarded. Negative values are refused.
+	MaxKeptBytes int
 }
 
 // DefaultOwnerWait is Config.OwnerWait's default: an owner starts in
@@ -140,8 +150,9 @@ type relay struct {
 	out     *lineWriter
 	maxLine int // bounds a line of the owner: server.MaxLineBytes
 	// maxInflight and maxSubs bound inflight and subs (Config's
-	// MaxInflight and MaxSubscriptions); fixed before the first line.
-	maxInflight, maxSubs int
+	// MaxInflight and MaxSubscriptions), maxKept the bytes kept of them
+	// and of listens (MaxKeptBytes); fixed before the first line.
+	maxInflight, maxSubs, maxKept int
 
 	sessions sync.WaitGroup // the sessions of owners this process took over, served on pipes
 
@@ -154,6 +165,7 @@ type relay struct {
 	listens  map[jsonrpc.ID][]byte       // its open subscriptions/listen streams (2026-07-28) by ID
 	unsent   [][]byte                    // host messages the stopped owner never received
 	n        int                         // relay request counter
+	kept     int                         // the bytes kept of inflight, listens and subs (keptBytesLocked)
 	refusing bool                        // the last call of the host was refused over a bound (overLimitLocked)
 }
 
@@ -163,7 +175,7 @@ func newRelay(log *slog.Logger, out io.Writer) *relay {
 	}
 	log = log.With("component", "relay")
 	return &relay{log: log, out: newLineWriter(log, out), maxLine: server.MaxLineBytes,
-		maxInflight: DefaultMaxInflight, maxSubs: DefaultMaxSubscriptions,
+		maxInflight: DefaultMaxInflight, maxSubs: DefaultMaxSubscriptions, maxKept: DefaultMaxKeptBytes,
 		subs: map[string]*jsonrpc.Request{}, inflight: map[jsonrpc.ID]string{}, listens: map[jsonrpc.ID][]byte{}}
 }
 
@@ -189,10 +201,13 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		return fmt.Errorf("relay: MaxInflight %d: must not be negative", cfg.MaxInflight)
 	case cfg.MaxSubscriptions < 0:
 		return fmt.Errorf("relay: MaxSubscriptions %d: must not be negative", cfg.MaxSubscriptions)
+	case cfg.MaxKeptBytes < 0:
+		return fmt.Errorf("relay: MaxKeptBytes %d: must not be negative", cfg.MaxKeptBytes)
 	}
 	r := newRelay(cfg.Logger, out)
 	r.maxInflight = cmp.Or(cfg.MaxInflight, r.maxInflight)
 	r.maxSubs = cmp.Or(cfg.MaxSubscriptions, r.maxSubs)
+	r.maxKept = cmp.Or(cfg.MaxKeptBytes, r.maxKept)
 	return r.run(ctx, cfg, in)
 }
 
@@ -437,23 +452,22 @@ func (r *relay) note(b []byte) *jsonrpc.Response {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if refused := r.overLimitLocked(req); refused != nil {
+	if refused := r.overLimitLocked(req, b); refused != nil {
 		return refused
 	}
 	if req.IsCall() {
-		r.inflight[req.ID] = req.Method
+		r.openLocked(req.ID, req.Method)
 	}
 	switch req.Method {
 	case "subscriptions/listen":
-		r.listens[req.ID] = b
+		r.listenLocked(req.ID, b)
 	case "notifications/cancelled":
 		var p struct {
 			RequestID any `json:"requestId"`
 		}
 		if json.Unmarshal(req.Params, &p) == nil {
 			if id, err := jsonrpc.MakeID(p.RequestID); err == nil {
-				delete(r.inflight, id)
-				delete(r.listens, id)
+				r.closeLocked(id)
 			}
 		}
 	case "initialize":
@@ -463,14 +477,11 @@ func (r *relay) note(b []byte) *jsonrpc.Response {
 	case "logging/setLevel":
 		r.level = req
 	case "resources/subscribe", "resources/unsubscribe":
-		var p struct {
-			URI string `json:"uri"`
-		}
-		if json.Unmarshal(req.Params, &p) == nil && p.URI != "" {
+		if uri := subscribedURI(req); uri != "" {
 			if req.Method == "resources/subscribe" {
-				r.subs[p.URI] = req
+				r.subscribeLocked(uri, req)
 			} else {
-				delete(r.subs, p.URI)
+				r.unsubscribeLocked(uri)
 			}
 		}
 	}
@@ -538,8 +549,7 @@ func (r *relay) dropOverLong(head lineHead, toOwner io.Writer) {
 	if head.Method == "" { // an answer: to one of the host's requests?
 		r.mu.Lock()
 		method, ok = r.inflight[id]
-		delete(r.inflight, id)
-		delete(r.listens, id)
+		r.closeLocked(id)
 		r.mu.Unlock()
 	}
 	if !ok {
@@ -573,6 +583,7 @@ func (r *relay) failInflight() {
 			delete(open, req.ID)
 		}
 	}
+	r.kept = r.keptBytesLocked()
 	r.mu.Unlock()
 	for id, method := range open {
 		r.answerFailed(id, method, inflightReason)
