@@ -246,6 +246,12 @@ type System struct {
 	// are sent): agents read it without taking the task's mutex, and
 	// start no step of an ended task and take no message of it but its
 	// instructions, whichever comes first, the instruction or the work.
+	// It holds only tasks of the registry (tasks), which keeps every task
+	// for the process's life, so it grows no further than the registry
+	// (TestEndedSetStaysWithinTheRegistry). Should tasks ever leave the
+	// registry, their marks must go with them, and isEnded must then read
+	// a task it no longer knows as ended (today, an unknown task is one
+	// not registered yet, and reads as not ended).
 	ended   sync.Map
 	sup     supervisor
 	outage  outageTracker
