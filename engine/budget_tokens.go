@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mas-mcp/mas-mcp/llm"
 )
 
 // Budgets (beyond the spec): limits on what a task's LLM calls may spend.
@@ -674,8 +676,12 @@ func (s *System) askBudget(t *task) {
 }
 
 // budgetQuestion asks until the operator's answer settles the hold: a
-// raise that leaves a limit reached is asked about again.
+// raise that leaves a limit reached is asked about again. A question the
+// store refuses (an outage) is asked again, with a growing jittered
+// backoff, until the store takes it, the hold lifts or the task ends: the
+// held task waits on it, and nothing else would ask it before a restart.
 func (s *System) budgetQuestion(ctx context.Context, t *task) {
+	refused := 0
 	for ctx.Err() == nil {
 		t.mu.Lock()
 		st := t.st
@@ -702,7 +708,21 @@ func (s *System) budgetQuestion(ctx context.Context, t *task) {
 		ans, err := s.Ask(posted, OperatorQuestion{TaskID: st.TaskID, StageID: NoRelative, AgentID: st.TaskManager, Question: q, Timeout: NoQuestionTimeout})
 		s.budgets.forgetAsked(st.TaskID, asked)
 		if err != nil {
-			return
+			if ctx.Err() != nil || !refusedByStore(err) {
+				return
+			}
+			refused++
+			wait := llm.Backoff(refused, retryFirst, retryMax)
+			s.log.Error("budget: the store refused the budget question: the task stays held, and the question is asked again",
+				"task", st.TaskID, "in", wait, "tries", refused, "err", err)
+			if llm.Sleep(ctx, wait) != nil {
+				return
+			}
+			continue
+		}
+		if refused > 0 {
+			s.log.Info("budget: the question the store refused was asked once it took it", "task", st.TaskID, "tries", refused+1)
+			refused = 0
 		}
 		approve, tokens, ok := readBudgetAnswer(ans)
 		switch {
@@ -718,6 +738,14 @@ func (s *System) budgetQuestion(ctx context.Context, t *task) {
 			return
 		}
 	}
+}
+
+// refusedByStore reports whether Ask's error is the store's refusal of the
+// question (an outage, to be waited out), not the engine's (the task
+// ended or is gone, the MAS closed).
+func refusedByStore(err error) bool {
+	_, engine := errors.AsType[*Error](err)
+	return !engine && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrTooLarge)
 }
 
 // raises tells the operator how much "approve" adds to each limit
