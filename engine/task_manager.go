@@ -82,12 +82,12 @@ func (s *System) taskInstruction(actorID string, ti TaskInstruction, origin stri
 		case "", StateFinished:
 			res.EndTask, err = s.endTask(t, actorID, human, StateFinished, ti.Summary, by(origin, actorID))
 		case StateFailed:
-			res.EndTask, err = s.endTask(t, actorID, human, StateFailed, ti.Summary, by(origin, actorID))
+			res.EndTask, err = s.endTask(t, actorID, human, StateFailed, s.endReason(actor, ti.Summary, "task_failed_no_reason"), by(origin, actorID))
 		default:
 			err = errf(ErrInvalid, "execution_state %q: must be %q or %q", state, StateFinished, StateFailed)
 		}
 	case ActionCancelTask:
-		res.EndTask, err = s.endTask(t, actorID, human, StateFailed, s.cancelReason(actor, ti.Summary), by(origin, actorID))
+		res.EndTask, err = s.endTask(t, actorID, human, StateFailed, s.endReason(actor, ti.Summary, "task_cancelled"), by(origin, actorID))
 	case ActionPauseTask, ActionResumeTask:
 		res.PauseTask, err = s.pauseTask(t, actorID, human, action == ActionPauseTask)
 	case ActionSetBudget:
@@ -100,15 +100,18 @@ func (s *System) taskInstruction(actorID string, ti TaskInstruction, origin stri
 	return res, err
 }
 
-// cancelReason is a cancelled task's summary: the reason given, else who
-// cancelled it (summary is optional for cancel_task): a task ends with a
-// reason, and an empty summary would read as any failure would.
-func (s *System) cancelReason(actor *agent, summary string) string {
+// endReason is the summary of a task that cancel_task or finish_task
+// "failed" ends: the reason given, else the text key says how it ended and
+// who ended it (task_cancelled, task_failed_no_reason; summary is optional
+// for both): a task ends with a reason, and an empty summary would read as
+// any failure would. (finish_task "finished" refuses an empty summary: its
+// summary is the task's result.)
+func (s *System) endReason(actor *agent, summary, key string) string {
 	if strings.TrimSpace(summary) != "" {
 		return summary
 	}
 	b := actor.brief()
-	return s.text("task_cancelled", map[string]any{"AgentID": b.AgentID, "Name": b.Name, "Operator": actor.kind == KindHuman})
+	return s.text(key, map[string]any{"AgentID": b.AgentID, "Name": b.Name, "Operator": actor.kind == KindHuman})
 }
 
 // by is who ends a stage or task: the step when a step does, else the actor.

@@ -69,7 +69,7 @@ var TextKeys = []string{
 	"stall_no_stages", "stall_stage", "stall_no_running_stage", "stall_last_failure", "stall_base", "stall_notice", "stall_failed",
 	"llm_waiting", "llm_outage_began", "llm_outage_ended", "llm_outage_ended_restarted", "llm_outage_gave_up", "llm_outage_paused", "llm_outage_base_held", "llm_outage_resumed", "llm_refused", "store_refusing",
 	"tool_waiting", "tool_outage_began", "tool_outage_ended", "tool_outage_gave_up",
-	"reply_lost_intention", "reply_lost_text", "operator_task_failed", "operator_reply_lost", "task_cancelled",
+	"reply_lost_intention", "reply_lost_text", "operator_task_failed", "operator_reply_lost", "task_cancelled", "task_failed_no_reason",
 	"budget_reached", "budget_question", "budget_declined", "budget_waiting", "operator_waiting",
 	"interrupt_intention", "interrupt_text",
 	"history_digest", "pending_digest",

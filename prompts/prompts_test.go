@@ -112,6 +112,7 @@ var textFields = map[string][]string{
 	"operator_task_failed":       {"TaskID", "TaskName", "Reason"},
 	"operator_reply_lost":        {"Replier", "TaskID", "Reason"},
 	"task_cancelled":             {"AgentID", "Name", "Operator"},
+	"task_failed_no_reason":      {"AgentID", "Name", "Operator"},
 	"budget_reached":             {"Kind", "Agent", "Used", "Limit", "Day"},
 	"budget_question":            {"TaskID", "TaskName", "Reason", "Daily", "Used", "RaiseTokens", "RaiseAgent", "RaiseCost"},
 	"budget_declined":            {"Reason"},
@@ -460,6 +461,7 @@ func TestTextsRender(t *testing.T) {
 			"budget_question":        {"<<Reason>>", "<<RaiseTokens>>", "answer_approval"},
 			"budget_declined":        {"<<Reason>>"},
 			"task_cancelled":         {"<<Name>>", "<<AgentID>>"},
+			"task_failed_no_reason":  {"<<Name>>", "<<AgentID>>"},
 		}
 		for k, wants := range wantIn {
 			got := s.Text(k, sample(k))
