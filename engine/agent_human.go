@@ -73,6 +73,13 @@ func (a *agent) receiveHuman(m Message) bool {
 	}
 	waitID := m.waitingIDFor(a.id)
 	needReply := m.NeedReply && m.SenderID != SystemSender
+	// A question of a stage that has ended, sent as it ended, awaits no
+	// reply: nobody waits for it, and the stage end's pass over this inbox
+	// (expireStageLocked, under a.mu) may have come before it. Read under
+	// a.mu: the stage is marked ended before that pass, so a question
+	// taken before the mark is there for the pass to expire.
+	expired := needReply && m.StageRelative != NoRelative && waitID != confirmWaitID(m.MessageID) &&
+		a.sys.stageHasEnded(m.TaskID, m.StageRelative)
 	pool.ConversationPrivates[m.SenderID] = append(pool.ConversationPrivates[m.SenderID], PrivateMessage{
 		SenderID:        m.SenderID,
 		Content:         m.Message,
@@ -83,8 +90,9 @@ func (a *agent) receiveHuman(m Message) bool {
 		ReturnWaitingID: waitID,
 		TaskID:          m.TaskID,
 		MessageID:       m.MessageID,
+		Expired:         expired,
 	})
-	if needReply {
+	if needReply && !expired {
 		notify("human_reply_needed", data)
 	}
 	a.changedLocked(Event{TaskID: m.TaskID, MessageID: m.MessageID, Detail: "message"})

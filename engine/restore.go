@@ -88,6 +88,13 @@ func (s *System) StartFrom(img *Image) error {
 		case st.Paused:
 			s.paused.Store(st.TaskID, struct{}{})
 		}
+		if !stateEnded(st.ExecutionState) {
+			for _, sg := range st.StageList {
+				if stateEnded(sg.ExecutionState) {
+					s.stagesEnded.Store(stageKey{st.TaskID, sg.StageID}, struct{}{})
+				}
+			}
+		}
 		if err := s.registerTask(newTaskOwner(s, st)); err != nil {
 			return fmt.Errorf("engine: restore: %w", err)
 		}

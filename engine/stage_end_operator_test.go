@@ -162,3 +162,44 @@ func TestStageEndTellsTheOperatorNoReplyIsComing(t *testing.T) {
 		})
 	}
 }
+
+// A question an agent sends the operator in a stage as the stage ends
+// reaches the operator's inbox after the stage end's pass that expires
+// the operator's questions of the stage (stageEnded): nobody waits for its
+// answer any more either, so it must not await a reply there for good (the
+// task's MCP status input_required). It is marked expired at receipt, as
+// a message of an ended task is not taken (lateLocked). Driven
+// deterministically: the stage ends, then the question is delivered.
+func TestQuestionOfAnEndedStageArrivesExpired(t *testing.T) {
+	b := newTestbed(t, nil)
+	op := b.op()
+	alice := b.newAgent("alice")
+	task := b.newTask("late question", alice)
+	stage := b.addStages(task, StageSpec{StageIntention: "work", AgentAllocation: map[string]string{alice: "the goal"}})[0]
+	b.settle()
+	if _, err := b.sys.TaskInstruction(op, TaskInstruction{Action: ActionFinishStage, TaskID: task, StageID: stage}); err != nil {
+		t.Fatal(err)
+	}
+	b.settle()
+
+	// Alice's send step, still running as the stage ended, posts its
+	// question now: after the stage end's pass over the operator's inbox.
+	m := b.sys.newMessage("", task, alice, []string{op}, "a question of the ended stage", stage)
+	m.NeedReply = true
+	m.Waiting = []string{derivedID(m.MessageID, "wait", op)}
+	if err := b.sys.post(m); err != nil {
+		t.Fatal(err)
+	}
+	in, err := b.sys.Inbox(op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(in, func(e InboxEntry) bool { return e.MessageID == m.MessageID })
+	if i < 0 {
+		t.Fatalf("the question is not in the operator's inbox: %+v", in)
+	}
+	if e := in[i]; e.AwaitingReply || !e.Expired {
+		t.Errorf("a question of stage %s, which had ended, reached the operator awaiting a reply (%v, expired %v): nobody waits for it, and it would await one for good",
+			stage, e.AwaitingReply, e.Expired)
+	}
+}

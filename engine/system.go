@@ -252,11 +252,18 @@ type System struct {
 	// registry, their marks must go with them, and isEnded must then read
 	// a task it no longer knows as ended (today, an unknown task is one
 	// not registered yet, and reads as not ended).
-	ended   sync.Map
-	sup     supervisor
-	outage  outageTracker
-	refused refusalTracker
-	budgets budgetQuestions
+	ended sync.Map
+	// stagesEnded holds the ended stages (stageKey) of the tasks that
+	// have not ended, marked before the stage end's pass over the
+	// operators' inboxes (stageEnded): an operator reads it under its own
+	// mutex, without the task's, and takes a question of an ended stage
+	// as expired (receiveHuman). A task's end drops its stages (ended
+	// covers them).
+	stagesEnded sync.Map
+	sup         supervisor
+	outage      outageTracker
+	refused     refusalTracker
+	budgets     budgetQuestions
 	// servers tracks the outages of downstream MCP servers that tool
 	// calls wait out (tool_outage.go).
 	servers serverOutages

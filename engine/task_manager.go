@@ -471,6 +471,10 @@ func (s *System) retryStage(t *task, actorID string, human bool, ti TaskInstruct
 // on it, and the operators' questions of it, which nobody waits for any
 // more (expireStageLocked).
 func (s *System) stageEnded(taskID, stageID string) {
+	// Marked before the pass below: a question of the stage an operator
+	// takes after the mark arrives expired (receiveHuman), and one taken
+	// before it is there for the pass.
+	s.stagesEnded.Store(stageKey{taskID, stageID}, struct{}{})
 	s.releaseWaits(func(w Wait) bool { return w.TaskID == taskID && w.StageID == stageID })
 	for _, id := range s.operators() {
 		a, ok := s.agent(id)
@@ -527,6 +531,7 @@ func (s *System) endTask(t *task, actorID string, human bool, state, summary, by
 	// no longer paused (the finish_task instructions wake its agents,
 	// whose loops work their working state out again).
 	s.ended.Store(id, struct{}{})
+	s.forgetEndedStages(id)
 	s.paused.Delete(id)
 	s.sup.forget(id)
 	s.budgets.drop(id)
@@ -534,6 +539,24 @@ func (s *System) endTask(t *task, actorID string, human bool, state, summary, by
 	s.releaseWaits(func(w Wait) bool { return w.TaskID == id })
 	s.log.Info("task ended", "task", id, "state", state, "by", actorID)
 	return &EndTaskResult{ExecutionState: state, TaskID: id}, nil
+}
+
+// forgetEndedStages drops the ended stages of a task that ended (marked
+// ended itself, which covers them: lateLocked).
+func (s *System) forgetEndedStages(taskID string) {
+	s.stagesEnded.Range(func(k, _ any) bool {
+		if k.(stageKey).task == taskID {
+			s.stagesEnded.Delete(k)
+		}
+		return true
+	})
+}
+
+// stageHasEnded reports whether a stage of a task that has not ended has
+// ended (finish_stage, retry_stage), without the task's mutex.
+func (s *System) stageHasEnded(taskID, stageID string) bool {
+	_, ok := s.stagesEnded.Load(stageKey{taskID, stageID})
+	return ok
 }
 
 // isEnded reports whether a task has ended (finished or failed), without
