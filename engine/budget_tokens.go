@@ -691,6 +691,16 @@ func (s *System) budgetQuestion(ctx context.Context, t *task) {
 			return
 		}
 		op := cmp.Or(st.Operator, s.operatorID)
+		if b.HeldFor == holdDaily {
+			// Worked out again, not read from the hold: a question asked
+			// again (its task ended, a restart) may come on a new day,
+			// when the daily spend starts again, or with another limit.
+			if b.Held = s.dailyReached(op); b.Held == "" {
+				s.liftDaily(op)
+				continue
+			}
+			s.heldFor(t, b.Held)
+		}
 		data := map[string]any{
 			"TaskID": st.TaskID, "TaskName": st.TaskName, "Reason": b.Held, "Daily": b.HeldFor == holdDaily,
 			"Used": spent(st.Usage),
@@ -746,6 +756,27 @@ func (s *System) budgetQuestion(ctx context.Context, t *task) {
 func refusedByStore(err error) bool {
 	_, engine := errors.AsType[*Error](err)
 	return !engine && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrTooLarge)
+}
+
+// liftDaily releases the operator's tasks held for a daily budget no
+// longer reached (a new day began since the hold: the daily spend starts
+// again), as an answer that raised it would: nobody is asked about it.
+func (s *System) liftDaily(op string) {
+	s.budgets.daily.Lock()
+	defer s.budgets.daily.Unlock()
+	s.log.Info("budget: the daily budget no longer holds (a new day): the operator's tasks are released, not asked about", "operator", op, "day", s.day())
+	s.releaseOperator(op)
+}
+
+// heldFor records the reason a task held for its budget is held now (the
+// one its question gives).
+func (s *System) heldFor(t *task, reason string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if b := &t.st.Budget; b.Held != "" && b.Held != reason && !t.endedLocked() {
+		b.Held = reason
+		t.changedLocked(Event{Detail: "budget_reached"})
+	}
 }
 
 // raises tells the operator how much "approve" adds to each limit
@@ -888,8 +919,12 @@ func (s *System) release(t *task) bool {
 		return false
 	}
 	if reason := s.reachedLocked(t); reason != "" || daily != "" {
-		// Still reached: the reason is the current one.
+		// Still reached: the reason is the current one, and a task held
+		// for the daily budget that holds it no more is held for its own.
 		b.Held = cmp.Or(reason, daily)
+		if daily == "" {
+			b.HeldFor = holdTask
+		}
 		t.changedLocked(Event{Detail: "budget_reached"})
 		t.mu.Unlock()
 		return false
@@ -913,13 +948,21 @@ func (s *System) release(t *task) bool {
 }
 
 // releaseOperator releases the operator's tasks held for the daily budget.
+// One that a limit of its own still holds is asked about that limit: the
+// daily question no longer settles it.
 func (s *System) releaseOperator(op string) {
 	for _, t := range s.allTasks() {
 		t.mu.Lock()
 		mine := cmp.Or(t.st.Operator, s.operatorID) == op && t.st.Budget.HeldFor == holdDaily
 		t.mu.Unlock()
-		if mine {
-			s.release(t)
+		if !mine || s.release(t) {
+			continue
+		}
+		t.mu.Lock()
+		own := t.st.Budget.HeldFor == holdTask && t.st.Budget.Held != "" && !t.endedLocked()
+		t.mu.Unlock()
+		if own {
+			s.askBudget(t)
 		}
 	}
 }
