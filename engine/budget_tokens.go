@@ -696,7 +696,14 @@ func (s *System) budgetQuestion(ctx context.Context, t *task) {
 			// again (its task ended, a restart) may come on a new day,
 			// when the daily spend starts again, or with another limit.
 			if b.Held = s.dailyReached(op); b.Held == "" {
-				s.liftDaily(op)
+				if !s.liftDaily(op, t) {
+					// The store refused the release (logged): tried
+					// again after a while, not in a busy loop.
+					refused++
+					if llm.Sleep(ctx, llm.Backoff(refused, retryFirst, retryMax)) != nil {
+						return
+					}
+				}
 				continue
 			}
 			s.heldFor(t, b.Held)
@@ -760,12 +767,17 @@ func refusedByStore(err error) bool {
 
 // liftDaily releases the operator's tasks held for a daily budget no
 // longer reached (a new day began since the hold: the daily spend starts
-// again), as an answer that raised it would: nobody is asked about it.
-func (s *System) liftDaily(op string) {
+// again), as an answer that raised it would: nobody is asked about it. It
+// reports whether t is no longer held for the daily budget (false: the
+// store refused its release).
+func (s *System) liftDaily(op string, t *task) bool {
 	s.budgets.daily.Lock()
 	defer s.budgets.daily.Unlock()
 	s.log.Info("budget: the daily budget no longer holds (a new day): the operator's tasks are released, not asked about", "operator", op, "day", s.day())
 	s.releaseOperator(op)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.st.Budget.HeldFor != holdDaily || t.endedLocked()
 }
 
 // heldFor records the reason a task held for its budget is held now (the

@@ -102,3 +102,41 @@ func TestDailyQuestionAfterARestartSaysTheReasonNow(t *testing.T) {
 		})
 	}
 }
+
+// A task held for the daily budget that a limit of its own holds too: on a
+// new day the daily hold lifts, and the task stays held for its own limit,
+// asked about that limit (not about yesterday's daily spend, and not left
+// held with nothing asking).
+func TestNewDayLeavesATaskHeldForItsOwnLimitAsked(t *testing.T) {
+	n := time.Now().UTC()
+	noon := n.Truncate(24 * time.Hour).Add(12 * time.Hour).Sub(n)
+	store := NewMemoryStore()
+	b := newTestbed(t, func(c *Config) {
+		c.Budgets.OperatorDailyTokens, c.Budgets.TaskTokens = 250, 250
+		c.Store = store
+		c.Now = func() time.Time { return time.Now().Add(noon) }
+	})
+	b.sc.onAgent("w", SkillPlanning, plan(spec(SkillThink, "t1"), spec(SkillThink, "t2"), spec(SkillThink, "t3")))
+	b.sc.onSkill(SkillThink, costly)
+	r := startStage(b)
+	b.waitFor("the daily budget question", func() bool { return len(openBudgetQuestions(b)) == 1 })
+	settleHeld(b)
+	if st := b.task(r.task); st.Budget.HeldFor != holdDaily {
+		t.Fatalf("task held for %q (%s), want the daily budget first", st.Budget.HeldFor, st.Budget.Held)
+	}
+	img := b.crashImage(store)
+	c := b.sys.cfg
+	c.Now = func() time.Time { return time.Now().Add(noon + 24*time.Hour) }
+	nb := restartFrom(t, c, img, b.sc)
+	nb.waitFor("the task's own budget question", func() bool {
+		qs := openBudgetQuestions(nb)
+		return len(qs) == 1 && !strings.Contains(qs[0].Content, "daily")
+	})
+	q := openBudgetQuestions(nb)[0]
+	if !strings.Contains(q.Content, "the task used 300 tokens, its budget is 250") {
+		t.Errorf("question %q, want it about the task's own budget", q.Content)
+	}
+	if st := nb.task(r.task); !st.Paused || st.Budget.HeldFor != holdTask {
+		t.Errorf("task paused %v, held for %q (%s); want held for its own budget", st.Paused, st.Budget.HeldFor, st.Budget.Held)
+	}
+}
