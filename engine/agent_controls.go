@@ -75,8 +75,9 @@ func (a *agent) takeStopLocked(stepID string) *stopRequest {
 // outcome (a tool call may have acted already); the instruction is still
 // queued, unless the step is gone: its stage or task ended while it
 // returned (finish_stage, cancel_task), and with it the work the
-// instruction was to redirect. a.mu must be held.
-func (a *agent) stoppedLocked(step *StepState, r *stopRequest, out *Output) *Output {
+// instruction was to redirect. dropped reports that: the caller tells the
+// operator (interruptDropped) once a.mu is released. a.mu must be held.
+func (a *agent) stoppedLocked(step *StepState, r *stopRequest, out *Output) (_ *Output, dropped bool) {
 	what := "cancelled by the operator"
 	if r.instruction != "" {
 		what = "interrupted by the operator"
@@ -85,7 +86,7 @@ func (a *agent) stoppedLocked(step *StepState, r *stopRequest, out *Output) *Out
 		what += ": " + r.reason
 	}
 	if r.instruction != "" && a.stepLocked(step.StepID) == nil {
-		a.sys.log.Info("interrupt's instruction dropped: the interrupted step's stage or task ended", "agent", a.id, "task", step.TaskID, "stage", step.StageID, "step", step.StepID)
+		dropped = true
 	} else if r.instruction != "" {
 		data := map[string]any{"Reason": r.reason, "Instruction": r.instruction}
 		a.freshInputLocked(step.TaskID, step.StageID) // the operator's, as a message is
@@ -97,9 +98,27 @@ func (a *agent) stoppedLocked(step *StepState, r *stopRequest, out *Output) *Out
 		}}, true, "")
 	}
 	if out.Err == nil {
-		return out
+		return out, dropped
 	}
-	return &Output{Err: errors.New(what), Usage: out.Usage, Result: map[string]any{"interrupted": true}}
+	return &Output{Err: errors.New(what), Usage: out.Usage, Result: map[string]any{"interrupted": true}}, dropped
+}
+
+// interruptDropped tells the operator who interrupted step that its
+// instruction went nowhere: the step's stage or task ended before the
+// step returned (stoppedLocked), and no step follows the instruction. The
+// notice names the agent, the step, why and the instruction; its ID
+// derives from the step's (one notice per interrupt). a.mu must not be
+// held: the notice is delivered to the operator's inbox.
+func (s *System) interruptDropped(a *agent, step *StepState, r *stopRequest) {
+	taskEnded := true
+	if t, ok := s.task(step.TaskID); ok {
+		taskEnded = stateEnded(t.brief().ExecutionState)
+	}
+	s.log.Info("interrupt's instruction dropped: the interrupted step's stage or task ended; operator told", "operator", r.operatorID, "agent", a.id, "task", step.TaskID, "stage", step.StageID, "step", step.StepID, "task_ended", taskEnded)
+	s.tellOperatorAs(derivedID(step.StepID, "interrupt_dropped"), r.operatorID, "interrupt_dropped", map[string]any{
+		"Agent": s.nameOf(a.id), "StepID": step.StepID, "TaskID": step.TaskID,
+		"TaskEnded": taskEnded, "Instruction": Truncate(r.instruction, 500),
+	})
 }
 
 // setPaused pauses or resumes the agent (pause_agent, resume_agent) and
@@ -151,9 +170,9 @@ func (a *agent) runningStep() (stepID, taskID string) {
 	return a.running, a.runningKey.task
 }
 
-// requestStop stops the agent's running step for the operator, if it is
+// requestStop stops the agent's running step for operatorID, if it is
 // still runID (and stepID, when given), and returns the step's ID.
-func (a *agent) requestStop(runID, stepID, reason, instruction string) (string, error) {
+func (a *agent) requestStop(operatorID, runID, stepID, reason, instruction string) (string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.running != runID {
@@ -170,7 +189,7 @@ func (a *agent) requestStop(runID, stepID, reason, instruction string) (string, 
 	case a.stopRun != nil:
 		return "", errf(ErrInvalid, "agent_id %q: its step %s is being stopped already", a.id, running.StepID)
 	}
-	a.stopRun = &stopRequest{stepID: running.StepID, reason: strings.TrimSpace(reason), instruction: strings.TrimSpace(instruction)}
+	a.stopRun = &stopRequest{operatorID: operatorID, stepID: running.StepID, reason: strings.TrimSpace(reason), instruction: strings.TrimSpace(instruction)}
 	if a.cancelRun != nil {
 		a.cancelRun()
 	}
@@ -275,13 +294,22 @@ func (a *agent) putBack(step *StepState, u Usage) {
 // stop's (not a shutdown: cancelled is false then, its outcome applies).
 func (a *agent) stepReturned(step *StepState, out *Output, cancelled bool) (*Output, bool) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if a.cancelRun != nil {
 		a.cancelRun()
 		a.cancelRun = nil
 	}
+	var dropped *stopRequest
 	if r := a.takeStopLocked(step.StepID); r != nil && !a.stopped {
-		out, cancelled = a.stoppedLocked(step, r, out), false
+		var lost bool
+		out, lost = a.stoppedLocked(step, r, out)
+		cancelled = false
+		if lost {
+			dropped = r
+		}
+	}
+	a.mu.Unlock()
+	if dropped != nil {
+		a.sys.interruptDropped(a, step, dropped)
 	}
 	return out, cancelled
 }

@@ -16,6 +16,7 @@ import (
 
 // stopRequest is an operator's stop of an agent's running step.
 type stopRequest struct {
+	operatorID  string // who stopped it: told if its instruction goes nowhere
 	stepID      string
 	reason      string
 	instruction string // "" for a plain cancel
@@ -67,7 +68,7 @@ func (s *System) stopStep(operatorID, agentID, stepID, reason, instruction strin
 			return "", err
 		}
 	}
-	stepID, err := a.requestStop(runID, stepID, reason, instruction)
+	stepID, err := a.requestStop(operatorID, runID, stepID, reason, instruction)
 	if err != nil {
 		return "", err
 	}

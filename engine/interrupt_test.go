@@ -99,3 +99,59 @@ func TestInterruptRefusals(t *testing.T) {
 	_, err = b.sys.Interrupt(b.op(), "nobody", "", "do x")
 	isErr(t, err, ErrNotFound, "nobody")
 }
+
+// The operator interrupts an agent, and its step's stage (finish_stage) or
+// task (cancel_task) ends before the interrupted step returns: the
+// instruction is not queued (the work it was to redirect is gone), and
+// the operator is told so in its inbox, naming the agent, the step and
+// why; not left believing the agent follows it.
+func TestInterruptOfEndedStepTellsTheOperator(t *testing.T) {
+	for _, end := range []string{"stage", "task"} {
+		t.Run(end+" ended", func(t *testing.T) {
+			b := newTestbed(t, nil)
+			op := b.op()
+			alice := b.newAgent("alice")
+			task := b.newTask("interrupted then ended", alice)
+			started, stopped, proceed := make(chan struct{}), make(chan struct{}), make(chan struct{})
+			b.sc.onAgent("alice", SkillPlanning, func(ctx context.Context, _ *ExecInput) *Output {
+				close(started)
+				<-ctx.Done()
+				close(stopped)
+				<-proceed // the call takes a moment to give up
+				return &Output{Err: ctx.Err()}
+			})
+			stage := b.addStages(task, StageSpec{StageIntention: "work", AgentAllocation: map[string]string{alice: "work"}})[0]
+			waitChan(t, started, "alice's step")
+			stepID, err := b.sys.Interrupt(op, alice, "wrong direction", "do something else")
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitChan(t, stopped, "the interrupted step to see its context cancelled")
+			if end == "stage" {
+				if _, err := b.sys.TaskInstruction(op, TaskInstruction{Action: ActionFinishStage, TaskID: task, StageID: stage}); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				b.cancelTask(task)
+			}
+			close(proceed)
+			b.settle()
+			for _, s := range b.steps(alice, func(s StepState) bool { return s.Executor == SkillProcessMessage && s.TaskID == task }) {
+				t.Errorf("the interrupt's instruction was queued in the ended %s: %s %q", end, s.ExecutionState, s.TextContent)
+			}
+			in, err := b.sys.Inbox(op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var notices []string
+			for _, e := range in {
+				if e.SenderID == SystemSender && strings.Contains(e.Content, stepID) {
+					notices = append(notices, e.Content)
+				}
+			}
+			if len(notices) != 1 || !strings.Contains(notices[0], "its "+end+" ended") || !strings.Contains(notices[0], "alice") || !strings.Contains(notices[0], "do something else") {
+				t.Errorf("the interrupt's instruction went nowhere; the operator's notices naming step %s: %q, want one naming alice, the instruction and %q", stepID, notices, "its "+end+" ended")
+			}
+		})
+	}
+}

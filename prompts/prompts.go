@@ -71,7 +71,7 @@ var TextKeys = []string{
 	"tool_waiting", "tool_outage_began", "tool_outage_ended", "tool_outage_gave_up",
 	"reply_lost_intention", "reply_lost_text", "operator_task_failed", "operator_reply_lost", "task_cancelled", "task_failed_no_reason",
 	"budget_reached", "budget_question", "budget_declined", "budget_waiting", "operator_waiting",
-	"interrupt_intention", "interrupt_text",
+	"interrupt_intention", "interrupt_text", "interrupt_dropped",
 	"history_digest", "pending_digest",
 	"memory_added", "memory_deleted", "memory_no_key", "memory_ignored", "memory_ops_ignored", "memory_refused", "memory_refused_total",
 	"shared_info_step", "stage_no_step_left", "stage_step_failed", "tool_instruction_intention",

@@ -120,6 +120,7 @@ var textFields = map[string][]string{
 	"operator_waiting":           {"TaskID", "MessageID"},
 	"interrupt_intention":        {"Reason", "Instruction"},
 	"interrupt_text":             {"Reason", "Instruction"},
+	"interrupt_dropped":          {"Agent", "StepID", "TaskID", "TaskEnded", "Instruction"},
 	"history_digest":             {"N", "Finished", "Failed"},
 	"pending_digest":             {"N"},
 	"memory_added":               {"Key"},
