@@ -290,19 +290,45 @@ func (a *agent) markRepliedLocked(peer, id string) {
 
 // recordSentLocked records an operator's message to r, stored already: in
 // the conversation with r, and as a finished send_message step (over: its
-// stage is over, stageOver). a.mu must be held.
-func (a *agent) recordSentLocked(r, stage string, over bool, m *Message) {
+// stage is over, stageOver), whose ID it returns. a.mu must be held.
+func (a *agent) recordSentLocked(r, stage string, over bool, m *Message) string {
 	pool := a.st.ConversationPool
 	pool.ConversationPrivates[r] = append(pool.ConversationPrivates[r], PrivateMessage{
 		SenderID: a.id, Content: m.Message, StageRelative: stage, Timestamp: m.Timestamp,
 		NeedReply: m.NeedReply, Waiting: m.Waiting != nil, TaskID: m.TaskID, MessageID: m.MessageID,
 	})
-	a.recordDoneLocked(m.TaskID, stage, over, StepSpec{
+	return a.recordDoneLocked(m.TaskID, stage, over, StepSpec{
 		StepIntention: "Message to " + r,
 		Type:          StepSkill,
 		Executor:      SkillSendMessage,
 		TextContent:   m.Message,
 	}, map[string]any{"send_message": m.clone()})
+}
+
+// notSentLocked takes back the records of an operator's message to r that
+// r did not take, its task having ended as it was sent (humanSend): the
+// message and its send_message step (stepID) are withdrawn, and the
+// question it answered (answeredID, "" when none) is not shown replied;
+// it is expired, as nobody waits for its answer in an ended task. The
+// task's finish_task, taken before or after, drops the rest of what the
+// operator holds of it. a.mu must be held.
+func (a *agent) notSentLocked(r, answeredID, stepID string, m *Message) {
+	pool := a.st.ConversationPool
+	msgs := slices.DeleteFunc(pool.ConversationPrivates[r], func(p PrivateMessage) bool { return p.MessageID == m.MessageID })
+	for i := range msgs {
+		if p := &msgs[i]; answeredID != "" && p.MessageID == answeredID {
+			p.Replied, p.Expired = false, true
+		}
+	}
+	if len(msgs) == 0 {
+		delete(pool.ConversationPrivates, r)
+	} else {
+		pool.ConversationPrivates[r] = msgs
+	}
+	if stepID != "" {
+		a.removeStepsLocked(func(s *StepState) bool { return s.StepID == stepID })
+	}
+	a.changedLocked(Event{TaskID: m.TaskID, MessageID: m.MessageID, Detail: "not_sent"})
 }
 
 // recordDoneLocked adds a step the operator has done already: a record,

@@ -8,7 +8,9 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -382,5 +384,75 @@ func waitEndsAfterRestart(t *testing.T, cfg Config, b *testbed, img *Image, alic
 	synctest.Wait()
 	if a := b2.agent(alice); len(a.StepLock) != 0 || len(a.Waits) != 0 {
 		t.Errorf("after the restart alice still waits in %s: step lock %v, waits %+v (working state %q)", where, a.StepLock, a.Waits, a.WorkingState)
+	}
+}
+
+// The operator answers an agent's question while the task is cancelled:
+// the cancel lands while the answer is being stored, after send_message
+// checked that the task runs, and the agent does not take the answer.
+// send_message fails saying the task ended, and the operator's records
+// say what happened: the question is not shown answered (it expired:
+// nobody waits for its answer now) and no send is recorded as done. In
+// "ended mark only" the hook sets only the task's ended mark, as endTask
+// does before the operator takes finish_task (which drops the operator's
+// records of the task): what send_message itself leaves is checked.
+func TestOperatorsAnswerRacingTheCancelIsNotRecordedAsSent(t *testing.T) {
+	for _, markOnly := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cancel_task", true: "ended mark only"}[markOnly], func(t *testing.T) {
+			store := &onPutStore{MemoryStore: NewMemoryStore()}
+			b := newTestbed(t, func(c *Config) { c.Store = store })
+			op := b.op()
+			alice := b.newAgent("alice")
+			task := b.newTask("cancelled while the operator answers", alice)
+			sayTo(b, "ask", op, "which colour?", true, true)
+			b.inject(alice, task, NoRelative, false, spec(SkillSendMessage, "ask"))
+			var question string
+			b.waitFor("alice's question in the operator's inbox", func() bool {
+				for _, e := range awaitingIn(b, task) {
+					question = e.MessageID
+				}
+				return question != ""
+			})
+			isAnswer := func(m *Message) bool { return m.SenderID == op && m.TaskID == task }
+			if markOnly {
+				store.match, store.hook = isAnswer, func() { b.sys.ended.Store(task, struct{}{}) }
+			} else {
+				store.cancelOnPut(t, b, task, isAnswer)
+			}
+			sent, err := b.sys.HumanSend(op, HumanMessage{TaskID: task, Receiver: []string{alice}, Content: "blue", ReplyTo: question})
+			if !errors.Is(err, ErrEnded) || len(sent) != 0 || !strings.Contains(fmt.Sprint(err), "task ended") {
+				t.Errorf("answering as the task was cancelled: sent %d, error %v; want none sent and %v saying the task ended", len(sent), err, ErrEnded)
+			}
+			if !markOnly {
+				b.settle()
+			}
+			opSt := b.agent(op)
+			found := false
+			for peer, msgs := range opSt.ConversationPool.ConversationPrivates {
+				for _, p := range msgs {
+					if p.TaskID != task {
+						continue
+					}
+					if p.MessageID == question {
+						found = true
+						if p.Replied || !p.Expired {
+							t.Errorf("the operator's records show alice's question %s replied=%v expired=%v, but alice never took the answer; want not replied, expired", question, p.Replied, p.Expired)
+						}
+					}
+					if p.SenderID == op {
+						t.Errorf("the operator's conversation with %s records its undelivered answer as sent: %q", peer, p.Content)
+					}
+				}
+			}
+			if markOnly && !found {
+				t.Errorf("alice's question %s is gone from the operator's records before finish_task", question)
+			}
+			for _, s := range b.steps(op, func(s StepState) bool { return s.TaskID == task && s.Executor == SkillSendMessage }) {
+				t.Errorf("the operator's step list records the undelivered answer as sent: %s %q, result %v", s.ExecutionState, s.StepIntention, s.ExecuteResult)
+			}
+			for _, e := range awaitingIn(b, task) {
+				t.Errorf("the operator's inbox shows %q awaiting a reply in the ended task", e.Content)
+			}
+		})
 	}
 }

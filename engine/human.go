@@ -208,13 +208,20 @@ func (s *System) humanSend(humanID string, hm HumanMessage) ([]Message, error) {
 		if answeredID != "" {
 			h.markRepliedLocked(r, answeredID)
 		}
-		h.recordSentLocked(r, stage, over, &m)
+		stepID := h.recordSentLocked(r, stage, over, &m)
 		// The message is stored and is delivered next: the operator's
 		// record of it is kept through a refused write, not withdrawn
 		// (owner.go), as a receiver keeps a message it took.
 		h.mu.keepLocked()
 		h.mu.Unlock()
 		if err := notTaken(m, s.hand(m)); err != nil {
+			// Its task ended as it was sent (a cancel racing the send):
+			// the operator's records must not show it sent, nor the
+			// question it answered replied.
+			h.mu.Lock()
+			h.notSentLocked(r, answeredID, stepID, &m)
+			h.mu.keepLocked()
+			h.mu.Unlock()
 			return sent, err
 		}
 		sent = append(sent, m)
