@@ -17,6 +17,10 @@ var (
 	ErrForbidden = errors.New("forbidden")
 	// ErrEnded: the task or stage has already ended.
 	ErrEnded = errors.New("ended")
+	// ErrNotAwaited: an answer to a question that no longer awaits one
+	// (answered already, from any channel, or expired). It is an
+	// ErrInvalid too.
+	ErrNotAwaited = fmt.Errorf("%w: no longer awaits a reply", ErrInvalid)
 	// ErrLimit: a configured limit was reached (stage retries).
 	ErrLimit = errors.New("limit reached")
 	// ErrClosed: the MAS is shut down.

@@ -101,6 +101,15 @@ type HumanMessage struct {
 	// Decision answers an approval question (ReplyTo must name one) with
 	// a structured approve/deny.
 	Decision *Decision `json:"decision,omitempty"`
+	// AnswerOnly sends the message only as the answer to the question
+	// ReplyTo names (one receiver, its sender): when that question no
+	// longer awaits a reply (answered meanwhile from another channel, or
+	// expired) nothing is sent and the error wraps ErrNotAwaited. Checked
+	// with the answer's hold on the question, so of two answers racing
+	// one is sent. Without it (send_message's reply_to), a message naming
+	// a question answered already is sent as a plain message. Not a tool
+	// input: the server's answers to its elicitation forms set it.
+	AnswerOnly bool `json:"-"`
 }
 
 // HumanSend sends an operator's message, one message per receiver (spec
@@ -151,6 +160,9 @@ func (s *System) humanSend(humanID string, hm HumanMessage) ([]Message, error) {
 	if hm.Decision != nil && (hm.ReplyTo == "" || len(receivers) != 1) {
 		return nil, errf(ErrInvalid, "decision: answers one approval question: give its message_id in reply_to and its sender as the one receiver")
 	}
+	if hm.AnswerOnly && (hm.ReplyTo == "" || len(receivers) != 1) {
+		return nil, errf(ErrInvalid, "reply_to: an answer answers one question: give its message_id in reply_to and its sender as the one receiver")
+	}
 
 	var sent []Message
 	for _, r := range receivers {
@@ -166,6 +178,10 @@ func (s *System) humanSend(humanID string, hm HumanMessage) ([]Message, error) {
 			answeredID = answered.MessageID
 			m.ReturnWaitingID = answered.ReturnWaitingID
 			m.ReplyTo = answeredID
+		}
+		if hm.AnswerOnly && answered == nil {
+			h.mu.Unlock()
+			return sent, errf(ErrNotAwaited, "reply_to %q: no longer awaits a reply (answered already, from this or another channel, or expired): not sent", hm.ReplyTo)
 		}
 		if hm.Decision != nil {
 			if answered == nil || answered.ReturnWaitingID != confirmWaitID(answered.MessageID) {

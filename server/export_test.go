@@ -118,3 +118,22 @@ func (s *Server) OnListChanged(f func(op string, told bool)) {
 	}
 	s.lists.decided.Store(&f)
 }
+
+// BeforeAnswer sets a function answerQuestion (an elicitation's answer to
+// an operator's question) calls once it found the question awaiting a
+// reply, just before it answers (nil: none): a test answers the question
+// there from another channel to race the two answers.
+func (s *Server) BeforeAnswer(f func(messageID string)) {
+	if f == nil {
+		s.beforeAnswer.Store(nil)
+		return
+	}
+	s.beforeAnswer.Store(&f)
+}
+
+// AnswerQuestions answers op's questions of task taskID ("": any) with
+// elicitation results keyed by message ID, as tasks/result's
+// inputResponses do, and returns the problems.
+func (s *Server) AnswerQuestions(op, taskID string, responses mcp.InputResponseMap) []string {
+	return s.answerQuestions(op, taskID, responses)
+}

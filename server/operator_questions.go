@@ -184,14 +184,23 @@ func (s *Server) answerQuestion(op, taskID, messageID string, r *mcp.ElicitResul
 	default:
 		return fmt.Errorf("question %q: action %q: want accept, decline or cancel", messageID, r.Action)
 	}
+	if f := s.beforeAnswer.Load(); f != nil {
+		(*f)(messageID)
+	}
 	accept := r.Action == "accept"
 	if !q.Approval {
 		reply, _ := r.Content["reply"].(string)
 		if reply = strings.TrimSpace(reply); !accept || reply == "" {
 			reply = "(the operator declined to answer)"
 		}
+		// AnswerOnly: the check above and the send are not one step; an
+		// answer from another channel meanwhile makes this one refused
+		// rather than sent again as a plain message.
 		_, err := s.sys.HumanSend(op, engine.HumanMessage{TaskID: q.TaskID, Receiver: []string{q.SenderID},
-			Content: reply, StageRelative: q.StageRelative, ReplyTo: messageID})
+			Content: reply, StageRelative: q.StageRelative, ReplyTo: messageID, AnswerOnly: true})
+		if errors.Is(err, engine.ErrNotAwaited) {
+			return fmt.Errorf("question %q: %w", messageID, errNotAwaited)
+		}
 		return err
 	}
 	var d engine.Decision

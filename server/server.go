@@ -86,6 +86,9 @@ type Server struct {
 	// beforeCancel, when set (tests only), is called by tasks/cancel once
 	// it found the task running, just before it cancels it.
 	beforeCancel atomic.Pointer[func(taskID string)]
+	// beforeAnswer, when set (tests only), is called by answerQuestion
+	// once it found the question awaiting a reply, just before it answers.
+	beforeAnswer atomic.Pointer[func(messageID string)]
 }
 
 // New builds the MCP server for a started System and starts relaying the
