@@ -73,6 +73,7 @@ func dailyHoldOnEveryTask(t *testing.T, via string) {
 		}
 		return false
 	})
+	mrtr := r.mrtrClient(tokenAnn)
 	for _, id := range []string{first, second} {
 		name := e.stack.Task(id).TaskName
 		got, err := call(t, cs, "tasks/get", &extTaskParams{TaskID: id})
@@ -93,6 +94,13 @@ func dailyHoldOnEveryTask(t *testing.T, via string) {
 		old, err := mcp.CallCustomMethod[*sepTaskParams, *sepTask](context.Background(), sep, "tasks/get", &sepTaskParams{TaskID: id})
 		if err != nil || old.Status != "input_required" {
 			t.Errorf("2025-11-25 tasks/get of ann's held task %q: %+v, %v; want input_required", name, old, err)
+		}
+		// wait_for_updates of the task (2026-07-28, form elicitation)
+		// puts the same questions as tasks/get: the daily one too.
+		res, err := mrtr.CallTool(context.Background(), &mcp.CallToolParams{Name: "wait_for_updates", Arguments: map[string]any{"task_id": id, "timeout_seconds": 1}})
+		if err != nil || res.InputRequests[q.MessageID] == nil {
+			t.Errorf("wait_for_updates of ann's task %q, held for her daily budget: %d inputRequests (%v); want the daily budget question %s (asked in task %s) among them",
+				name, len(res.InputRequests), err, q.MessageID, q.TaskID)
 		}
 	}
 

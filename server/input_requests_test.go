@@ -2,15 +2,12 @@ package server_test
 
 import (
 	"context"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/mas-mcp/mas-mcp/internal/teststack"
 
 	"github.com/mas-mcp/mas-mcp/engine"
 	"github.com/mas-mcp/mas-mcp/server"
@@ -69,18 +66,7 @@ func TestInputRequestsAreBounded(t *testing.T) {
 	}
 
 	// wait_for_updates, read without go-sdk's automatic retries.
-	c := mcp.NewClient(&mcp.Implementation{Name: "mrtr", Version: "1"}, &mcp.ClientOptions{
-		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil },
-		MultiRoundTrip:     &mcp.MultiRoundTripOptions{Disabled: true}})
-	tr := &http.Transport{}
-	t.Cleanup(tr.CloseIdleConnections)
-	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: r.url,
-		HTTPClient: &http.Client{Transport: teststack.Bearer{Token: tokenAnn, Base: tr}}, MaxRetries: -1},
-		&mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cs.Close() })
+	cs := r.mrtrClient(tokenAnn)
 	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "wait_for_updates", Arguments: map[string]any{"task_id": id, "timeout_seconds": 1}})
 	if err != nil {
 		t.Fatal(err)
@@ -101,4 +87,15 @@ func TestInputRequestsAreBounded(t *testing.T) {
 	if err != nil || len(got.InputRequests) != total-listItems || got.Meta["mas-mcp/moreInputRequests"] != nil {
 		t.Errorf("tasks/get after answering: %d inputRequests, _meta %v, %v: want the other %d, no more", len(got.InputRequests), got.Meta, err, total-listItems)
 	}
+}
+
+// mrtrClient connects a 2026-07-28 client that declares form elicitation
+// and makes no automatic multi round-trip retries: its wait_for_updates
+// returns the input_required result itself.
+func (r *extRig) mrtrClient(token string) *mcp.ClientSession {
+	r.t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "mrtr", Version: "1"}, &mcp.ClientOptions{
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil },
+		MultiRoundTrip:     &mcp.MultiRoundTripOptions{Disabled: true}})
+	return r.connect(c, token)
 }

@@ -17,7 +17,8 @@ import (
 //
 //   - wait_for_updates, called by a 2026-07-28 client that declares form
 //     elicitation while questions await the operator's answer (of the
-//     call's task_id, or of any task), first answers input_required with
+//     call's task_id, with the daily budget question that holds it
+//     wherever it was asked, as tasks/get; or of any task), first answers input_required with
 //     each open question as an elicitation input request keyed by its
 //     message_id (operator_questions.go gives the forms), at most
 //     limits.list_items of them (_meta mas-mcp/moreInputRequests says how
@@ -52,8 +53,18 @@ func (s *Server) questionsInline(req *mcp.CallToolRequest, op, taskID string) (*
 	if caps == nil || caps.Elicitation == nil || (caps.Elicitation.Form == nil && caps.Elicitation.URL != nil) {
 		return nil, nil // the client cannot show a form
 	}
+	// A task's questions are tasks/get's (taskQuestions): with the daily
+	// budget question that holds it, wherever that one was asked.
+	qs := s.openQuestions(op, "")
+	if taskID != "" {
+		t, ok := s.sys.Task(taskID)
+		if !ok {
+			return nil, nil // the wait says so
+		}
+		qs = s.taskQuestions(op, t)
+	}
 	// Questions answered in this round are not asked again in it.
-	open := slices.DeleteFunc(s.openQuestions(op, taskID), func(q engine.InboxEntry) bool {
+	open := slices.DeleteFunc(qs, func(q engine.InboxEntry) bool {
 		_, asked := responses[q.MessageID]
 		return asked
 	})

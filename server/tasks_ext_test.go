@@ -95,6 +95,13 @@ func (r *extRig) client(token string, ext bool, elicit func(context.Context, *mc
 			r.t.Fatal(err)
 		}
 	}
+	return r.connect(c, token)
+}
+
+// connect connects c to the server as a 2026-07-28 client with token's
+// operator, without transport retries.
+func (r *extRig) connect(c *mcp.Client, token string) *mcp.ClientSession {
+	r.t.Helper()
 	tr := &http.Transport{}
 	r.t.Cleanup(tr.CloseIdleConnections)
 	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: r.url,
