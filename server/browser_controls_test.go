@@ -64,6 +64,7 @@ func TestBrowserControls(t *testing.T) {
 	askCtx, stopAsking := context.WithCancel(context.Background())
 	defer stopAsking()
 	started := make(chan struct{}, 1)
+	interruptShown := make(chan struct{})
 	paused := func() bool { a, _ := sys.Agent(alice); return a.Paused }
 	var last string
 	sc := bufio.NewScanner(stdout)
@@ -112,6 +113,17 @@ func TestBrowserControls(t *testing.T) {
 				started <- struct{}{}
 				return fakellm.Reply{Delay: 10 * time.Minute}
 			}})
+			// Her call with the interrupt's instruction is answered once
+			// the page showed the interrupted step: answered at once, her
+			// stage could go on and end before the page read the step, and
+			// the page would show it only as it last read it, running.
+			m.stack.LLM.Script(fakellm.Rule{Agent: "alice", Contains: instruction, Func: func(c *fakellm.Call) fakellm.Reply {
+				select {
+				case <-interruptShown:
+				case <-ctx.Done():
+				}
+				return m.team.Handle(c)
+			}})
 			reply2 := "plain text"
 			if _, err := sys.HumanSend(op, engine.HumanMessage{TaskID: task, Receiver: []string{alice}, Content: reply2, ReplyTo: question.MessageID}); err != nil {
 				t.Fatal(err)
@@ -123,6 +135,7 @@ func TestBrowserControls(t *testing.T) {
 			}
 			reply = "RUNNING"
 		case "INTERRUPTED":
+			close(interruptShown)
 			// The page showed the step interrupted (its error, from the
 			// engine); the instruction became alice's next step: her LLM
 			// was asked with it. (Her steps themselves may be cleared by

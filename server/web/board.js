@@ -1,7 +1,7 @@
 // board.js: the task list (left), the selected task's head and its stages →
 // agents → steps (center), and the selected step's details (right).
 
-import { h, fill, short, tokens, chars, ms, clock, stamp, json, stateBadge, stepIcon } from "./dom.js";
+import { h, fill, morph, short, tokens, chars, ms, clock, stamp, json, stateBadge, stepIcon } from "./dom.js";
 import { store, nameOf, stepsOf } from "./store.js";
 import { taskControls, agentControls, interrupted } from "./controls.js";
 import { stepTrail, trailStep, loadStep } from "./trail.js";
@@ -27,7 +27,7 @@ export function renderTasks(list, select) {
     fill(list, h("li", { class: "empty", text: "No tasks." }));
     return;
   }
-  fill(list,
+  morph(list,
     ...tasks.map((t) => {
       const stages = t.stage_list || [];
       const done = stages.filter((s) => s.execution_state === "finished").length;
@@ -90,7 +90,7 @@ export function renderTaskHead(el) {
       a && a.kind === "llm" ? h("span", { class: "tok", text: `${tokens(a.usage && a.usage.total_tokens)} tok` }) : null,
     );
   });
-  fill(el,
+  morph(el,
     h(
       "div",
       { class: "title-row" },
@@ -168,7 +168,7 @@ export function renderProgress(el, selectStep) {
     );
   });
   if (blocks.length === 0) blocks.push(h("p", { class: "empty", text: "The manager has not staged this task yet." }));
-  fill(el, ...blocks);
+  morph(el, ...blocks);
 }
 
 // folded remembers the blocks the user opened or closed (key → closed).

@@ -2,7 +2,7 @@
 // and the composer: @-mention to choose receivers, message type (FYI,
 // action required, urgent), sending through POST /api/send_message.
 
-import { h, fill, clock, nearBottom } from "./dom.js";
+import { h, fill, place, clock, nearBottom } from "./dom.js";
 import { store, nameOf, api, SYSTEM } from "./store.js";
 
 /** KINDS: spec §10.5.2's message types, by the fields that carry them. */
@@ -60,8 +60,7 @@ export function renderChat(list, focusInbox) {
     return el;
   });
   chatCache.els = used;
-  const same = els.length === list.children.length && els.every((el, i) => list.children[i] === el);
-  if (!same) fill(list, ...els);
+  place(list, els);
   // Follow new messages if the end was in view (or the task just changed).
   if (stick || list.dataset.task !== store.selectedTask) list.scrollTop = list.scrollHeight;
   list.dataset.task = store.selectedTask;

@@ -13,7 +13,7 @@ export function h(tag, attrs, ...children) {
     if (v === null || v === undefined || v === false) continue;
     if (k === "class") el.className = v;
     else if (k === "text") el.textContent = v;
-    else if (k.startsWith("on") && typeof v === "function") el.addEventListener(k.slice(2), v);
+    else if (k.startsWith("on") && typeof v === "function") on(el, k.slice(2), v);
     else if (k.startsWith("data-") || k.startsWith("aria-") || k === "role" || k === "title" || k === "for") el.setAttribute(k, String(v));
     else if (k in el) el[k] = v;
     else el.setAttribute(k, String(v));
@@ -27,6 +27,97 @@ export function fill(el, ...children) {
   el.replaceChildren();
   append(el, children);
   return el;
+}
+
+/**
+ * morph makes el's children what fill would make them, but keeps the
+ * elements already there where they match (same tag, same keys: keyOf),
+ * changing only their attributes, texts and handlers. An element
+ * under the pointer or holding the focus stays in the document: the page
+ * re-renders on every event, and a button that leaves the document between
+ * mousedown and mouseup, even for an instant, gets no click (the operator's
+ * "Pause" on a busy task did nothing).
+ */
+export function morph(el, ...children) {
+  const next = document.createElement(el.tagName);
+  append(next, children);
+  morphChildren(el, next);
+  return el;
+}
+
+/**
+ * place makes parent's children the given elements, in order, moving only
+ * those out of place: for lists whose elements are kept across renders
+ * (fill would take each out of the document and back, dropping a click
+ * under way and the focus of a reply being typed).
+ */
+export function place(parent, els) {
+  const keep = new Set(els);
+  for (const c of [...parent.childNodes]) if (!keep.has(c)) c.remove();
+  els.forEach((el, i) => {
+    if (parent.childNodes[i] !== el) parent.insertBefore(el, parent.childNodes[i] || null);
+  });
+  return parent;
+}
+
+// morphChildren walks the wanted children in order: a kept one is found
+// at its place or further on (those passed over are gone: removed, never
+// moved, since moving takes an element out of the document too), a new one
+// is inserted before the old ones still to match.
+function morphChildren(old, next) {
+  const want = [...next.childNodes];
+  want.forEach((n, i) => {
+    const o = old.childNodes[i];
+    let match = null;
+    for (let c = o; c && !match; c = c.nextSibling) if (alike(c, n)) match = c;
+    if (!match) {
+      old.insertBefore(n, o || null);
+      return;
+    }
+    while (old.childNodes[i] !== match) old.childNodes[i].remove();
+    morphNode(match, n);
+  });
+  while (old.childNodes.length > want.length) old.lastChild.remove();
+}
+
+// Form fields are never morphed: what the user typed is theirs.
+const FIELDS = new Set(["INPUT", "TEXTAREA", "SELECT"]);
+
+function alike(o, n) {
+  if (o.nodeType !== n.nodeType) return false;
+  if (o.nodeType !== Node.ELEMENT_NODE) return true;
+  return o.tagName === n.tagName && !FIELDS.has(o.tagName) && keyOf(o) === keyOf(n);
+}
+
+// keyOf is what an element must keep to be the same one: its id, its
+// data-*-id keys and its first class, its role (the classes after it tell
+// its state: "step st-running", "dot ws-paused"). Without the role a new
+// pill would be morphed out of the controls next to it, whose button the
+// pointer holds.
+function keyOf(el) {
+  let k = `${el.id}|${el.classList[0] || ""}`;
+  for (const a of el.attributes) if (a.name.startsWith("data-") && a.name.endsWith("-id")) k += `|${a.name}=${a.value}`;
+  return k;
+}
+
+function morphNode(o, n) {
+  if (o.nodeType !== Node.ELEMENT_NODE) {
+    if (o.nodeValue !== n.nodeValue) o.nodeValue = n.nodeValue;
+    return;
+  }
+  for (const a of [...o.attributes]) if (!n.hasAttribute(a.name)) o.removeAttribute(a.name);
+  for (const a of n.attributes) if (o.getAttribute(a.name) !== a.value) o.setAttribute(a.name, a.value);
+  for (const type of Object.keys(o.__on || {})) if (!n.__on || !n.__on[type]) o.__on[type] = null;
+  for (const [type, f] of Object.entries(n.__on || {})) on(o, type, f);
+  morphChildren(o, n);
+}
+
+// on sets el's handler of an event type: one listener per type calls the
+// handler of the latest render (morph swaps it).
+function on(el, type, f) {
+  if (!el.__on) el.__on = {};
+  if (!(type in el.__on)) el.addEventListener(type, (ev) => el.__on[type] && el.__on[type](ev));
+  el.__on[type] = f;
 }
 
 function append(el, children) {

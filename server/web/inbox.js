@@ -2,7 +2,7 @@
 // reply first, urgent ones most visibly, each with a reply box that answers
 // its sender in its task (POST /api/send_message with reply_to).
 
-import { h, fill, clock } from "./dom.js";
+import { h, fill, place, clock } from "./dom.js";
 import { store, nameOf, api } from "./store.js";
 import { kindOf, kindTag } from "./chat.js";
 import { approvalButtons } from "./controls.js";
@@ -38,8 +38,7 @@ export function renderInbox(list, counts, openTask) {
     update(el, e);
     return el;
   });
-  const same = ordered.length === list.children.length && ordered.every((el, i) => list.children[i] === el);
-  if (!same) fill(list, ...ordered);
+  place(list, ordered);
   for (const e of entries) {
     if (e.awaiting_reply && e.waiting && !seenUrgent.has(e.message_id)) {
       seenUrgent.add(e.message_id);

@@ -87,6 +87,7 @@ try {
 async function run(page) {
   const errors = [];
   page.on("pageerror", (e) => errors.push(`page error: ${e.message}`));
+  page.on("console", (m) => { if (m.type() === "warning" || m.type() === "error") log(`console: ${m.text()}`); });
   const shown = (loc, what) => loc.first().waitFor({ timeout: 10000 }).catch(() => fail(`the page does not show ${what}`));
   const gone = (loc, what) => loc.first().waitFor({ state: "detached", timeout: 10000 }).catch(() => fail(`the page still shows ${what}`));
 
@@ -107,10 +108,32 @@ async function run(page) {
   await say("TASK_RESUMED");
   log("task paused and resumed");
 
-  // alice: pause, see her paused, resume.
+  // alice: pause, see her paused, resume. The click straddles a re-render
+  // of the page, as it does on a busy task: between mousedown and mouseup
+  // another control's event arrives (the task paused through the API) and
+  // the page renders it. The button pressed must still be the one released
+  // on, or the click is lost.
   const agent = page.locator(`#progress .agent[data-agent-id="${opts.agent}"]`);
-  await agent.locator('[data-control="pause_agent"]:visible').first().click();
-  await shown(agent.locator('.pill.paused[data-paused="agent"]'), "alice paused");
+  const taskPaused = head.locator('.pill.paused[data-paused="task"]');
+  const control = (action) => page.evaluate(async ([action, task]) => {
+    const res = await fetch("/api/control", { method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ action, task_id: task }), credentials: "same-origin" });
+    if (!res.ok) throw new Error(`${action}: ${res.status} ${await res.text()}`);
+  }, [action, opts.task]);
+  const pauseAlice = agent.locator('[data-control="pause_agent"]:visible').first();
+  await pauseAlice.hover();
+  await page.mouse.down();
+  await control("pause_task");
+  await shown(taskPaused, "the task paused (through the API, the mouse held down on alice's pause button)");
+  // The render may have moved the button (alice now reads paused, a pill
+  // before it): the pointer follows it, as a user's would.
+  const box = await pauseAlice.boundingBox();
+  if (!box) fail("alice's pause button is gone after the re-render");
+  await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+  await page.mouse.up();
+  await shown(agent.locator('.pill.paused[data-paused="agent"]'), "alice paused, though the page re-rendered while her pause button was held down");
+  await control("resume_task");
+  await gone(taskPaused, "the task paused after resuming it through the API");
   await say("AGENT_PAUSED");
   await agent.locator('[data-control="resume_agent"]:visible').first().click();
   await gone(agent.locator('.pill.paused[data-paused="agent"]'), "alice paused after resuming");
@@ -133,7 +156,7 @@ async function run(page) {
   await agent.locator('[data-control="interrupt"]:visible').first().click();
   // (in whichever block holds it, folded or not)
   await agent.locator(".step .pill.interrupted").first().waitFor({ state: "attached", timeout: 10000 })
-    .catch(async () => fail(`the page does not show the interrupted step; status: ${await page.locator("#control-status").textContent().catch(() => "none")}`));
+    .catch(async () => fail(`the page does not show the interrupted step; status: ${await page.locator("#control-status").textContent().catch(() => "none")}; alice's steps: ${JSON.stringify(await agent.locator(".step").evaluateAll((els) => els.map((e) => e.className + " " + e.textContent)))}; page errors: ${errors.join(" | ") || "none"}; server: ${JSON.stringify(await page.evaluate(async (a) => Object.values(await (await fetch("/api/states?type=step", { credentials: "same-origin" })).json()).filter((s) => s.agent_id === a).map((s) => s.execution_state + " " + s.executor + " " + s.task_id.slice(0, 8) + "/" + s.stage_id.slice(0, 8)), opts.agent))}`));
   await say("INTERRUPTED");
   log("interrupted");
   if (opts.screenshot) await page.screenshot({ path: opts.screenshot, fullPage: true });
