@@ -304,6 +304,10 @@ func (a *agent) popLocked() (StepState, bool) {
 		now := a.sys.now()
 		step.ExecutionState = StateRunning
 		step.StartedAt = now
+		// A record of a call waiting on the operator is the running
+		// step's: one left by an earlier step (its settle refused by the
+		// store) must not be read as this one's at a restart.
+		a.st.CallWaitsOn = ""
 		a.running = step.StepID
 		a.runningKey = stageKey{step.TaskID, step.StageID}
 		a.lastTask = step.TaskID

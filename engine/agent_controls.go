@@ -216,14 +216,24 @@ func (s *System) callWaits(q OperatorQuestion, messageID string) (settle func() 
 		defer a.mu.Unlock()
 		var detail string
 		step := a.stepLocked(q.StepID)
-		if step == nil || a.running != q.StepID || step.Type != StepTool || (!waits && a.st.CallWaitsOn != messageID) {
+		if !waits && a.st.CallWaitsOn != messageID {
 			return errNotMarked
 		}
+		if waits && (step == nil || a.running != q.StepID || step.Type != StepTool) {
+			return errNotMarked
+		}
+		// Dropped also when the step is gone (its stage or task ended
+		// while the question waited): the record is the agent's, and left
+		// behind it would be read as a later tool step's at a restart.
 		a.st.CallWaitsOn, detail = "", "call_waiting_over"
 		if waits {
 			a.st.CallWaitsOn, detail = messageID, "call_waiting_on_operator"
 		}
-		a.changedLocked(Event{Kind: EventStepChanged, StepID: step.StepID, TaskID: step.TaskID, StageID: step.StageID, Detail: detail})
+		ev := Event{TaskID: q.TaskID, Detail: detail}
+		if step != nil {
+			ev = Event{Kind: EventStepChanged, StepID: step.StepID, TaskID: step.TaskID, StageID: step.StageID, Detail: detail}
+		}
+		a.changedLocked(ev)
 		return a.mu.syncLocked()
 	}
 	switch err := mark(true); {

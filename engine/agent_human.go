@@ -31,6 +31,10 @@ func (a *agent) receiveHuman(m Message) bool {
 		a.late(m)
 		return false
 	}
+	// A waiter on a question that arrives expired is released once our
+	// mutex is (no path holds two owners'): nobody will answer it.
+	var lost []lostReply
+	defer func() { a.sys.releaseLost(a, lost...) }()
 	defer a.mu.Unlock()
 	// The message is stored and delivered: kept through a refused write of
 	// the operator's document, and written by the owner's retries, rather
@@ -94,6 +98,13 @@ func (a *agent) receiveHuman(m Message) bool {
 	})
 	if needReply && !expired {
 		notify("human_reply_needed", data)
+	}
+	if expired && waitID != "" {
+		// The sender waits on it (its wait, engaged after the stage end
+		// released the stage's, would hold every step of its until the
+		// wait timeout): told no reply will come, as for a reply lost.
+		lost = append(lost, lostReply{waiter: m.SenderID, waitingID: waitID, taskID: m.TaskID,
+			reason: "the operator got the question after its stage (" + m.StageRelative + ") ended: no reply will come"})
 	}
 	a.changedLocked(Event{TaskID: m.TaskID, MessageID: m.MessageID, Detail: "message"})
 	return true

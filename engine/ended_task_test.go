@@ -456,3 +456,35 @@ func TestOperatorsAnswerRacingTheCancelIsNotRecordedAsSent(t *testing.T) {
 		})
 	}
 }
+
+// TestOperatorsMessageAsItsStageEndsLeavesTheStageClosed: the operator
+// writes to alice in a stage that ends while the message is being stored
+// (finish_stage lands then, and the operator takes its instruction, which
+// closes the stage in its working memory, before its record of the
+// message): the record must not open the stage again, where it would stay
+// until the task ends.
+func TestOperatorsMessageAsItsStageEndsLeavesTheStageClosed(t *testing.T) {
+	store := &onPutStore{MemoryStore: NewMemoryStore()}
+	b := newTestbed(t, func(c *Config) { c.Store = store })
+	op := b.op()
+	alice := b.newAgent("alice")
+	task := b.newTask("a stage ending as the operator writes", alice)
+	stage := b.addStages(task, StageSpec{StageIntention: "work", AgentAllocation: map[string]string{alice: "the goal"}})[0]
+	b.settle()
+	store.match = func(m *Message) bool { return m.SenderID == op && m.TaskID == task && m.StageRelative == stage }
+	store.hook = func() {
+		if _, err := b.sys.TaskInstruction(op, TaskInstruction{Action: ActionFinishStage, TaskID: task, StageID: stage}); err != nil {
+			t.Errorf("finish_stage: %v", err)
+		}
+	}
+	if _, err := b.sys.HumanSend(op, HumanMessage{TaskID: task, Receiver: []string{alice}, Content: "one more thing", StageRelative: stage}); err != nil {
+		t.Fatal(err)
+	}
+	b.settle()
+	if !store.fired.Load() {
+		t.Fatal("the stage never ended while the operator's message was stored")
+	}
+	if _, open := b.agent(op).WorkingMemory[task][stage]; open {
+		t.Errorf("the operator's working memory holds stage %s, which ended as it wrote there: it stays until the task ends", stage)
+	}
+}

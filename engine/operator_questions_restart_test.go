@@ -282,15 +282,7 @@ func TestAnsweredApprovalIsNotRedeliveredAfterARestart(t *testing.T) {
 // the task but was not asked, does not (the question is private to the
 // asked operator, as what alice shows she waits for).
 func TestCallWaitsOnIsTheAskedOperatorsToRead(t *testing.T) {
-	asked := make(chan struct{}, 1)
-	b := newTestbed(t, func(c *Config) {
-		c.Tools = toolCatalog{"deploy": "deploys things"}
-		c.Tool = deployAfterApproval(asked, new(atomic.Bool))
-	})
-	alice, err := b.sys.CreateAgent(AgentConfig{Template: "researcher", Name: "alice", Tools: []string{"deploy"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, alice, asked := deployBed(t)
 	id := b.newTask("ship", alice)
 	bea := b.operator("bea")
 	if _, err := b.sys.ShareTask(b.op(), id, bea); err != nil {
@@ -322,4 +314,40 @@ func deployAfterApproval(asked chan<- struct{}, called *atomic.Bool) Executor {
 		called.Store(true)
 		return &Output{Result: map[string]any{"deployed": true}}
 	})
+}
+
+// TestCallWaitsOnGoesWithItsStep: alice's tool call waits for the
+// operator's approval (the agent records the question: CallWaitsOn) and
+// the operator cancels the task. The step is gone, and so must the record
+// be: left behind, a crash during a later tool call of hers would read it
+// as that call's and run the call again, though it may have acted.
+func TestCallWaitsOnGoesWithItsStep(t *testing.T) {
+	b, alice, asked := deployBed(t)
+	id := b.newTask("ship", alice)
+	b.inject(alice, id, NoRelative, false, StepSpec{StepIntention: "deploy", Type: StepTool, Executor: "deploy", TextContent: "run"})
+	<-asked
+	b.waitFor("alice to record the question her call waits on", func() bool { return b.agent(alice).CallWaitsOn != "" })
+	if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionCancelTask, TaskID: id}); err != nil {
+		t.Fatal(err)
+	}
+	b.settle()
+	if on := b.agent(alice).CallWaitsOn; on != "" {
+		t.Errorf("after the task was cancelled, alice still records a call waiting on question %s: a later tool step of hers, interrupted by a crash, would run again", on)
+	}
+}
+
+// deployBed is a testbed with alice, who may call the tool "deploy", whose
+// calls ask the operator's approval first (deployAfterApproval; asked
+// says when).
+func deployBed(t *testing.T) (b *testbed, alice string, asked chan struct{}) {
+	asked = make(chan struct{}, 1)
+	b = newTestbed(t, func(c *Config) {
+		c.Tools = toolCatalog{"deploy": "deploys things"}
+		c.Tool = deployAfterApproval(asked, new(atomic.Bool))
+	})
+	alice, err := b.sys.CreateAgent(AgentConfig{Template: "researcher", Name: "alice", Tools: []string{"deploy"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, alice, asked
 }

@@ -203,3 +203,55 @@ func TestQuestionOfAnEndedStageArrivesExpired(t *testing.T) {
 			stage, e.AwaitingReply, e.Expired)
 	}
 }
+
+// TestWaiterOnAQuestionOfAnEndedStageIsReleased: alice sends the operator a
+// waiting question in a stage that has ended (a step of a message in that
+// stage sends it): the question reaches the operator expired, so nobody
+// will answer it, and alice, blocked on it, must not wait out the whole
+// wait timeout with every step of hers held: her wait is released, a step
+// telling her no reply will come.
+func TestWaiterOnAQuestionOfAnEndedStageIsReleased(t *testing.T) {
+	b := newTestbed(t, nil)
+	op := b.op()
+	alice := b.newAgent("alice")
+	task := b.newTask("late waiting question", alice)
+	stage := b.addStages(task, StageSpec{StageIntention: "work", AgentAllocation: map[string]string{alice: "the goal"}})[0]
+	b.settle()
+	if _, err := b.sys.TaskInstruction(op, TaskInstruction{Action: ActionFinishStage, TaskID: task, StageID: stage}); err != nil {
+		t.Fatal(err)
+	}
+	b.settle()
+
+	a, _ := b.sys.agent(alice)
+	m := b.sys.newMessage("", task, alice, []string{op}, "a waiting question of the ended stage", stage)
+	m.NeedReply = true
+	m.Waiting = []string{derivedID(m.MessageID, "wait", op)}
+	b.sys.engageWaits(a, &m)
+	if got := b.agent(alice).StepLock; len(got) != 1 {
+		t.Fatalf("alice's step lock before the question is sent: %v, want her wait on the operator", got)
+	}
+	if err := b.sys.post(m); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor("alice's wait on the expired question released", func() bool { return len(b.agent(alice).StepLock) == 0 })
+}
+
+// TestStageEndAfterItsTaskEndedLeavesNoMark: a stage's end that comes
+// after its task's end (a cancel racing finish_stage: the task's end forgot
+// its ended stages before this one was marked) leaves no mark of the stage
+// behind: the task's end covers it, and nothing would ever drop the mark.
+func TestStageEndAfterItsTaskEndedLeavesNoMark(t *testing.T) {
+	b := newTestbed(t, nil)
+	alice := b.newAgent("alice")
+	task := b.newTask("racing ends", alice)
+	stage := b.addStages(task, StageSpec{StageIntention: "work", AgentAllocation: map[string]string{alice: "the goal"}})[0]
+	b.settle()
+	if _, err := b.sys.TaskInstruction(b.op(), TaskInstruction{Action: ActionCancelTask, TaskID: task}); err != nil {
+		t.Fatal(err)
+	}
+	b.settle()
+	b.sys.stageEnded(task, stage) // the stage's end, arriving last
+	if b.sys.stageHasEnded(task, stage) {
+		t.Errorf("stage %s of the ended task %s is still marked ended after both ends: the mark stays for the process's life", stage, task)
+	}
+}

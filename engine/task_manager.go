@@ -475,6 +475,12 @@ func (s *System) stageEnded(taskID, stageID string) {
 	// takes after the mark arrives expired (receiveHuman), and one taken
 	// before it is there for the pass.
 	s.stagesEnded.Store(stageKey{taskID, stageID}, struct{}{})
+	if s.isEnded(taskID) {
+		// The task ended meanwhile (a cancel racing the stage's end), and
+		// its forgetEndedStages may have run before the mark: the task's
+		// end covers the stage, and the mark would stay for good.
+		s.stagesEnded.Delete(stageKey{taskID, stageID})
+	}
 	s.releaseWaits(func(w Wait) bool { return w.TaskID == taskID && w.StageID == stageID })
 	for _, id := range s.operators() {
 		a, ok := s.agent(id)

@@ -163,7 +163,9 @@ func (r *relay) overLimitLocked(req *jsonrpc.Request, b []byte) *jsonrpc.Respons
 				"that relays this session to the one owning the data directory; unsubscribe from some first (resources/unsubscribe)", len(r.subs), r.maxSubs)
 		}
 	}
-	if more := r.moreBytesLocked(req, b); msg == "" && more > 0 && r.kept+more > r.maxKept {
+	// An unsubscribe frees what it costs, once answered: never refused
+	// for bytes (the refusals tell the host to unsubscribe).
+	if more := r.moreBytesLocked(req, b); msg == "" && more > 0 && r.kept+more > r.maxKept && req.Method != "resources/unsubscribe" {
 		msg = fmt.Sprintf("not sent: the mas-mcp process that relays this session to the one owning the data directory keeps %d bytes "+
 			"of this client's requests awaiting answers and subscriptions (their IDs and methods, subscriptions/listen requests whole, "+
 			"resources/subscribe requests), and this %s request would take %d more, past the limit (%d bytes); wait for answers, "+

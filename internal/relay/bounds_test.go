@@ -190,6 +190,21 @@ func TestRelayBoundsTheBytesItKeeps(t *testing.T) {
 	if kept != counted || kept > limit {
 		t.Errorf("the relay counts %d bytes kept, %d by its maps, limit %d", kept, counted, limit)
 	}
+	// Full to the byte, the host may still unsubscribe: the refusals tell
+	// it to.
+	r.mu.Lock()
+	r.maxKept = 2 * limit
+	r.mu.Unlock()
+	if resp := r.note([]byte(`{"jsonrpc":"2.0","id":9,"method":"resources/subscribe","params":{"uri":"mas://tasks"}}`)); resp != nil {
+		t.Fatalf("a small subscription refused: %v", resp.Error)
+	}
+	r.fromOwner(bufio.NewReader(strings.NewReader(`{"jsonrpc":"2.0","id":9,"result":{}}`+"\n")), io.Discard)
+	r.mu.Lock()
+	r.maxKept = r.kept
+	r.mu.Unlock()
+	if resp := r.note([]byte(`{"jsonrpc":"2.0","id":10,"method":"resources/unsubscribe","params":{"uri":"mas://tasks"}}`)); resp != nil {
+		t.Errorf("resources/unsubscribe with the relay full to its byte limit refused: %v", resp.Error)
+	}
 	cfg := Config{Socket: "unused", TakeOver: func(context.Context) (Owner, error) { return nil, errors.New("unused") }, MaxKeptBytes: -1}
 	if err := Serve(context.Background(), cfg, strings.NewReader(""), io.Discard); err == nil || !strings.Contains(err.Error(), "MaxKeptBytes -1: must not be negative") {
 		t.Errorf("Serve with MaxKeptBytes -1: %v, want it refused naming the field", err)
