@@ -110,10 +110,7 @@ func (a *agent) stoppedLocked(step *StepState, r *stopRequest, out *Output) (_ *
 // derives from the step's (one notice per interrupt). a.mu must not be
 // held: the notice is delivered to the operator's inbox.
 func (s *System) interruptDropped(a *agent, step *StepState, r *stopRequest) {
-	taskEnded := true
-	if t, ok := s.task(step.TaskID); ok {
-		taskEnded = stateEnded(t.brief().ExecutionState)
-	}
+	taskEnded := s.endedOrGone(step.TaskID)
 	s.log.Info("interrupt's instruction dropped: the interrupted step's stage or task ended; operator told", "operator", r.operatorID, "agent", a.id, "task", step.TaskID, "stage", step.StageID, "step", step.StepID, "task_ended", taskEnded)
 	s.tellOperatorAs(derivedID(step.StepID, "interrupt_dropped"), r.operatorID, "interrupt_dropped", map[string]any{
 		"Agent": s.nameOf(a.id), "StepID": step.StepID, "TaskID": step.TaskID,

@@ -682,6 +682,12 @@ func (s *System) askBudget(t *task) {
 // held task waits on it, and nothing else would ask it before a restart.
 func (s *System) budgetQuestion(ctx context.Context, t *task) {
 	refused := 0
+	// wait waits out a refusal of the store's, longer each time; false:
+	// the question is over meanwhile (ctx).
+	wait := func() bool {
+		refused++
+		return llm.Sleep(ctx, llm.Backoff(refused, retryFirst, retryMax)) == nil
+	}
 	for ctx.Err() == nil {
 		t.mu.Lock()
 		st := t.st
@@ -696,13 +702,10 @@ func (s *System) budgetQuestion(ctx context.Context, t *task) {
 			// again (its task ended, a restart) may come on a new day,
 			// when the daily spend starts again, or with another limit.
 			if b.Held = s.dailyReached(op); b.Held == "" {
-				if !s.liftDaily(op, t) {
+				if !s.liftDaily(op, t) && !wait() {
 					// The store refused the release (logged): tried
 					// again after a while, not in a busy loop.
-					refused++
-					if llm.Sleep(ctx, llm.Backoff(refused, retryFirst, retryMax)) != nil {
-						return
-					}
+					return
 				}
 				continue
 			}
@@ -728,11 +731,9 @@ func (s *System) budgetQuestion(ctx context.Context, t *task) {
 			if ctx.Err() != nil || !refusedByStore(err) {
 				return
 			}
-			refused++
-			wait := llm.Backoff(refused, retryFirst, retryMax)
 			s.log.Error("budget: the store refused the budget question: the task stays held, and the question is asked again",
-				"task", st.TaskID, "in", wait, "tries", refused, "err", err)
-			if llm.Sleep(ctx, wait) != nil {
+				"task", st.TaskID, "tries", refused+1, "err", err)
+			if !wait() {
 				return
 			}
 			continue

@@ -230,18 +230,9 @@ func (s *System) humanSend(humanID string, hm HumanMessage) ([]Message, error) {
 		// (owner.go), as a receiver keeps a message it took.
 		h.mu.keepLocked()
 		h.mu.Unlock()
-		if !over && stage != NoRelative && s.stageOver(hm.TaskID, stage) {
-			// The stage ended since it was asked (over, above, is read
-			// before the store's write): its finish_stage instruction may
-			// have been taken before the record put the stage back into
-			// the operator's working memory, and nothing else would take
-			// it out (receive does the same).
-			over = true
-			h.mu.Lock()
-			h.forgetStageLocked(hm.TaskID, stage)
-			h.changedLocked(Event{TaskID: hm.TaskID, StageID: stage, Detail: "stage_over"})
-			h.mu.keepLocked()
-			h.mu.Unlock()
+		if !over && stage != NoRelative {
+			// over, above, is read before the store's write.
+			over = h.closeIfOver(hm.TaskID, stage)
 		}
 		if err := notTaken(m, s.hand(m)); err != nil {
 			// Its task ended as it was sent (a cancel racing the send):

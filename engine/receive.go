@@ -100,17 +100,27 @@ func (a *agent) receive(m Message) bool {
 	a.mu.keepLocked()
 	a.mu.Unlock()
 	a.sys.releaseLost(a, lost...)
-	if opening && !over && a.sys.stageOver(m.TaskID, m.StageRelative) {
-		// The stage ended since it was asked: its finish_stage
-		// instruction, sent once its end is stored, may have been taken
-		// before the stage was opened above, and nothing else would
-		// close it.
-		a.mu.Lock()
-		a.forgetStageLocked(m.TaskID, m.StageRelative)
-		a.changedLocked(Event{TaskID: m.TaskID, StageID: m.StageRelative, Detail: "stage_over"})
-		a.mu.keepLocked()
-		a.mu.Unlock()
+	if opening && !over {
+		a.closeIfOver(m.TaskID, m.StageRelative)
 	}
+	return true
+}
+
+// closeIfOver takes the stage out of the agent's working memory again if
+// it is over, and reports whether it was: asked whether it was over before
+// a record opened it (receive, humanSend), the stage may have ended since,
+// and its finish_stage instruction, sent once its end is stored, may have
+// been taken before the record opened it; nothing else would close it.
+// a.mu must not be held.
+func (a *agent) closeIfOver(taskID, stageID string) bool {
+	if !a.sys.stageOver(taskID, stageID) {
+		return false
+	}
+	a.mu.Lock()
+	a.forgetStageLocked(taskID, stageID)
+	a.changedLocked(Event{TaskID: taskID, StageID: stageID, Detail: "stage_over"})
+	a.mu.keepLocked()
+	a.mu.Unlock()
 	return true
 }
 

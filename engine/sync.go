@@ -230,10 +230,7 @@ func (s *System) apply(a *agent, step StepState, shown map[string]string, out *O
 // stage's end). After a task's end nobody is: the end released every wait
 // on the task and took its messages out of the operator's conversations.
 func (s *System) droppedWhileRunning(a *agent, step *StepState, usage Usage) {
-	ended := true
-	if t, ok := s.task(step.TaskID); ok {
-		_, ended = t.operator()
-	}
+	ended := s.endedOrGone(step.TaskID)
 	why := reasonStageEndedWhileRunning
 	if ended {
 		why = reasonTaskEndedWhileRunning

@@ -558,6 +558,13 @@ func (s *System) forgetEndedStages(taskID string) {
 	})
 }
 
+// endedOrGone reports whether a task has ended, or is unknown, without
+// its mutex (isEnded).
+func (s *System) endedOrGone(taskID string) bool {
+	_, ok := s.task(taskID)
+	return !ok || s.isEnded(taskID)
+}
+
 // stageHasEnded reports whether a stage of a task that has not ended has
 // ended (finish_stage, retry_stage), without the task's mutex.
 func (s *System) stageHasEnded(taskID, stageID string) bool {

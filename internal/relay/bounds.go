@@ -80,6 +80,11 @@ func (r *relay) keptBytesLocked() int {
 // moreBytesLocked is how many bytes the relay would keep besides those it
 // keeps once it noted req (b, its line). r.mu must be held.
 func (r *relay) moreBytesLocked(req *jsonrpc.Request, b []byte) int {
+	if req.Method == "resources/unsubscribe" {
+		// It frees what it costs once answered: never refused for bytes
+		// (the refusals tell the host to unsubscribe).
+		return 0
+	}
 	more := idBytes(req.ID) + len(req.Method)
 	if method, open := r.inflight[req.ID]; open {
 		more -= idBytes(req.ID) + len(method)
@@ -163,9 +168,7 @@ func (r *relay) overLimitLocked(req *jsonrpc.Request, b []byte) *jsonrpc.Respons
 				"that relays this session to the one owning the data directory; unsubscribe from some first (resources/unsubscribe)", len(r.subs), r.maxSubs)
 		}
 	}
-	// An unsubscribe frees what it costs, once answered: never refused
-	// for bytes (the refusals tell the host to unsubscribe).
-	if more := r.moreBytesLocked(req, b); msg == "" && more > 0 && r.kept+more > r.maxKept && req.Method != "resources/unsubscribe" {
+	if more := r.moreBytesLocked(req, b); msg == "" && more > 0 && r.kept+more > r.maxKept {
 		msg = fmt.Sprintf("not sent: the mas-mcp process that relays this session to the one owning the data directory keeps %d bytes "+
 			"of this client's requests awaiting answers and subscriptions (their IDs and methods, subscriptions/listen requests whole, "+
 			"resources/subscribe requests), and this %s request would take %d more, past the limit (%d bytes); wait for answers, "+
